@@ -1,0 +1,93 @@
+import type { EventEmitter } from 'eventemitter3';
+import type { AllocatorEvents } from './AllocatorEvents.js';
+import type { AllocatorStats } from './AllocatorStats.js';
+import type { DataPtr } from './DataPtr.js';
+import type { Device } from './Device.js';
+import type { LmsStorage } from './LmsStorage.js';
+import type { MemorySnapshot } from './MemorySnapshot.js';
+import type { StorageImpl } from './StorageImpl.js';
+import type { Token } from './Token.js';
+
+/** Per-allocation options. Allocators ignore the ones that do not apply to their device. */
+export interface AllocateOptions {
+  /** cpu: back the allocation with a SharedArrayBuffer so that it can cross worker_threads. */
+  readonly shared?: boolean;
+  /** Stream (or queue) the allocation is used on; the allocator's default stream when absent. */
+  readonly stream?: number;
+}
+
+/** The read side of an allocator's events: only the allocator emits. */
+export type AllocatorEventSource = Pick<EventEmitter<AllocatorEvents>, 'on' | 'once' | 'off'>;
+
+/**
+ * Allocates and frees device memory for one device. Implement it directly, through {@link makeAllocator}
+ * (which supplies validation, bookkeeping, stats, events and snapshots around a minimal core), or as an adaptor
+ * over an `upstream` allocator ({@link ForwardingAllocator}). Prove an implementation with
+ * `describeAllocatorContract` from `@stowage/core/testing`.
+ *
+ * Every method validates its arguments and throws a `StowageError` subclass with the allocator's state
+ * unchanged; after `dispose()` every method but `dispose()` throws `DisposedError`.
+ */
+export interface Allocator extends Disposable {
+  readonly device: Device;
+  /** Every DataPtr this allocator returns has `address % alignment === 0`. A power of two. */
+  readonly alignment: number;
+  /** The allocator this one wraps, for adaptors; undefined for one that talks to a backend. */
+  readonly upstream?: Allocator;
+  readonly events: AllocatorEventSource;
+
+  /**
+   * Returns a DataPtr of exactly `nbytes` usable bytes (0 is allowed and returns a distinct empty pointer).
+   * Contents are unspecified.
+   * @throws InvalidArgumentError when `nbytes` is not an integer in [0, Number.MAX_SAFE_INTEGER]
+   * @throws OutOfMemoryError when the device cannot hold it even after the cache was released
+   */
+  allocate(nbytes: number, options?: AllocateOptions): DataPtr;
+
+  /**
+   * Frees a pointer this allocator returned. Equivalent to `ptr.release()` while the allocator still owns the
+   * pointer's deleter.
+   * @throws DoubleFreeError when `ptr` was already released
+   * @throws ForeignPointerError when this allocator did not allocate `ptr` (or COW/IPC took it over)
+   */
+  free(ptr: DataPtr): void;
+
+  /**
+   * Copies `nbytes` from `src[srcOffset…]` to `dst[dstOffset…]`, both allocated by this allocator's device. The
+   * ranges may be in one allocation only if they do not overlap.
+   * @throws InvalidArgumentError when a range runs past its pointer or the counts are not byte counts
+   * @throws DeviceMismatchError when either pointer lives on another device
+   * @throws UseAfterReleaseError when either pointer was released
+   */
+  copyData(dst: DataPtr, src: DataPtr, nbytes: number, dstOffset?: number, srcOffset?: number): void;
+
+  /** Copies host bytes into `dst` at `dstOffset`. Same errors as `copyData`. */
+  writeBytes(dst: DataPtr, bytes: Uint8Array, dstOffset?: number): void;
+
+  /** Resolves to a host copy of `byteLength` bytes of `src` from `srcOffset` (default: the whole pointer). */
+  readBytes(src: DataPtr, srcOffset?: number, byteLength?: number): Promise<Uint8Array>;
+
+  /** Statistics under PyTorch's key names; see {@link AllocatorStats}. */
+  memoryStats(): AllocatorStats;
+
+  /** Sets every `peak` to its `current`. */
+  resetPeakStats(): void;
+
+  /** Segments and blocks in PyTorch's snapshot schema. */
+  snapshot(): MemorySnapshot;
+
+  /** Returns cached, unallocated memory to the device. Live allocations are untouched. */
+  emptyCache(): void;
+
+  /**
+   * The LMS hook: a fresh LMS object for a storage this allocator backs, or null when LMS is off for it.
+   * Default (absent): null. Called once per StorageImpl, at its construction.
+   */
+  asLmsStorage?(storage: StorageImpl): LmsStorage | null;
+
+  /** Frees everything this allocator holds. Idempotent. */
+  dispose(): void;
+}
+
+/** The runtime's host (cpu:0) allocator. */
+export const Allocator: Token<Allocator> = Symbol('stowage.Allocator');

@@ -1,0 +1,16 @@
+import type { AllocatorStats } from './AllocatorStats.js';
+import type { DataPtr } from './DataPtr.js';
+
+/**
+ * What an allocator reports, past tense, one readonly payload each (c10 TraceEntry vocabulary). Listeners run
+ * after the allocator's state is consistent again; a listener that throws does not undo the operation, and its
+ * error is re-emitted as `listenerFailed`.
+ */
+export interface AllocatorEvents {
+  allocated: [e: { readonly ptr: DataPtr; readonly requestedBytes: number }];
+  freed: [e: { readonly ptr: DataPtr }];
+  segmentReserved: [e: { readonly address: number; readonly bytes: number }];
+  segmentReleased: [e: { readonly address: number; readonly bytes: number }];
+  outOfMemory: [e: { readonly requestedBytes: number; readonly stats: AllocatorStats }];
+  listenerFailed: [e: { readonly event: string; readonly error: unknown }];
+}

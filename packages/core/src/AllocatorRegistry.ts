@@ -1,0 +1,75 @@
+import type { Allocator } from './Allocator.js';
+import { injectable, injectAll } from 'tsyringe';
+import { AllocatorFactory } from './AllocatorFactory.js';
+import type { Device, DeviceLike } from './Device.js';
+import { formatDevice, parseDevice } from './Device.js';
+import { BackendUnavailableError } from './errors/BackendUnavailableError.js';
+import { DeviceMismatchError } from './errors/DeviceMismatchError.js';
+
+/**
+ * One runtime's allocators, one per device, made on first use by the registered factories.
+ * Invariant: every allocator in `created` came from this registry's factories and is not disposed.
+ */
+@injectable()
+export class AllocatorRegistry implements Disposable {
+  readonly #factories = new Map<string, AllocatorFactory>();
+  readonly #created = new Map<string, Allocator>();
+  readonly #owned = new Set<Allocator>();
+
+  constructor(@injectAll(AllocatorFactory) factories: readonly AllocatorFactory[]) {
+    for (const factory of factories) this.#factories.set(factory.deviceType, factory);
+  }
+
+  /** Device types some factory serves, sorted. */
+  get deviceTypes(): string[] {
+    return [...this.#factories.keys()].sort();
+  }
+
+  /** Allocators made so far, by device text (`'cpu:0'`). */
+  get created(): ReadonlyMap<string, Allocator> {
+    return this.#created;
+  }
+
+  /**
+   * The allocator for `device`, made on first use.
+   * @throws BackendUnavailableError when no factory serves the device type, or the factory cannot make it
+   */
+  get(device: DeviceLike): Allocator {
+    const parsed = parseDevice(device);
+    const key = formatDevice(parsed);
+    const existing = this.#created.get(key);
+    if (existing) return existing;
+    const factory = this.#factories.get(parsed.type);
+    if (!factory) {
+      throw new BackendUnavailableError(
+        `No allocator is registered for ${key}: this runtime serves ${this.deviceTypes.join(', ')}. Add the plugin for '${parsed.type}' to createRuntime({ plugins }).`,
+      );
+    }
+    const allocator = factory.create(parsed);
+    checkServes(allocator, parsed);
+    this.#created.set(key, allocator);
+    this.#owned.add(allocator);
+    return allocator;
+  }
+
+  /** True when `allocator` was made by this registry (so storages it backs belong to this runtime). */
+  owns(allocator: Allocator): boolean {
+    return this.#owned.has(allocator);
+  }
+
+  dispose(): void {
+    for (const allocator of this.#created.values()) allocator.dispose();
+    this.#created.clear();
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+}
+
+function checkServes(allocator: Allocator, device: Device): void {
+  if (allocator.device.type !== device.type || allocator.device.index !== device.index) {
+    allocator.dispose();
+    throw new DeviceMismatchError(`The factory for '${device.type}' made an allocator for ${formatDevice(allocator.device)} when asked for ${formatDevice(device)}.`);
+  }
+}

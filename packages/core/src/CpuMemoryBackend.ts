@@ -1,0 +1,95 @@
+import type { Device } from './Device.js';
+import type { BackendEvent, MemoryBackend, SegmentOptions, StreamId } from './MemoryBackend.js';
+import type { MemoryBlock } from './MemoryBlock.js';
+
+export type HostBuffer = ArrayBuffer | SharedArrayBuffer;
+
+export interface CpuMemoryBackendOptions {
+  /** Default for segments that do not say: SharedArrayBuffer-backed when true. */
+  readonly shared?: boolean;
+  /** A budget in bytes; `malloc` returns null past it. Unlimited (up to what V8 will allocate) when absent. */
+  readonly capacityBytes?: number;
+}
+
+const CPU_ALIGNMENT = 64;
+const COMPLETE: BackendEvent = Object.freeze({ stream: 0 });
+
+/**
+ * Host memory on ArrayBuffer or SharedArrayBuffer. Addresses are virtual (a bump counter, never reused), so
+ * that snapshots and overlap checks have numbers to work with. One immediate stream: every event is complete.
+ *
+ * Invariants: reservedBytes == sum of byteLength over segments not yet freed; reservedBytes <= capacityBytes.
+ */
+export class CpuMemoryBackend implements MemoryBackend<HostBuffer> {
+  readonly device: Device = Object.freeze({ type: 'cpu', index: 0 });
+  readonly alignment = CPU_ALIGNMENT;
+  readonly capacityBytes: number | undefined;
+  readonly defaultStream: StreamId = 0;
+  readonly #shared: boolean;
+  #nextAddress = CPU_ALIGNMENT * 1024;
+  #reservedBytes = 0;
+
+  constructor(options: CpuMemoryBackendOptions = {}) {
+    this.#shared = options.shared ?? false;
+    this.capacityBytes = options.capacityBytes;
+  }
+
+  get reservedBytes(): number {
+    return this.#reservedBytes;
+  }
+
+  malloc(byteLength: number, options: SegmentOptions = {}): MemoryBlock<HostBuffer> | null {
+    if (this.capacityBytes !== undefined && this.#reservedBytes + byteLength > this.capacityBytes) return null;
+    let handle: HostBuffer;
+    try {
+      handle = (options.shared ?? this.#shared) ? new SharedArrayBuffer(byteLength) : new ArrayBuffer(byteLength);
+    } catch (error) {
+      if (error instanceof RangeError) return null; // V8: "Array buffer allocation failed" or length too large
+      throw error;
+    }
+    const address = this.#nextAddress;
+    this.#nextAddress += Math.ceil(Math.max(byteLength, 1) / CPU_ALIGNMENT) * CPU_ALIGNMENT;
+    this.#reservedBytes += byteLength;
+    return { handle, byteOffset: 0, address, byteLength };
+  }
+
+  free(segment: MemoryBlock<HostBuffer>): void {
+    this.#reservedBytes -= segment.byteLength;
+    detach(segment.handle);
+  }
+
+  copy(dst: HostBuffer, dstOffset: number, src: HostBuffer, srcOffset: number, byteLength: number): void {
+    new Uint8Array(dst, dstOffset, byteLength).set(new Uint8Array(src, srcOffset, byteLength));
+  }
+
+  write(dst: HostBuffer, dstOffset: number, bytes: Uint8Array): void {
+    new Uint8Array(dst, dstOffset, bytes.byteLength).set(bytes);
+  }
+
+  read(src: HostBuffer, srcOffset: number, byteLength: number): Promise<Uint8Array> {
+    return Promise.resolve(new Uint8Array(src, srcOffset, byteLength).slice());
+  }
+
+  isStream(stream: StreamId): boolean {
+    return stream === 0;
+  }
+
+  recordEvent(): BackendEvent {
+    return COMPLETE;
+  }
+
+  isEventComplete(): boolean {
+    return true;
+  }
+}
+
+/**
+ * Detaches a freed ArrayBuffer so that a stale view reads zero bytes instead of another tensor's data, and its
+ * memory can go back at once. SharedArrayBuffers cannot be detached; other holders keep them alive.
+ */
+function detach(buffer: HostBuffer): void {
+  if (!(buffer instanceof ArrayBuffer) || buffer.byteLength === 0) return;
+  const transferable = buffer as ArrayBuffer & { transfer?: (length: number) => ArrayBuffer };
+  if (typeof transferable.transfer === 'function') transferable.transfer(0);
+  else structuredClone(buffer, { transfer: [buffer] });
+}

@@ -1,0 +1,94 @@
+import type { Device } from './Device.js';
+import { formatDevice } from './Device.js';
+import { DoubleFreeError } from './errors/DoubleFreeError.js';
+
+/** Frees what a DataPtr points at, given the pointer's context. Called at most once per pointer. */
+export type Deleter = (context: unknown) => void;
+
+/** The parts of an allocation a DataPtr records. */
+export interface DataPtrInit<H> {
+  readonly device: Device;
+  /** Usable bytes; what the caller asked for, not what the allocator rounded to. */
+  readonly byteLength: number;
+  /** Backend handle: ArrayBuffer/SharedArrayBuffer (cpu), `bigint` device address (cuda), GPUBuffer (webgpu). */
+  readonly handle: H;
+  /** Offset of byte 0 inside `handle` (a sub-allocation of a larger buffer); 0 when the handle is the block. */
+  readonly byteOffset: number;
+  /** Address of byte 0 in the device's (possibly virtual) address space; used for snapshots and alignment. */
+  readonly address: number;
+  readonly context: unknown;
+  readonly deleter: Deleter | null;
+}
+
+/**
+ * One allocation as a storage sees it, after c10's DataPtr: where the bytes are, plus an opaque context and a
+ * deleter that frees them. COW and IPC take ownership of an allocation by swapping the context and deleter in
+ * place ({@link DataPtr.compareExchangeDeleter}).
+ *
+ * Invariants: `release()` calls the deleter exactly once; `isReleased` is true from then on.
+ */
+export class DataPtr<H = unknown> implements Disposable {
+  readonly device: Device;
+  readonly byteLength: number;
+  readonly handle: H;
+  readonly byteOffset: number;
+  readonly address: number;
+  #context: unknown;
+  #deleter: Deleter | null;
+  #released = false;
+
+  constructor(init: DataPtrInit<H>) {
+    this.device = init.device;
+    this.byteLength = init.byteLength;
+    this.handle = init.handle;
+    this.byteOffset = init.byteOffset;
+    this.address = init.address;
+    this.#context = init.context;
+    this.#deleter = init.deleter;
+  }
+
+  /** The owner's bookkeeping for this allocation (a block, a COW context, IPC sent data). */
+  get context(): unknown {
+    return this.#context;
+  }
+
+  get deleter(): Deleter | null {
+    return this.#deleter;
+  }
+
+  get isReleased(): boolean {
+    return this.#released;
+  }
+
+  /**
+   * Replaces deleter and context if the current deleter is `expected`; returns whether it did. Used to take
+   * ownership (a COW context wraps the original context) without racing another owner.
+   */
+  compareExchangeDeleter(expected: Deleter | null, deleter: Deleter | null, context: unknown): boolean {
+    if (this.#deleter !== expected || this.#released) return false;
+    this.#deleter = deleter;
+    this.#context = context;
+    return true;
+  }
+
+  /**
+   * Frees the allocation through the deleter.
+   * @throws DoubleFreeError when already released; nothing is freed twice.
+   */
+  release(): void {
+    if (this.#released) {
+      throw new DoubleFreeError(
+        `The ${this.byteLength}-byte allocation at address 0x${this.address.toString(16)} on ${formatDevice(this.device)} was already released.`,
+      );
+    }
+    this.#released = true;
+    const deleter = this.#deleter;
+    this.#deleter = null;
+    deleter?.(this.#context);
+  }
+
+  /** Releases unless already released; safe at the end of a `using` scope. */
+  [Symbol.dispose](): void {
+    if (!this.#released) this.release();
+  }
+}

@@ -1,0 +1,185 @@
+import type { DependencyContainer } from 'tsyringe';
+import type { Allocator } from './Allocator.js';
+import type { AllocatorRegistry } from './AllocatorRegistry.js';
+import type { Device, DeviceLike } from './Device.js';
+import { formatDevice, parseDevice } from './Device.js';
+import type { DType } from './DType.js';
+import { checkDType, itemsizeOf } from './DType.js';
+import { DisposedError } from './errors/DisposedError.js';
+import { ForeignPointerError } from './errors/ForeignPointerError.js';
+import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
+import { formatBytes } from './formatBytes.js';
+import { checkByteCount, checkBytes, checkRange } from './internal/validate.js';
+import { checkSizes, numelOf } from './internal/shape.js';
+import type { ReshapePolicy } from './ReshapePolicy.js';
+import type { StorageHooks } from './StorageHooks.js';
+import { StorageImpl } from './StorageImpl.js';
+import type { TensorContext } from './TensorImpl.js';
+import { TensorImpl } from './TensorImpl.js';
+
+export interface StorageOptions {
+  /** Default `'cpu'`. */
+  readonly device?: DeviceLike;
+  /** cpu: SharedArrayBuffer-backed, so that it can cross worker_threads. */
+  readonly shared?: boolean;
+  /** Whether `resize()` is allowed. Default false. */
+  readonly resizable?: boolean;
+}
+
+export interface TensorOptions {
+  /** Default `'float32'`. */
+  readonly dtype?: DType;
+  /** Default `'cpu'`. */
+  readonly device?: DeviceLike;
+  readonly shared?: boolean;
+}
+
+/** The services a runtime is built from; `createRuntime` resolves them from the runtime's container. */
+export interface RuntimeServices {
+  readonly container: DependencyContainer;
+  readonly allocators: AllocatorRegistry;
+  readonly reshapePolicy: ReshapePolicy;
+  readonly storageHooks: readonly StorageHooks[];
+}
+
+/**
+ * A composed runtime: its own child container, allocators per device, storages and tensors. Two runtimes share
+ * no state. Make one with `createRuntime({ plugins })`.
+ *
+ * Invariant: `live` holds exactly the storages this runtime made that are not released.
+ */
+export class Runtime implements TensorContext, AsyncDisposable {
+  readonly container: DependencyContainer;
+  readonly reshapePolicy: ReshapePolicy;
+  readonly #allocators: AllocatorRegistry;
+  readonly #hooks: readonly StorageHooks[];
+  readonly #live = new Set<StorageImpl>();
+  #disposed = false;
+
+  constructor(services: RuntimeServices) {
+    this.container = services.container;
+    this.reshapePolicy = services.reshapePolicy;
+    this.#allocators = services.allocators;
+    const forget: StorageHooks = { beforeRelease: (storage) => void this.#live.delete(storage) };
+    this.#hooks = [...services.storageHooks, forget];
+  }
+
+  /** Device types this runtime can allocate on. */
+  get deviceTypes(): string[] {
+    return this.#allocators.deviceTypes;
+  }
+
+  /**
+   * The allocator for `device` (made on first use).
+   * @throws BackendUnavailableError when no plugin serves the device
+   */
+  allocator(device: DeviceLike = 'cpu'): Allocator {
+    this.#checkOpen('allocator');
+    return this.#allocators.get(device);
+  }
+
+  /**
+   * A new storage of `nbytes` bytes (contents unspecified).
+   * @throws InvalidArgumentError for a bad size or device; BackendUnavailableError for a device with no plugin;
+   * OutOfMemoryError when the device is full
+   */
+  storage(nbytes: number, options: StorageOptions = {}): StorageImpl {
+    this.#checkOpen('storage');
+    checkByteCount('nbytes', nbytes);
+    const allocator = this.#allocators.get(parseDevice(options.device ?? 'cpu', 'options.device'));
+    const dataPtr = allocator.allocate(nbytes, options.shared === undefined ? {} : { shared: options.shared });
+    let storage: StorageImpl;
+    try {
+      storage = new StorageImpl({ dataPtr, allocator, resizable: options.resizable ?? false, hooks: this.#hooks });
+    } catch (error) {
+      dataPtr.release();
+      throw error;
+    }
+    this.#live.add(storage);
+    return storage;
+  }
+
+  /** A new contiguous tensor of `sizes` over a new storage. Same errors as `storage()`, plus bad sizes/dtype. */
+  tensor(sizes: readonly number[], options: TensorOptions = {}): TensorImpl {
+    this.#checkOpen('tensor');
+    const shape = checkSizes('sizes', sizes);
+    const dtype = checkDType('options.dtype', options.dtype ?? 'float32');
+    const nbytes = numelOf(shape) * itemsizeOf(dtype);
+    checkByteCount('sizes (as bytes)', nbytes);
+    const storage = this.storage(nbytes, {
+      device: options.device ?? 'cpu',
+      ...(options.shared === undefined ? {} : { shared: options.shared }),
+    });
+    return new TensorImpl(storage, { sizes: shape, dtype }, this);
+  }
+
+  /** TensorContext: a storage for a tensor's copy. */
+  createStorage(nbytes: number, device: Device): StorageImpl {
+    return this.storage(nbytes, { device });
+  }
+
+  /**
+   * Copies host bytes into `storage` at `offset` (the write path: COW storages materialize first).
+   * @throws InvalidArgumentError when the bytes run past the storage; UseAfterReleaseError for a released storage;
+   * ForeignPointerError for a storage of another runtime
+   */
+  write(storage: StorageImpl, bytes: ArrayBufferView, offset = 0): void {
+    this.#checkOpen('write');
+    this.#checkStorage(storage);
+    const data = checkBytes('bytes', bytes);
+    checkByteCount('offset', offset);
+    checkRange('bytes.byteLength', offset, data.byteLength, storage.byteLength, 'storage');
+    storage.allocator.writeBytes(storage.mutableData(), data, offset);
+  }
+
+  /** Resolves to a host copy of the storage's bytes (the read path: never materializes). */
+  read(storage: StorageImpl): Promise<Uint8Array> {
+    this.#checkOpen('read');
+    this.#checkStorage(storage);
+    return storage.allocator.readBytes(storage.data());
+  }
+
+  /** A readable table of every allocator this runtime has made: allocated, peak, reserved, live allocations. */
+  memorySummary(): string {
+    this.#checkOpen('memorySummary');
+    const rows = [['device', 'allocated', 'peak allocated', 'reserved', 'peak reserved', 'allocations', 'device mallocs']];
+    for (const [key, allocator] of this.#allocators.created) {
+      const s = allocator.memoryStats();
+      rows.push([
+        key,
+        formatBytes(s['allocated_bytes.all.current']),
+        formatBytes(s['allocated_bytes.all.peak']),
+        formatBytes(s['reserved_bytes.all.current']),
+        formatBytes(s['reserved_bytes.all.peak']),
+        String(s['allocation.all.current']),
+        String(s['num_device_alloc']),
+      ]);
+    }
+    const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
+    return rows.map((r) => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  ')).join('\n');
+  }
+
+  /** Releases every live storage, disposes the allocators and the container. Idempotent. */
+  async dispose(): Promise<void> {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    for (const storage of [...this.#live]) storage.release();
+    this.#allocators.dispose();
+    await this.container.dispose();
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.dispose();
+  }
+
+  #checkStorage(storage: StorageImpl): void {
+    if (!(storage instanceof StorageImpl)) throw new InvalidArgumentError('storage', storage, 'a StorageImpl');
+    if (!this.#allocators.owns(storage.allocator)) {
+      throw new ForeignPointerError(`The storage on ${formatDevice(storage.device)} belongs to another runtime; use that runtime's read()/write().`);
+    }
+  }
+
+  #checkOpen(method: string): void {
+    if (this.#disposed) throw new DisposedError(`Cannot call ${method}() on a disposed runtime.`);
+  }
+}

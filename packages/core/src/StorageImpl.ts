@@ -1,0 +1,138 @@
+import type { Allocator } from './Allocator.js';
+import type { DataPtr } from './DataPtr.js';
+import type { Device } from './Device.js';
+import { formatDevice, isSameDevice } from './Device.js';
+import { DeviceMismatchError } from './errors/DeviceMismatchError.js';
+import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
+import { UseAfterReleaseError } from './errors/UseAfterReleaseError.js';
+import { checkByteCount } from './internal/validate.js';
+import type { LmsStorage } from './LmsStorage.js';
+import type { StorageHooks } from './StorageHooks.js';
+
+export interface StorageInit {
+  readonly dataPtr: DataPtr;
+  readonly allocator: Allocator;
+  /** Whether `resize()` is allowed (default false). */
+  readonly resizable?: boolean;
+  readonly hooks?: readonly StorageHooks[];
+}
+
+/**
+ * The bytes behind one or more tensors, after c10's StorageImpl. Tensors alias if and only if they share a
+ * StorageImpl. Reads go through `data()`, writes through `mutableData()`: that is where COW materializes and
+ * where generation numbers move, so code that writes must never keep a pointer from `data()`.
+ *
+ * Invariants: byteLength == dataPtr.byteLength while live; the LMS object, when present, was created for this
+ * storage by its allocator at construction.
+ */
+export class StorageImpl implements Disposable {
+  readonly allocator: Allocator;
+  readonly resizable: boolean;
+  /** The allocator's LMS object for this storage, or null when LMS is off for it. */
+  readonly lms: LmsStorage | null;
+  readonly #hooks: readonly StorageHooks[];
+  #dataPtr: DataPtr;
+  #released = false;
+
+  constructor(init: StorageInit) {
+    if (!isSameDevice(init.dataPtr.device, init.allocator.device)) {
+      throw new DeviceMismatchError(
+        `A storage's DataPtr lives on ${formatDevice(init.dataPtr.device)} but its allocator serves ${formatDevice(init.allocator.device)}.`,
+      );
+    }
+    this.allocator = init.allocator;
+    this.resizable = init.resizable ?? false;
+    this.#hooks = init.hooks ?? [];
+    this.#dataPtr = init.dataPtr;
+    this.lms = init.allocator.asLmsStorage?.(this) ?? null;
+  }
+
+  get device(): Device {
+    return this.#dataPtr.device;
+  }
+
+  get byteLength(): number {
+    return this.#dataPtr.byteLength;
+  }
+
+  get isReleased(): boolean {
+    return this.#released;
+  }
+
+  /** The DataPtr for reading. Never write through it. @throws UseAfterReleaseError once released. */
+  data(): DataPtr {
+    this.#checkLive('data');
+    for (const hook of this.#hooks) hook.beforeRead?.(this);
+    return this.#dataPtr;
+  }
+
+  /** The DataPtr for writing; COW storages materialize here. @throws UseAfterReleaseError once released. */
+  mutableData(): DataPtr {
+    this.#checkLive('mutableData');
+    for (const hook of this.#hooks) hook.beforeWrite?.(this);
+    return this.#dataPtr;
+  }
+
+  /** The current DataPtr without running hooks: for owners (COW, IPC, LMS) that manage it. */
+  peekDataPtr(): DataPtr {
+    this.#checkLive('peekDataPtr');
+    return this.#dataPtr;
+  }
+
+  /**
+   * Replaces the DataPtr (same device and byte length) and returns the previous one, which the caller now
+   * owns. Used by COW materialization and LMS page-in.
+   */
+  setDataPtr(dataPtr: DataPtr): DataPtr {
+    this.#checkLive('setDataPtr');
+    if (!isSameDevice(dataPtr.device, this.device)) {
+      throw new DeviceMismatchError(`Cannot set a DataPtr on ${formatDevice(dataPtr.device)} into a storage on ${formatDevice(this.device)}.`);
+    }
+    if (dataPtr.byteLength !== this.byteLength) {
+      throw new InvalidArgumentError('dataPtr.byteLength', dataPtr.byteLength, `the storage's ${this.byteLength} bytes (use resize() to change the size)`);
+    }
+    const previous = this.#dataPtr;
+    this.#dataPtr = dataPtr;
+    return previous;
+  }
+
+  /**
+   * Changes the size of a resizable storage: allocates `nbytes`, copies the common prefix, frees the old data.
+   * @throws InvalidArgumentError when the storage is not resizable or `nbytes` is not a byte count
+   */
+  resize(nbytes: number): void {
+    const old = this.mutableData();
+    checkByteCount('nbytes', nbytes);
+    if (!this.resizable) throw new InvalidArgumentError('storage', 'a non-resizable storage', 'resizable to be resized');
+    const next = this.allocator.allocate(nbytes);
+    try {
+      this.allocator.copyData(next, old, Math.min(nbytes, old.byteLength));
+    } catch (error) {
+      next.release();
+      throw error;
+    }
+    this.#dataPtr = next;
+    old.release();
+  }
+
+  /** Frees the data (through the DataPtr's deleter). Idempotent; every later access throws. */
+  release(): void {
+    if (this.#released) return;
+    for (const hook of this.#hooks) hook.beforeRelease?.(this);
+    this.#released = true;
+    this.lms?.release();
+    if (!this.#dataPtr.isReleased) this.#dataPtr.release();
+  }
+
+  [Symbol.dispose](): void {
+    this.release();
+  }
+
+  #checkLive(method: string): void {
+    if (this.#released) {
+      throw new UseAfterReleaseError(
+        `Cannot call ${method}() on a ${this.#dataPtr.byteLength}-byte storage on ${formatDevice(this.device)}: it was released.`,
+      );
+    }
+  }
+}

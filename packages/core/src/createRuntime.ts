@@ -1,0 +1,50 @@
+import { container as emptyRoot, Lifecycle, type DependencyContainer } from 'tsyringe';
+import { Allocator } from './Allocator.js';
+import { AllocatorRegistry } from './AllocatorRegistry.js';
+import { registerCpuAllocator } from './cpu.js';
+import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
+import type { Plugin } from './Plugin.js';
+import { AliasReshapePolicy, ReshapePolicy } from './ReshapePolicy.js';
+import { Runtime } from './Runtime.js';
+import { StorageHooks } from './StorageHooks.js';
+import { resolve, resolveAll } from './Token.js';
+
+export interface RuntimeOptions {
+  /** Plugins in order; a later registration of a token wins over an earlier one (and over core's defaults). */
+  readonly plugins?: readonly Plugin[];
+  /**
+   * The container the runtime's own container is a child of. Default: tsyringe's root container, used only as
+   * an empty parent (Stowage never registers into it).
+   */
+  readonly parent?: DependencyContainer;
+}
+
+/**
+ * Composes a runtime: a child container with core's defaults (the CPU allocator, the alias reshape policy),
+ * then each plugin's registrations. Async because device adapters are.
+ * @throws InvalidArgumentError for a plugin that is not `{ name, register }`
+ */
+export async function createRuntime(options: RuntimeOptions = {}): Promise<Runtime> {
+  const plugins = options.plugins ?? [];
+  if (!Array.isArray(plugins)) throw new InvalidArgumentError('plugins', plugins, 'an array of plugins');
+  const container = (options.parent ?? emptyRoot).createChildContainer();
+  registerCpuAllocator(container);
+  container.register(ReshapePolicy, { useValue: new AliasReshapePolicy() });
+  for (const [i, plugin] of plugins.entries()) {
+    if (typeof plugin !== 'object' || plugin === null || typeof plugin.register !== 'function') {
+      throw new InvalidArgumentError(`plugins[${i}]`, plugin, 'a plugin: an object with name and register(container)');
+    }
+    await plugin.register(container);
+  }
+  container.register(AllocatorRegistry, { useClass: AllocatorRegistry }, { lifecycle: Lifecycle.ContainerScoped });
+  const allocators = container.resolve(AllocatorRegistry);
+  container.register(Allocator, { useFactory: () => allocators.get('cpu') });
+  const runtime = new Runtime({
+    container,
+    allocators,
+    reshapePolicy: resolve(container, ReshapePolicy),
+    storageHooks: resolveAll(container, StorageHooks),
+  });
+  container.register(Runtime, { useValue: runtime });
+  return runtime;
+}

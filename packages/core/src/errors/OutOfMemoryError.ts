@@ -1,0 +1,55 @@
+import type { AllocatorStats } from '../AllocatorStats.js';
+import type { Device } from '../Device.js';
+import { formatDevice } from '../Device.js';
+import { formatBytes } from '../formatBytes.js';
+import { StowageError } from './StowageError.js';
+
+/** What an allocator knew about its device when it gave up. */
+export interface OutOfMemoryDetails {
+  readonly device: Device;
+  readonly requestedBytes: number;
+  /** Total bytes the device (or the allocator's budget) can hold; undefined when unknown. */
+  readonly capacityBytes: number | undefined;
+  readonly stats: AllocatorStats;
+}
+
+/**
+ * The device is certainly exhausted: thrown only after the allocator released what it had cached and retried.
+ * The message follows c10's: what was asked for, the capacity, what is allocated, reserved and free.
+ */
+export class OutOfMemoryError extends StowageError {
+  readonly device: Device;
+  readonly requestedBytes: number;
+  readonly capacityBytes: number | undefined;
+  readonly stats: AllocatorStats;
+
+  constructor(details: OutOfMemoryDetails, options?: ErrorOptions) {
+    super('OUT_OF_MEMORY', describeOutOfMemory(details), options);
+    this.device = details.device;
+    this.requestedBytes = details.requestedBytes;
+    this.capacityBytes = details.capacityBytes;
+    this.stats = details.stats;
+  }
+}
+
+export function isOutOfMemoryError(error: unknown): error is OutOfMemoryError {
+  return error instanceof OutOfMemoryError;
+}
+
+function describeOutOfMemory(d: OutOfMemoryDetails): string {
+  const allocated = d.stats['allocated_bytes.all.current'];
+  const reserved = d.stats['reserved_bytes.all.current'];
+  const cached = Math.max(0, reserved - allocated);
+  const capacity =
+    d.capacityBytes === undefined
+      ? 'of unknown capacity'
+      : `with ${formatBytes(d.capacityBytes)} total capacity, of which ${formatBytes(Math.max(0, d.capacityBytes - reserved))} is free`;
+  let message =
+    `Out of memory on ${formatDevice(d.device)}: tried to allocate ${formatBytes(d.requestedBytes)}; the device is ${capacity}. ` +
+    `${formatBytes(reserved)} is reserved by Stowage, of which ${formatBytes(allocated)} is allocated and ${formatBytes(cached)} is cached but unallocated.`;
+  if (reserved > 0 && cached > reserved / 4 && cached >= d.requestedBytes) {
+    message +=
+      ' The cached memory is large enough for this request but fragmented: try a smaller max split size or expandable segments.';
+  }
+  return message;
+}

@@ -1,0 +1,29 @@
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'] as const;
+
+/** Formats a byte count in binary units with two decimals: `formatBytes(3 * 2 ** 20) === '3.00 MiB'`. */
+export function formatBytes(bytes: number): string {
+  let value = bytes;
+  let unit = 0;
+  while (Math.abs(value) >= 1024 && unit < UNITS.length - 1) {
+    value /= 1024;
+    unit++;
+  }
+  return unit === 0 ? `${value} B` : `${value.toFixed(2)} ${UNITS[unit]}`;
+}
+
+/**
+ * Parses a byte count written as a number or as `'512MiB'`, `'1.5 GiB'`, `'64KB'` (KB, MB, GB are decimal;
+ * KiB, MiB, GiB binary). Returns undefined when the text is not a size; callers turn that into a typed error.
+ */
+export function parseBytes(value: number | string): number | undefined {
+  if (typeof value === 'number') return Number.isSafeInteger(value) && value >= 0 ? value : undefined;
+  const match = /^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?B|B)?\s*$/i.exec(value);
+  if (!match) return undefined;
+  const unit = (match[2] ?? 'B').toUpperCase();
+  const scale: Record<string, number> = {
+    B: 1, KB: 1e3, MB: 1e6, GB: 1e9, TB: 1e12, PB: 1e15,
+    KIB: 2 ** 10, MIB: 2 ** 20, GIB: 2 ** 30, TIB: 2 ** 40, PIB: 2 ** 50,
+  };
+  const bytes = Math.round(Number(match[1]) * scale[unit]!);
+  return Number.isSafeInteger(bytes) ? bytes : undefined;
+}
