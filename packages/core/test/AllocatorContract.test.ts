@@ -1,0 +1,124 @@
+import { expect } from 'chai';
+import type { Allocator, DataPtr } from '@stowage/core';
+import { CpuMemoryBackend, createCpuAllocator, ForwardingAllocator, makeAllocator } from '@stowage/core';
+import type { AllocatorMaker } from '@stowage/core/testing';
+import { allocatorContract, describeAllocatorContract } from '@stowage/core/testing';
+
+describeAllocatorContract('two ForwardingAllocators stacked over the CPU allocator', () => new ForwardingAllocator(new ForwardingAllocator(createCpuAllocator())));
+
+/** Runs every contract check against `make`; returns the names of the checks that failed. */
+async function failedChecks(make: AllocatorMaker): Promise<string[]> {
+  const failed: string[] = [];
+  for (const check of allocatorContract) {
+    try {
+      await check.run(make);
+    } catch {
+      failed.push(check.name);
+    }
+  }
+  return failed;
+}
+
+const check = (fragment: string): string => {
+  const found = allocatorContract.find((c) => c.name.includes(fragment));
+  if (!found) throw new Error(`no contract check mentions '${fragment}'`);
+  return found.name;
+};
+
+/** Ignores a second free instead of rejecting it. */
+class ForgivingAllocator extends ForwardingAllocator {
+  override free(ptr: DataPtr): void {
+    if (!ptr.isReleased) super.free(ptr);
+  }
+}
+
+/** Hands every request the same memory, as an allocator with a broken free list would. */
+function overlappingAllocator(): Allocator {
+  const backend = new CpuMemoryBackend();
+  const arena = backend.malloc(8 << 20)!;
+  return makeAllocator({
+    device: 'cpu',
+    alignment: 64,
+    allocate: (nbytes) => (nbytes <= arena.byteLength ? { ...arena, byteLength: Math.max(nbytes, 1) } : null),
+    free: () => {},
+    copy: (d, dOff, s, sOff, n) => backend.copy(d, dOff, s, sOff, n),
+    write: (d, off, bytes) => backend.write(d, off, bytes),
+    read: (s, off, n) => backend.read(s, off, n),
+  });
+}
+
+/** Reports requested bytes it never subtracts on free. */
+class LeakyStatsAllocator extends ForwardingAllocator {
+  #freedBytes = 0;
+  override free(ptr: DataPtr): void {
+    this.#freedBytes += ptr.byteLength;
+    super.free(ptr);
+  }
+  override memoryStats() {
+    const s = super.memoryStats();
+    return { ...s, 'requested_bytes.all.current': s['requested_bytes.all.current'] + this.#freedBytes };
+  }
+}
+
+/** Rounds the pointer down to a wrong alignment by reporting a size larger than asked. */
+function paddingAllocator(): Allocator {
+  const backend = new CpuMemoryBackend();
+  return makeAllocator({
+    device: 'cpu',
+    alignment: 64,
+    allocate: (nbytes) => {
+      const block = backend.malloc(nbytes + 3);
+      return block && { ...block, address: block.address + 3 };
+    },
+    free: (b) => backend.free(b),
+    copy: (d, dOff, s, sOff, n) => backend.copy(d, dOff, s, sOff, n),
+    write: (d, off, bytes) => backend.write(d, off, bytes),
+    read: (s, off, n) => backend.read(s, off, n),
+  });
+}
+
+describe('allocatorContract', () => {
+  it('passes the CPU allocator on every check', async () => {
+    expect(await failedChecks(() => createCpuAllocator())).to.deep.equal([]);
+  });
+
+  it('fails an allocator that ignores a double free', async () => {
+    const failed = await failedChecks(() => new ForgivingAllocator(createCpuAllocator()));
+    expect(failed).to.include(check('double free'));
+  });
+
+  it('fails an allocator whose live blocks overlap', async () => {
+    const failed = await failedChecks(overlappingAllocator);
+    expect(failed).to.include.members([check('isolated'), check('disjoint')]);
+  });
+
+  it('fails an allocator whose statistics disagree with a recount', async () => {
+    const failed = await failedChecks(() => new LeakyStatsAllocator(createCpuAllocator()));
+    expect(failed).to.include(check('recount'));
+  });
+
+  it('fails an allocator that returns misaligned pointers', async () => {
+    const failed = await failedChecks(paddingAllocator);
+    expect(failed).to.include(check('aligned'));
+  });
+});
+
+describe('ForwardingAllocator', () => {
+  it('stacks adaptors over an upstream and forwards to the bottom of the stack', () => {
+    const base = createCpuAllocator();
+    const stack = new ForgivingAllocator(new ForgivingAllocator(base));
+    expect(stack.upstream.upstream).to.equal(base);
+    const ptr = stack.allocate(100);
+    expect(base.memoryStats()['allocation.all.current']).to.equal(1);
+    stack.free(ptr);
+    stack.dispose();
+    expect(() => base.allocate(1)).to.throw(/disposed/);
+  });
+
+  it('leaves an upstream it does not own alive on dispose', () => {
+    using base = createCpuAllocator();
+    new ForwardingAllocator(base, { ownsUpstream: false }).dispose();
+    expect(base.allocate(8).byteLength).to.equal(8);
+  });
+});
+

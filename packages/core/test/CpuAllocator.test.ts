@@ -1,0 +1,68 @@
+import { expect } from 'chai';
+import { createCpuAllocator, CpuMemoryBackend, hostBytes, OutOfMemoryError, InvalidArgumentError } from '@stowage/core';
+import { describeAllocatorContract } from '@stowage/core/testing';
+
+describeAllocatorContract('CPU allocator (ArrayBuffer)', () => createCpuAllocator());
+describeAllocatorContract('CPU allocator (SharedArrayBuffer)', () => createCpuAllocator({ shared: true }));
+
+describe('createCpuAllocator', () => {
+  it('backs allocations with ArrayBuffer by default and SharedArrayBuffer when asked', () => {
+    using allocator = createCpuAllocator();
+    using plain = allocator.allocate(16);
+    using shared = allocator.allocate(16, { shared: true });
+    expect(plain.handle).to.be.instanceOf(ArrayBuffer);
+    expect(shared.handle).to.be.instanceOf(SharedArrayBuffer);
+    using sharedByDefault = createCpuAllocator({ shared: true });
+    expect(sharedByDefault.allocate(8).handle).to.be.instanceOf(SharedArrayBuffer);
+  });
+
+  it('enforces a limit with an OutOfMemoryError that names the capacity', () => {
+    using allocator = createCpuAllocator({ limit: '1MiB' });
+    const a = allocator.allocate(768 * 1024);
+    let error: unknown;
+    try {
+      allocator.allocate(512 * 1024);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).to.be.instanceOf(OutOfMemoryError);
+    expect((error as OutOfMemoryError).message).to.contain('512.00 KiB').and.contain('1.00 MiB total capacity');
+    expect((error as OutOfMemoryError).capacityBytes).to.equal(1 << 20);
+    allocator.free(a);
+    expect(allocator.allocate(512 * 1024).byteLength).to.equal(512 * 1024);
+  });
+
+  it('rejects a limit that is not a byte count', () => {
+    expect(() => createCpuAllocator({ limit: 'lots' })).to.throw(InvalidArgumentError, /limit must be a byte count/);
+  });
+
+  it('detaches freed memory so that a stale view sees no bytes', () => {
+    using allocator = createCpuAllocator();
+    const ptr = allocator.allocate(1024);
+    const view = hostBytes(ptr);
+    view.fill(7);
+    allocator.free(ptr);
+    expect(view.byteLength).to.equal(0);
+  });
+});
+
+describe('CpuMemoryBackend#malloc', () => {
+  it('hands out aligned, never-reused virtual addresses and tracks reserved bytes', () => {
+    const backend = new CpuMemoryBackend();
+    const a = backend.malloc(100)!;
+    const b = backend.malloc(0)!;
+    const c = backend.malloc(64)!;
+    expect(a.address % backend.alignment).to.equal(0);
+    expect(b.address).to.be.at.least(a.address + 100);
+    expect(c.address).to.be.greaterThan(b.address);
+    expect(backend.reservedBytes).to.equal(164);
+    backend.free(a);
+    expect(backend.reservedBytes).to.equal(64);
+    expect(backend.malloc(100)!.address).to.be.greaterThan(c.address);
+  });
+
+  it('returns null rather than throwing when V8 cannot allocate', () => {
+    expect(new CpuMemoryBackend().malloc(Number.MAX_SAFE_INTEGER)).to.equal(null);
+    expect(new CpuMemoryBackend({ capacityBytes: 10 }).malloc(11)).to.equal(null);
+  });
+});

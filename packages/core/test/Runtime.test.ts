@@ -1,0 +1,160 @@
+import { expect } from 'chai';
+import type { DependencyContainer } from 'tsyringe';
+import type { Device, Plugin, ReshapePolicy as ReshapePolicyType, StorageImpl, TensorImpl } from '@stowage/core';
+import {
+  Allocator,
+  AllocatorFactory,
+  BackendUnavailableError,
+  cpu,
+  createCpuAllocator,
+  createRuntime,
+  DisposedError,
+  ForeignPointerError,
+  InvalidArgumentError,
+  OutOfMemoryError,
+  ReshapePolicy,
+  Runtime,
+  StorageHooks,
+  UseAfterReleaseError,
+} from '@stowage/core';
+
+describe('createRuntime', () => {
+  it('gives a runtime with no plugins the CPU allocator', async () => {
+    await using rt = await createRuntime();
+    expect(rt.deviceTypes).to.deep.equal(['cpu']);
+    expect(rt.allocator('cpu').device).to.deep.equal({ type: 'cpu', index: 0 });
+    expect(rt.container.resolve(Allocator)).to.equal(rt.allocator());
+    expect(rt.container.resolve(Runtime)).to.equal(rt);
+  });
+
+  it('keeps two runtimes in one process apart: containers, allocators and statistics', async () => {
+    await using a = await createRuntime();
+    await using b = await createRuntime();
+    expect(a.container).to.not.equal(b.container);
+    expect(a.allocator()).to.not.equal(b.allocator());
+    a.storage(1000);
+    expect(a.allocator().memoryStats()['allocated_bytes.all.current']).to.equal(1000);
+    expect(b.allocator().memoryStats()['allocated_bytes.all.current']).to.equal(0);
+    a.container.register(StorageHooks, { useValue: {} });
+    expect(b.container.isRegistered(StorageHooks, true)).to.equal(false);
+  });
+
+  it('lets a later plugin override an earlier registration and core defaults', async () => {
+    const policy: ReshapePolicyType = { name: 'always-copy', reshape: (t: TensorImpl, sizes) => t.clone().view(sizes) };
+    const copying: Plugin = { name: 'copying', register: (c: DependencyContainer) => void c.register(ReshapePolicy, { useValue: policy }) };
+    await using rt = await createRuntime({ plugins: [cpu({ limit: '1MiB' }), copying] });
+    expect(rt.reshapePolicy.name).to.equal('always-copy');
+    const t = rt.tensor([2, 3]);
+    expect(t.reshape([6]).storage).to.not.equal(t.storage);
+    expect(() => rt.storage(2 << 20)).to.throw(OutOfMemoryError);
+  });
+
+  it('awaits asynchronous plugin registration and serves the devices plugins add', async () => {
+    const npu: Plugin = {
+      name: 'npu',
+      register: async (c) => {
+        await Promise.resolve();
+        c.register(AllocatorFactory, {
+          useValue: { deviceType: 'npu', create: (device: Device) => Object.assign(createCpuAllocator(), { device }) },
+        });
+      },
+    };
+    await using rt = await createRuntime({ plugins: [npu] });
+    expect(rt.deviceTypes).to.deep.equal(['cpu', 'npu']);
+  });
+
+  it('rejects a plugin that is not { name, register }', async () => {
+    let error: unknown;
+    await createRuntime({ plugins: [{ name: 'broken' } as Plugin] }).catch((e: unknown) => (error = e));
+    expect(error).to.be.instanceOf(InvalidArgumentError);
+    expect((error as Error).message).to.match(/^plugins\[0\] must be a plugin/);
+  });
+
+  it('runs registered storage hooks on every storage it makes', async () => {
+    const writes: number[] = [];
+    const plugin: Plugin = { name: 'spy', register: (c) => void c.register(StorageHooks, { useValue: { beforeWrite: (s: StorageImpl) => writes.push(s.byteLength) } }) };
+    await using rt = await createRuntime({ plugins: [plugin] });
+    rt.write(rt.storage(12), new Uint8Array(4));
+    expect(writes).to.deep.equal([12]);
+  });
+});
+
+describe('Runtime#storage and #tensor', () => {
+  it('allocates storages on the named device, shared when asked', async () => {
+    await using rt = await createRuntime();
+    const s = rt.storage(64, { device: 'cpu:0', shared: true });
+    expect(s.byteLength).to.equal(64);
+    expect(s.data().handle).to.be.instanceOf(SharedArrayBuffer);
+    const t = rt.tensor([2, 3], { dtype: 'int64', device: { type: 'cpu', index: 0 } });
+    expect(t.storage.byteLength).to.equal(48);
+  });
+
+  it('rejects bad sizes and unknown devices with typed errors, allocating nothing', async () => {
+    await using rt = await createRuntime();
+    for (const bad of [-1, 1.5, Number.NaN, 2 ** 53, '8']) expect(() => rt.storage(bad as number)).to.throw(InvalidArgumentError, /^nbytes/);
+    expect(() => rt.storage(8, { device: 'webgpu' })).to.throw(BackendUnavailableError, /Add the plugin for 'webgpu'/);
+    expect(() => rt.storage(8, { device: 'cpu:1' })).to.throw(BackendUnavailableError, /cpu:1 does not exist/);
+    expect(() => rt.storage(8, { device: 'CPU' })).to.throw(InvalidArgumentError, /^options.device/);
+    expect(() => rt.tensor([2, -1])).to.throw(InvalidArgumentError, /^sizes\[1\]/);
+    expect(rt.allocator().memoryStats()['allocation.all.current']).to.equal(0);
+  });
+});
+
+describe('Runtime#write and #read', () => {
+  it('round-trips bytes through a storage, at an offset', async () => {
+    await using rt = await createRuntime();
+    const s = rt.storage(8);
+    rt.write(s, new Uint8Array(8));
+    rt.write(s, new Uint8Array([1, 2, 3]), 4);
+    rt.write(s, new Uint16Array([0x0201]));
+    expect([...(await rt.read(s))]).to.deep.equal([1, 2, 0, 0, 1, 2, 3, 0]);
+  });
+
+  it('rejects writes that run past the storage and leaves its bytes alone', async () => {
+    await using rt = await createRuntime();
+    const s = rt.storage(4);
+    rt.write(s, new Uint8Array([9, 9, 9, 9]));
+    expect(() => rt.write(s, new Uint8Array(5))).to.throw(InvalidArgumentError, /storage's 4 bytes/);
+    expect(() => rt.write(s, new Uint8Array(2), 3)).to.throw(InvalidArgumentError);
+    expect(() => rt.write(s, [1, 2] as unknown as Uint8Array)).to.throw(InvalidArgumentError, /^bytes must be a Uint8Array/);
+    expect(() => rt.write(s, new Uint8Array(1), -1)).to.throw(InvalidArgumentError, /^offset/);
+    expect([...(await rt.read(s))]).to.deep.equal([9, 9, 9, 9]);
+  });
+
+  it('rejects released storages and storages of another runtime', async () => {
+    await using rt = await createRuntime();
+    await using other = await createRuntime();
+    const released = rt.storage(4);
+    released.release();
+    expect(() => rt.write(released, new Uint8Array(1))).to.throw(UseAfterReleaseError);
+    expect(() => rt.read(released)).to.throw(UseAfterReleaseError);
+    const foreign = other.storage(4);
+    expect(() => rt.write(foreign, new Uint8Array(1))).to.throw(ForeignPointerError);
+    expect(() => rt.read(foreign)).to.throw(ForeignPointerError);
+  });
+});
+
+describe('Runtime#dispose', () => {
+  it('releases live storages, frees allocator memory and refuses later calls', async () => {
+    const rt = await createRuntime();
+    const allocator = rt.allocator();
+    const s = rt.storage(100);
+    rt.storage(200).release();
+    await rt.dispose();
+    await rt.dispose();
+    expect(s.isReleased).to.equal(true);
+    expect(() => rt.storage(8)).to.throw(DisposedError);
+    expect(() => rt.allocator()).to.throw(DisposedError);
+    expect(() => allocator.allocate(8)).to.throw(DisposedError);
+  });
+});
+
+describe('Runtime#memorySummary', () => {
+  it('lists each allocator with allocated, peak and reserved bytes', async () => {
+    await using rt = await createRuntime();
+    rt.storage(1536);
+    const summary = rt.memorySummary();
+    expect(summary.split('\n')[0]).to.match(/^device\s+allocated\s+peak allocated\s+reserved/);
+    expect(summary).to.match(/cpu:0\s+1\.50 KiB\s+1\.50 KiB\s+1\.50 KiB/);
+  });
+});

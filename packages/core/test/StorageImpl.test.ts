@@ -1,0 +1,91 @@
+import { expect } from 'chai';
+import type { LmsStorage, StorageHooks } from '@stowage/core';
+import { createCpuAllocator, DeviceMismatchError, ForwardingAllocator, hostBytes, InvalidArgumentError, StorageImpl, UseAfterReleaseError } from '@stowage/core';
+
+describe('StorageImpl#data and #mutableData', () => {
+  it('runs read hooks on data() and write hooks on mutableData(), in registration order', () => {
+    using allocator = createCpuAllocator();
+    const calls: string[] = [];
+    const hooks: StorageHooks[] = [
+      { beforeRead: () => calls.push('a.read'), beforeWrite: () => calls.push('a.write') },
+      { beforeWrite: () => calls.push('b.write'), beforeRelease: () => calls.push('b.release') },
+    ];
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(16), allocator, hooks });
+    storage.data();
+    storage.mutableData();
+    storage.release();
+    expect(calls).to.deep.equal(['a.read', 'a.write', 'b.write', 'b.release']);
+  });
+
+  it('throws UseAfterReleaseError on every access once released, and releases idempotently', () => {
+    using allocator = createCpuAllocator();
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(16), allocator });
+    storage.release();
+    storage.release();
+    expect(allocator.memoryStats()['allocation.all.current']).to.equal(0);
+    expect(() => storage.data()).to.throw(UseAfterReleaseError, /released/);
+    expect(() => storage.mutableData()).to.throw(UseAfterReleaseError);
+    expect(() => storage.setDataPtr(allocator.allocate(16))).to.throw(UseAfterReleaseError);
+  });
+});
+
+describe('StorageImpl#setDataPtr', () => {
+  it('swaps in a pointer of the same size and hands back the old one', () => {
+    using allocator = createCpuAllocator();
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(16), allocator });
+    const next = allocator.allocate(16);
+    const old = storage.setDataPtr(next);
+    expect(storage.data()).to.equal(next);
+    old.release();
+    expect(() => storage.setDataPtr(allocator.allocate(8))).to.throw(InvalidArgumentError, /16 bytes/);
+  });
+});
+
+describe('StorageImpl#resize', () => {
+  it('keeps the common prefix of a resizable storage and frees the old data', () => {
+    using allocator = createCpuAllocator();
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(4), allocator, resizable: true });
+    hostBytes(storage.mutableData()).set([1, 2, 3, 4]);
+    storage.resize(6);
+    expect([...hostBytes(storage.data())]).to.deep.equal([1, 2, 3, 4, 0, 0]);
+    storage.resize(2);
+    expect([...hostBytes(storage.data())]).to.deep.equal([1, 2]);
+    expect(allocator.memoryStats()['allocation.all.current']).to.equal(1);
+  });
+
+  it('refuses to resize a storage that is not resizable, changing nothing', () => {
+    using allocator = createCpuAllocator();
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(4), allocator });
+    expect(() => storage.resize(8)).to.throw(InvalidArgumentError, /resizable/);
+    expect(() => new StorageImpl({ dataPtr: allocator.allocate(4), allocator, resizable: true }).resize(-1)).to.throw(InvalidArgumentError, /nbytes/);
+    expect(storage.byteLength).to.equal(4);
+  });
+});
+
+describe('StorageImpl constructor', () => {
+  it('asks the allocator for an LMS object once, and releases it with the storage', () => {
+    const events: string[] = [];
+    class LmsAllocator extends ForwardingAllocator {
+      override asLmsStorage(): LmsStorage {
+        events.push('asLmsStorage');
+        return { state: 'allocated', pin: () => {}, unpin: () => {}, release: () => void events.push('lms.release') };
+      }
+    }
+    using allocator = new LmsAllocator(createCpuAllocator());
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(8), allocator });
+    expect(storage.lms?.state).to.equal('allocated');
+    storage.release();
+    expect(events).to.deep.equal(['asLmsStorage', 'lms.release']);
+  });
+
+  it('has no LMS object when the allocator does not offer one', () => {
+    using allocator = createCpuAllocator();
+    expect(new StorageImpl({ dataPtr: allocator.allocate(8), allocator }).lms).to.equal(null);
+  });
+
+  it('rejects a pointer from another device than its allocator', () => {
+    using allocator = createCpuAllocator();
+    const other = { ...allocator, device: { type: 'cuda', index: 0 } } as unknown as typeof allocator;
+    expect(() => new StorageImpl({ dataPtr: allocator.allocate(8), allocator: other })).to.throw(DeviceMismatchError);
+  });
+});

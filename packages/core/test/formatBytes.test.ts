@@ -1,0 +1,25 @@
+import { expect } from 'chai';
+import { formatBytes, parseBytes } from '@stowage/core';
+
+describe('formatBytes', () => {
+  it('uses binary units with two decimals', () => {
+    expect(formatBytes(0)).to.equal('0 B');
+    expect(formatBytes(1023)).to.equal('1023 B');
+    expect(formatBytes(1536)).to.equal('1.50 KiB');
+    expect(formatBytes(3 * 2 ** 30)).to.equal('3.00 GiB');
+  });
+});
+
+describe('parseBytes', () => {
+  it('reads numbers and sizes with binary and decimal units', () => {
+    expect(parseBytes(42)).to.equal(42);
+    expect(parseBytes('512MiB')).to.equal(512 * 2 ** 20);
+    expect(parseBytes('1.5 GiB')).to.equal(1.5 * 2 ** 30);
+    expect(parseBytes('64KB')).to.equal(64_000);
+    expect(parseBytes('7')).to.equal(7);
+  });
+
+  it('returns undefined for anything that is not a size', () => {
+    for (const bad of ['lots', '-1MiB', '1 XB', -1, 1.5, Number.NaN]) expect(parseBytes(bad)).to.equal(undefined);
+  });
+});
