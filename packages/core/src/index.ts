@@ -33,7 +33,7 @@ export { ForwardingAllocator } from './ForwardingAllocator.js';
 export { hostBytes } from './hostBytes.js';
 export type { LmsState } from './LmsStorage.js';
 export type { LmsStorage } from './LmsStorage.js';
-export type { MinimalAllocator } from './makeAllocator.js';
+export type { MinimalAllocator, SegmentSink } from './makeAllocator.js';
 export { makeAllocator, makeDirectAllocator } from './makeAllocator.js';
 export type { BackendEvent, SegmentOptions, StreamId } from './MemoryBackend.js';
 export { MemoryBackend } from './MemoryBackend.js';

@@ -36,8 +36,12 @@ export interface MinimalAllocator<H = unknown> {
   copy(dst: H, dstOffset: number, src: H, srcOffset: number, byteLength: number): void;
   write(dst: H, dstOffset: number, bytes: Uint8Array): void;
   read(src: H, srcOffset: number, byteLength: number): Promise<Uint8Array>;
-  /** Bytes held from the device, when the allocator holds more than its live blocks (default: their sum). */
-  reservedBytes?(): number;
+  /**
+   * For a core that holds memory beyond its live blocks (a cache, an arena): called once, at construction, with
+   * the sink it must report every segment it reserves from and releases to the device. Without it, each live
+   * block counts as its own segment.
+   */
+  bindSegments?(sink: SegmentSink): void;
   /** Returns cached memory to the device; called by `emptyCache()` and before the out-of-memory retry. */
   emptyCache?(): void;
   /** Segments for `snapshot()`; default: one segment per live block. */
@@ -47,6 +51,12 @@ export interface MinimalAllocator<H = unknown> {
   asLmsStorage?(storage: StorageImpl): LmsStorage | null;
   /** Frees whatever the core holds beyond its blocks (called after every live block was freed). */
   dispose?(): void;
+}
+
+/** Where a {@link MinimalAllocator} reports the segments it holds from the device. */
+export interface SegmentSink {
+  reserved(segment: { readonly address: number; readonly byteLength: number }): void;
+  released(segment: { readonly address: number; readonly byteLength: number }): void;
 }
 
 /** The allocator's record of one live allocation: a DataPtr's context. */
@@ -99,7 +109,7 @@ class ManagedAllocator<H> implements Allocator {
   readonly #live = new Set<Allocation<H>>();
   readonly #stats = new StatsBook();
   readonly #deleter = (context: unknown): void => this.#release(context as Allocation<H>);
-  #peakReserved = 0;
+  readonly #countsSegments: boolean;
   #disposed = false;
 
   constructor(core: MinimalAllocator<H>) {
@@ -111,6 +121,11 @@ class ManagedAllocator<H> implements Allocator {
     this.device = parseDevice(core.device);
     this.alignment = alignment;
     if (core.asLmsStorage) this.asLmsStorage = (storage) => core.asLmsStorage!(storage);
+    this.#countsSegments = core.bindSegments !== undefined;
+    core.bindSegments?.({
+      reserved: (segment) => this.#segmentChanged(segment, 1),
+      released: (segment) => this.#segmentChanged(segment, -1),
+    });
   }
 
   asLmsStorage?: (storage: StorageImpl) => LmsStorage | null;
@@ -153,11 +168,10 @@ class ManagedAllocator<H> implements Allocator {
     this.#stats.update('allocated_bytes', pool, block.byteLength);
     this.#stats.update('active_bytes', pool, block.byteLength);
     this.#stats.update('requested_bytes', pool, nbytes);
-    if (!this.#core.reservedBytes) {
+    if (!this.#countsSegments) {
       this.#stats.update('segment', pool, 1);
       this.#stats.update('reserved_bytes', pool, block.byteLength);
     }
-    this.#notePeakReserved();
     this.#emitter.safeEmit('allocated', { ptr, requestedBytes: nbytes });
     return ptr;
   }
@@ -202,17 +216,11 @@ class ManagedAllocator<H> implements Allocator {
   }
 
   memoryStats(): AllocatorStats {
-    const record = this.#stats.toRecord() as Record<string, number>;
-    if (this.#core.reservedBytes) {
-      record['reserved_bytes.all.current'] = this.#core.reservedBytes();
-      record['reserved_bytes.all.peak'] = this.#peakReserved;
-    }
-    return record as AllocatorStats;
+    return this.#stats.toRecord();
   }
 
   resetPeakStats(): void {
     this.#stats.resetPeak();
-    this.#peakReserved = this.#core.reservedBytes?.() ?? 0;
   }
 
   snapshot(): MemorySnapshot {
@@ -256,16 +264,20 @@ class ManagedAllocator<H> implements Allocator {
     this.#stats.update('allocated_bytes', pool, -bytes);
     this.#stats.update('active_bytes', pool, -bytes);
     this.#stats.update('requested_bytes', pool, -allocation.requestedBytes);
-    if (!this.#core.reservedBytes) {
+    if (!this.#countsSegments) {
       this.#stats.update('segment', pool, -1);
       this.#stats.update('reserved_bytes', pool, -bytes);
     }
     this.#emitter.safeEmit('freed', { ptr: allocation.ptr! });
   }
 
-  #notePeakReserved(): void {
-    const reserved = this.#core.reservedBytes?.();
-    if (reserved !== undefined && reserved > this.#peakReserved) this.#peakReserved = reserved;
+  #segmentChanged(segment: { readonly address: number; readonly byteLength: number }, sign: 1 | -1): void {
+    const pool = poolOf(segment.byteLength);
+    this.#stats.update('segment', pool, sign);
+    this.#stats.update('reserved_bytes', pool, sign * segment.byteLength);
+    const event = { address: segment.address, bytes: segment.byteLength };
+    if (sign > 0) this.#emitter.safeEmit('segmentReserved', event);
+    else this.#emitter.safeEmit('segmentReleased', event);
   }
 
   #segmentOf(a: Allocation<H>): SnapshotSegment {

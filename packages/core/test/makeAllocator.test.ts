@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import type { MemoryBlock, MinimalAllocator } from '@stowage/core';
+import type { MemoryBlock, MinimalAllocator, SegmentSink } from '@stowage/core';
 import { CpuMemoryBackend, InvalidArgumentError, makeAllocator, OutOfMemoryError } from '@stowage/core';
 import type { HostBuffer } from '@stowage/core';
 
@@ -8,6 +8,7 @@ function cachingCore(capacityBytes: number) {
   const backend = new CpuMemoryBackend({ capacityBytes });
   const cached: MemoryBlock<HostBuffer>[] = [];
   const calls: string[] = [];
+  let sink: SegmentSink = { reserved: () => {}, released: () => {} };
   const core: MinimalAllocator<HostBuffer> = {
     device: 'cpu',
     alignment: 64,
@@ -16,16 +17,21 @@ function cachingCore(capacityBytes: number) {
       calls.push(`allocate ${n}`);
       const hit = cached.findIndex((b) => b.byteLength === n);
       if (hit >= 0) return cached.splice(hit, 1)[0]!;
-      return backend.malloc(n);
+      const block = backend.malloc(n);
+      if (block) sink.reserved({ address: block.address, byteLength: block.byteLength });
+      return block;
     },
     free: (b) => void cached.push(b),
     copy: (d, dOff, s, sOff, n) => backend.copy(d, dOff, s, sOff, n),
     write: (d, off, bytes) => backend.write(d, off, bytes),
     read: (s, off, n) => backend.read(s, off, n),
-    reservedBytes: () => backend.reservedBytes,
+    bindSegments: (s) => (sink = s),
     emptyCache: () => {
       calls.push('emptyCache');
-      for (const b of cached.splice(0)) backend.free(b);
+      for (const b of cached.splice(0)) {
+        backend.free(b);
+        sink.released({ address: b.address, byteLength: b.byteLength });
+      }
     },
   };
   return { core, calls, backend };
@@ -47,7 +53,7 @@ describe('makeAllocator#allocate', () => {
     allocator.free(ptr);
   });
 
-  it('reports reserved bytes from the core, with their peak', () => {
+  it('counts the segments a core reports as reserved, with their peak', () => {
     const { core } = cachingCore(10_000);
     using allocator = makeAllocator(core);
     allocator.free(allocator.allocate(3000));
@@ -57,6 +63,7 @@ describe('makeAllocator#allocate', () => {
     allocator.emptyCache();
     expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(0);
     expect(allocator.memoryStats()['reserved_bytes.all.peak']).to.equal(3000);
+    expect(allocator.memoryStats()['segment.all.allocated']).to.equal(1);
     allocator.resetPeakStats();
     expect(allocator.memoryStats()['reserved_bytes.all.peak']).to.equal(0);
   });

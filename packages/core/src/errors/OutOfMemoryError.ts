@@ -42,10 +42,10 @@ function describeOutOfMemory(d: OutOfMemoryDetails): string {
   const cached = Math.max(0, reserved - allocated);
   const capacity =
     d.capacityBytes === undefined
-      ? 'of unknown capacity'
-      : `with ${formatBytes(d.capacityBytes)} total capacity, of which ${formatBytes(Math.max(0, d.capacityBytes - reserved))} is free`;
+      ? "the device's capacity is unknown"
+      : `the device has ${formatBytes(d.capacityBytes)} total capacity, of which ${formatBytes(Math.max(0, d.capacityBytes - reserved))} is free`;
   let message =
-    `Out of memory on ${formatDevice(d.device)}: tried to allocate ${formatBytes(d.requestedBytes)}; the device is ${capacity}. ` +
+    `Out of memory on ${formatDevice(d.device)}: tried to allocate ${formatBytes(d.requestedBytes)}; ${capacity}. ` +
     `${formatBytes(reserved)} is reserved by Stowage, of which ${formatBytes(allocated)} is allocated and ${formatBytes(cached)} is cached but unallocated.`;
   if (reserved > 0 && cached > reserved / 4 && cached >= d.requestedBytes) {
     message +=

@@ -231,8 +231,16 @@ export const allocatorContract: readonly ContractCheck[] = [
             const live: DataPtr[] = [];
             try {
               for (const o of ops) {
-                if (o.kind === 'alloc') live.push(allocator.allocate(o.bytes));
-                else if (live.length > 0) allocator.free(live.splice(o.pick % live.length, 1)[0]!);
+                if (o.kind === 'alloc') {
+                  const before = allocator.memoryStats();
+                  try {
+                    live.push(allocator.allocate(o.bytes));
+                  } catch (error) {
+                    // A bounded allocator may run out; it must say so with the typed error and change nothing.
+                    expect(error, `allocate(${o.bytes}) with ${live.length} blocks live`).to.be.instanceOf(OutOfMemoryError);
+                    expect(allocator.memoryStats()['allocated_bytes.all.current']).to.equal(before['allocated_bytes.all.current']);
+                  }
+                } else if (live.length > 0) allocator.free(live.splice(o.pick % live.length, 1)[0]!);
                 assertAllocatorInvariants(allocator, live);
               }
             } finally {

@@ -1,0 +1,81 @@
+import 'reflect-metadata';
+import type { TensorImpl } from '@stowage/core';
+import { cpu, createRuntime, formatBytes, hostBytes, isStowageError } from '@stowage/core';
+import { arena } from '@stowage/example-arena-allocator';
+
+/** The demo: compose a runtime, make tensors, views and reshapes, and print what memory they use. */
+async function main(): Promise<void> {
+  const plugins = [cpu(), arena({ capacity: '16MiB' })];
+  await using rt = await createRuntime({ plugins });
+  console.log(`Stowage demo — Node ${process.version}`);
+  console.log(`Runtime composed from plugins: ${plugins.map((p) => p.name).join(', ')}; devices: ${rt.deviceTypes.join(', ')}\n`);
+
+  const x = rt.tensor([4, 6], { dtype: 'float32' });
+  fill(x, (i) => i);
+  describe('x = tensor([4, 6])', x);
+
+  const flat = x.view([-1]);
+  describe('x.view([-1])           (shares x\'s storage)', flat, x);
+
+  const xt = x.asStrided([6, 4], [1, 6]);
+  describe('xt = x transposed       (a strided view)', xt, x);
+
+  const r1 = xt.reshape([2, 3, 4]);
+  describe('xt.reshape([2, 3, 4])   (viewable: alias)', r1, x);
+
+  const r2 = xt.reshape([24]);
+  describe('xt.reshape([24])        (not viewable: copy)', r2, x);
+  console.log(`  first elements of the copy: ${[...floats(r2).slice(0, 8)].join(', ')}`);
+
+  const a = rt.tensor([256, 256], { dtype: 'float16', device: 'arena' });
+  const shared = rt.storage(1 << 20, { shared: true });
+  rt.write(shared, new Uint8Array([1, 2, 3, 4]));
+  describe('a = tensor([256, 256], float16) on the example arena allocator', a);
+  console.log(`shared storage: ${formatBytes(shared.byteLength)} on ${(shared.data().handle as object).constructor.name}, first bytes ${[...(await rt.read(shared)).slice(0, 4)]}`);
+
+  console.log('\nBad input gets a typed error:');
+  for (const attempt of [() => rt.storage(-1), () => x.view([5, 5]), () => rt.storage(8, { device: 'cuda:0' }), () => rt.storage(32 << 20, { device: 'arena' })]) {
+    try {
+      attempt();
+    } catch (error) {
+      if (!isStowageError(error)) throw error;
+      console.log(`  ${error.code}: ${error.message}`);
+    }
+  }
+
+  console.log('\nMemory summary:');
+  console.log(rt.memorySummary());
+  const snapshot = rt.allocator('arena').snapshot();
+  const blocks = snapshot.segments.flatMap((s) => s.blocks);
+  console.log(`\nArena snapshot (PyTorch schema): ${snapshot.segments.length} segment, ${blocks.length} blocks: ${blocks.map((b) => `${b.state} ${formatBytes(b.size)}`).join(', ')}`);
+}
+
+function fill(t: TensorImpl, value: (i: number) => number): void {
+  const values = new Float32Array(t.numel).map((_, i) => value(i));
+  hostBytes(t.storage.mutableData()).set(new Uint8Array(values.buffer));
+}
+
+/** A float32 tensor's elements in row-major order. */
+function floats(t: TensorImpl): Float32Array {
+  const data = new Float32Array(hostBytes(t.storage.data()).slice().buffer);
+  const out = new Float32Array(t.numel);
+  const index = new Array<number>(t.dim).fill(0);
+  for (let n = 0; n < t.numel; n++) {
+    out[n] = data[t.storageOffset + index.reduce((s, i, d) => s + i * t.strides[d]!, 0)]!;
+    for (let d = t.dim - 1; d >= 0; d--) {
+      if (++index[d]! < t.sizes[d]!) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+function describe(label: string, t: TensorImpl, base?: TensorImpl): void {
+  const aliasing = base === undefined ? '' : t.storage === base.storage ? '  [same storage]' : '  [new storage]';
+  console.log(`${label}\n  ${String(t)}, storage ${formatBytes(t.storage.byteLength)}${aliasing}`);
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exitCode = 1;
+});
