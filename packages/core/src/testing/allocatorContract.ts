@@ -1,7 +1,6 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import type { Allocator } from '../Allocator.js';
-import type { AllocatorStats } from '../AllocatorStats.js';
 import { DataPtr } from '../DataPtr.js';
 import { isSameDevice } from '../Device.js';
 import { DisposedError } from '../errors/DisposedError.js';
@@ -112,7 +111,11 @@ export const allocatorContract: readonly ContractCheck[] = [
           live.set(ptr, bytes);
         });
         let i = 0;
-        for (const ptr of [...live.keys()]) if (i++ % 2 === 0) (allocator.free(ptr), live.delete(ptr));
+        for (const ptr of [...live.keys()]) {
+          if (i++ % 2 !== 0) continue;
+          allocator.free(ptr);
+          live.delete(ptr);
+        }
         sizes.forEach((n, j) => {
           const ptr = allocator.allocate(n);
           const bytes = patternBytes(n, 100 + j);

@@ -1,0 +1,45 @@
+// Lint rules that encode Stowage's composition rules (STYLE.md §5, DESIGN.md "Packages").
+import js from '@eslint/js';
+import tseslint from 'typescript-eslint';
+
+const noGlobalContainer = {
+  paths: [
+    {
+      name: 'tsyringe',
+      importNames: ['container', 'singleton', 'registry', 'scoped'],
+      message: 'Library code never touches the global container: register into the runtime container you are given.',
+    },
+  ],
+  patterns: [{ group: ['@stowage/*/src/*', '@stowage/*/dist/*', '../../*/src/*'], message: 'Import other packages through their exports map only.' }],
+};
+
+export default tseslint.config(
+  { ignores: ['**/dist/**', '**/dist-test/**', '**/node_modules/**'] },
+  js.configs.recommended,
+  ...tseslint.configs.recommended,
+  { files: ['**/*.cjs'], languageOptions: { sourceType: 'commonjs', globals: { require: 'readonly', module: 'writable', console: 'readonly' } }, rules: { '@typescript-eslint/no-require-imports': 'off' } },
+  {
+    files: ['packages/*/src/**/*.ts', 'examples/*/src/**/*.ts'],
+    rules: { 'no-restricted-imports': ['error', noGlobalContainer] },
+  },
+  {
+    files: ['packages/core/src/**/*.ts'],
+    rules: {
+      'no-restricted-imports': [
+        'error',
+        { ...noGlobalContainer, patterns: [...noGlobalContainer.patterns, { group: ['@stowage/*'], message: 'core imports no plugin package.' }] },
+      ],
+    },
+  },
+  {
+    // The one place that may name the global container: as the empty parent of each runtime's child container.
+    files: ['packages/core/src/createRuntime.ts'],
+    rules: { 'no-restricted-imports': 'off' },
+  },
+  {
+    rules: {
+      '@typescript-eslint/no-unused-vars': ['error', { argsIgnorePattern: '^_', varsIgnorePattern: '^_' }],
+      '@typescript-eslint/no-unused-expressions': ['error', { allowShortCircuit: true }],
+    },
+  },
+);
