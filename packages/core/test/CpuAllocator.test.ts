@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { createCpuAllocator, CpuMemoryBackend, hostBytes, OutOfMemoryError, InvalidArgumentError } from '@stowage/core';
+import { createCpuAllocator, CpuMemoryBackend, DataPtr, DeviceMismatchError, hostBytes, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
 import { describeAllocatorContract } from '@stowage/core/testing';
 
 describeAllocatorContract('CPU allocator (ArrayBuffer)', () => createCpuAllocator());
@@ -64,5 +64,18 @@ describe('CpuMemoryBackend#malloc', () => {
   it('returns null rather than throwing when V8 cannot allocate', () => {
     expect(new CpuMemoryBackend().malloc(Number.MAX_SAFE_INTEGER)).to.equal(null);
     expect(new CpuMemoryBackend({ capacityBytes: 10 }).malloc(11)).to.equal(null);
+  });
+});
+
+describe('CPU allocator#copyData', () => {
+  it('rejects a pointer from another device with DeviceMismatchError, changing nothing', async () => {
+    using allocator = createCpuAllocator();
+    const mine = allocator.allocate(8);
+    allocator.writeBytes(mine, new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]));
+    const gpu = new DataPtr({ device: { type: 'cuda', index: 0 }, byteLength: 8, handle: 0x7000n, byteOffset: 0, address: 0x7000, context: null, deleter: null });
+    expect(() => allocator.copyData(mine, gpu, 8)).to.throw(DeviceMismatchError, /^src lives on cuda:0, but this allocator serves cpu:0/);
+    expect(() => allocator.copyData(gpu, mine, 8)).to.throw(DeviceMismatchError, /^dst/);
+    expect(() => allocator.free(gpu)).to.throw(DeviceMismatchError);
+    expect([...(await allocator.readBytes(mine))]).to.deep.equal([1, 2, 3, 4, 5, 6, 7, 8]);
   });
 });
