@@ -1,6 +1,8 @@
 import type { AllocateOptions, Allocator, AllocatorEventSource } from './Allocator.js';
 import type { AllocatorStats } from './AllocatorStats.js';
-import type { DataPtr } from './DataPtr.js';
+import { DataPtr, type Deleter } from './DataPtr.js';
+import { DoubleFreeError } from './errors/DoubleFreeError.js';
+import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
 import type { Device } from './Device.js';
 import type { LmsStorage } from './LmsStorage.js';
 import type { MemorySnapshot } from './MemorySnapshot.js';
@@ -11,15 +13,40 @@ export interface ForwardingAllocatorOptions {
   readonly ownsUpstream?: boolean;
 }
 
+/** What an adopting adaptor keeps as a pointer's context: the deleter and context it displaced. */
+interface Adopted {
+  readonly ptr: DataPtr;
+  readonly deleter: Deleter | null;
+  readonly context: unknown;
+}
+
 /**
  * The base of RMM-style adaptors: forwards every member to `upstream`, so that a subclass overrides only the
  * behaviour it adds. Adaptors stack without a container:
  * `new StatisticsAllocator(new LimitingAllocator(new CachingAllocator(backend), 8 * GiB))`.
+ *
+ * Note [Adopting pointers]: a pointer is freed through `allocator.free(ptr)` or `ptr.release()` (storages, COW
+ * and IPC use the latter), so an adaptor that keeps per-allocation state cannot rely on its own `free` being
+ * called. A subclass that overrides `onReleased` adopts every pointer it returns: it swaps itself in as the
+ * pointer's deleter (keeping the displaced deleter and context) so that `onReleased` runs on every release
+ * path, exactly once, before the upstream frees the memory. `free` then accepts exactly the pointers this
+ * adaptor adopted, and forwards any other to the upstream.
  */
 export class ForwardingAllocator implements Allocator {
   readonly upstream: Allocator;
   readonly #ownsUpstream: boolean;
+  readonly #deleter: Deleter = (context) => {
+    const adopted = context as Adopted;
+    try {
+      this.onReleased?.(adopted.ptr);
+    } finally {
+      adopted.deleter?.(adopted.context);
+    }
+  };
   #disposed = false;
+
+  /** Called once per pointer this adaptor returned, when it is released by any path; see Note [Adopting pointers]. */
+  protected onReleased?(ptr: DataPtr): void;
 
   constructor(upstream: Allocator, options: ForwardingAllocatorOptions = {}) {
     this.upstream = upstream;
@@ -39,11 +66,26 @@ export class ForwardingAllocator implements Allocator {
   }
 
   allocate(nbytes: number, options?: AllocateOptions): DataPtr {
-    return this.upstream.allocate(nbytes, options);
+    return this.adopt(this.upstream.allocate(nbytes, options));
   }
 
+  /** Frees a pointer this adaptor adopted, or forwards to the upstream. */
   free(ptr: DataPtr): void {
-    this.upstream.free(ptr);
+    if (!(ptr instanceof DataPtr)) throw new InvalidArgumentError('ptr', ptr, 'a DataPtr');
+    if (this.onReleased !== undefined && ptr.deleter === this.#deleter) ptr.release();
+    else if (ptr.isReleased) throw new DoubleFreeError(`Cannot free the ${ptr.byteLength}-byte allocation at 0x${ptr.address.toString(16)}: it was already released.`);
+    else this.upstream.free(ptr);
+  }
+
+  /**
+   * Makes this adaptor the pointer's deleter when the subclass has `onReleased`; returns `ptr`. Subclasses that
+   * override `allocate` call it on what the upstream returned.
+   */
+  protected adopt(ptr: DataPtr): DataPtr {
+    if (this.onReleased === undefined) return ptr;
+    const adopted: Adopted = { ptr, deleter: ptr.deleter, context: ptr.context };
+    ptr.compareExchangeDeleter(adopted.deleter, this.#deleter, adopted);
+    return ptr;
   }
 
   copyData(dst: DataPtr, src: DataPtr, nbytes: number, dstOffset?: number, srcOffset?: number): void {

@@ -103,7 +103,42 @@ describe('allocatorContract', () => {
   });
 });
 
+/** Counts live pointers through the adoption hook, whichever path releases them. */
+class CountingAllocator extends ForwardingAllocator {
+  live = 0;
+  override allocate(nbytes: number): DataPtr {
+    const ptr = super.allocate(nbytes);
+    this.live++;
+    return ptr;
+  }
+  protected override onReleased(): void {
+    this.live--;
+  }
+}
+
+describeAllocatorContract('an adopting adaptor (onReleased) over the CPU allocator', () => new CountingAllocator(createCpuAllocator()));
+
 describe('ForwardingAllocator', () => {
+  it('sees every release of an adopted pointer, through free() or ptr.release(), once', () => {
+    using allocator = new CountingAllocator(createCpuAllocator());
+    const a = allocator.allocate(8);
+    const b = allocator.allocate(8);
+    expect(allocator.live).to.equal(2);
+    allocator.free(a);
+    b.release();
+    expect(allocator.live).to.equal(0);
+    expect(() => allocator.free(b)).to.throw(/already released/);
+    expect(allocator.live).to.equal(0);
+    expect(allocator.upstream.memoryStats()['allocation.all.current']).to.equal(0);
+  });
+
+  it('refuses to free an adopted pointer through the upstream, which no longer owns it', () => {
+    using allocator = new CountingAllocator(createCpuAllocator());
+    const ptr = allocator.allocate(8);
+    expect(() => allocator.upstream.free(ptr)).to.throw(/did not allocate it/);
+    allocator.free(ptr);
+  });
+
   it('stacks adaptors over an upstream and forwards to the bottom of the stack', () => {
     const base = createCpuAllocator();
     const stack = new ForgivingAllocator(new ForgivingAllocator(base));
