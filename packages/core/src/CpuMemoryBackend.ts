@@ -81,6 +81,8 @@ export class CpuMemoryBackend implements MemoryBackend<HostBuffer> {
   isEventComplete(): boolean {
     return true;
   }
+
+  synchronizeEvent(): void {}
 }
 
 /**

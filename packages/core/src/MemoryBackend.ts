@@ -48,8 +48,34 @@ export interface MemoryBackend<H = unknown> {
   recordEvent(stream: StreamId): BackendEvent;
   /** True once the work before `event` has completed. */
   isEventComplete(event: BackendEvent): boolean;
+  /** Blocks until the work before `event` has completed (cudaEventSynchronize); used by `emptyCache`. */
+  synchronizeEvent(event: BackendEvent): void;
+
+  /**
+   * Page mapping (CUDA virtual memory management, virtual backends): lets the caching engine grow one
+   * expandable segment per stream instead of reserving many fixed ones. Absent when the backend can only
+   * malloc whole segments.
+   */
+  readonly pageMapping?: PageMapping<H>;
 
   dispose?(): void;
 }
 
 export const MemoryBackend: Token<MemoryBackend> = Symbol('stowage.MemoryBackend');
+
+/**
+ * Reserve a virtual address range once, then map and unmap physical pages inside it. Offsets and lengths are
+ * multiples of `pageBytes`. Only mapped pages count against the device's capacity.
+ */
+export interface PageMapping<H = unknown> {
+  /** Mapping granularity in bytes (2 MiB for CUDA). A power of two. */
+  readonly pageBytes: number;
+  /** Reserves `byteLength` bytes of address space, none mapped; null when no range is left. */
+  reserve(byteLength: number): MemoryBlock<H> | null;
+  /** Maps pages at `[offset, offset + byteLength)` of `range`; false (nothing mapped) when memory is short. */
+  map(range: MemoryBlock<H>, offset: number, byteLength: number): boolean;
+  /** Unmaps pages previously mapped; their memory returns to the device. */
+  unmap(range: MemoryBlock<H>, offset: number, byteLength: number): void;
+  /** Returns an address range with no pages mapped. */
+  release(range: MemoryBlock<H>): void;
+}

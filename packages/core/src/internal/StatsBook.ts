@@ -7,20 +7,44 @@ export class Stat {
   allocated = 0;
   freed = 0;
 
-  increase(amount: number): void {
+  /** Adds `amount` (negative to subtract), counting it as allocated or freed. */
+  add(amount: number): void {
     this.current += amount;
-    this.allocated += amount;
-    if (this.current > this.peak) this.peak = this.current;
-  }
-
-  decrease(amount: number): void {
-    this.current -= amount;
-    this.freed += amount;
+    if (amount >= 0) {
+      this.allocated += amount;
+      if (this.current > this.peak) this.peak = this.current;
+    } else {
+      this.freed -= amount;
+    }
   }
 
   resetPeak(): void {
     this.peak = this.current;
   }
+}
+
+/** A statistic broken down by pool. Invariant: all == small + large (for each field). */
+export class PooledStat {
+  readonly all = new Stat();
+  readonly small = new Stat();
+  readonly large = new Stat();
+
+  add(small: boolean, amount: number): void {
+    this.all.add(amount);
+    (small ? this.small : this.large).add(amount);
+  }
+
+  resetPeak(): void {
+    this.all.resetPeak();
+    this.small.resetPeak();
+    this.large.resetPeak();
+  }
+}
+
+/** Which pool a block of `bytes` belongs to: PyTorch's small pool holds blocks up to 1 MiB. */
+export const SMALL_POOL_MAX_BYTES = 1 << 20;
+export function isSmallPool(bytes: number): boolean {
+  return bytes <= SMALL_POOL_MAX_BYTES;
 }
 
 const STAT_NAMES: readonly StatName[] = [
@@ -34,58 +58,34 @@ const STAT_NAMES: readonly StatName[] = [
   'inactive_split_bytes',
   'requested_bytes',
 ];
-const COUNTER_NAMES: readonly CounterName[] = [
-  'num_alloc_retries',
-  'num_ooms',
-  'num_device_alloc',
-  'num_device_free',
-  'num_sync_all_streams',
-  'max_split_size',
-];
-
-/** Which pool a block of `bytes` belongs to: PyTorch's small pool holds blocks up to 1 MiB. */
-export type PoolName = 'small_pool' | 'large_pool';
-export const SMALL_POOL_MAX_BYTES = 1 << 20;
-export function poolOf(bytes: number): PoolName {
-  return bytes <= SMALL_POOL_MAX_BYTES ? 'small_pool' : 'large_pool';
-}
 
 /**
- * The statistics of one allocator, kept per pool with `all` as their sum, flattened to PyTorch's keys on demand.
- * Invariant: for every stat, all == small_pool + large_pool.
+ * The statistics of one allocator under PyTorch's names, as fields for the hot path, flattened to
+ * `memoryStats()` keys on demand.
  */
 export class StatsBook {
-  readonly #stats = new Map<string, Stat>();
-  readonly counters: Record<CounterName, number> = Object.fromEntries(COUNTER_NAMES.map((n) => [n, 0])) as Record<
-    CounterName,
-    number
-  >;
-  readonly oversizeAllocations = new Stat();
-  readonly oversizeSegments = new Stat();
-
-  constructor() {
-    for (const name of STAT_NAMES) for (const pool of ['all', 'small_pool', 'large_pool']) this.#stats.set(`${name}.${pool}`, new Stat());
-  }
-
-  stat(name: StatName, pool: PoolName | 'all'): Stat {
-    return this.#stats.get(`${name}.${pool}`)!;
-  }
-
-  /** Adds `amount` (negative to subtract) to a stat in `pool` and in `all`. */
-  update(name: StatName, pool: PoolName, amount: number): void {
-    if (amount >= 0) {
-      this.stat(name, pool).increase(amount);
-      this.stat(name, 'all').increase(amount);
-    } else {
-      this.stat(name, pool).decrease(-amount);
-      this.stat(name, 'all').decrease(-amount);
-    }
-  }
+  readonly allocation = new PooledStat();
+  readonly segment = new PooledStat();
+  readonly active = new PooledStat();
+  readonly inactive_split = new PooledStat();
+  readonly allocated_bytes = new PooledStat();
+  readonly reserved_bytes = new PooledStat();
+  readonly active_bytes = new PooledStat();
+  readonly inactive_split_bytes = new PooledStat();
+  readonly requested_bytes = new PooledStat();
+  readonly oversize_allocations = new Stat();
+  readonly oversize_segments = new Stat();
+  num_alloc_retries = 0;
+  num_ooms = 0;
+  num_device_alloc = 0;
+  num_device_free = 0;
+  num_sync_all_streams = 0;
+  max_split_size = 0;
 
   resetPeak(): void {
-    for (const stat of this.#stats.values()) stat.resetPeak();
-    this.oversizeAllocations.resetPeak();
-    this.oversizeSegments.resetPeak();
+    for (const name of STAT_NAMES) this[name].resetPeak();
+    this.oversize_allocations.resetPeak();
+    this.oversize_segments.resetPeak();
   }
 
   toRecord(): AllocatorStats {
@@ -96,10 +96,23 @@ export class StatsBook {
       out[`${prefix}.allocated`] = s.allocated;
       out[`${prefix}.freed`] = s.freed;
     };
-    for (const [prefix, stat] of this.#stats) put(prefix, stat);
-    put('oversize_allocations', this.oversizeAllocations);
-    put('oversize_segments', this.oversizeSegments);
-    for (const name of COUNTER_NAMES) out[name] = this.counters[name];
+    for (const name of STAT_NAMES) {
+      const stat = this[name];
+      put(`${name}.all`, stat.all);
+      put(`${name}.small_pool`, stat.small);
+      put(`${name}.large_pool`, stat.large);
+    }
+    put('oversize_allocations', this.oversize_allocations);
+    put('oversize_segments', this.oversize_segments);
+    const counters: Record<CounterName, number> = {
+      num_alloc_retries: this.num_alloc_retries,
+      num_ooms: this.num_ooms,
+      num_device_alloc: this.num_device_alloc,
+      num_device_free: this.num_device_free,
+      num_sync_all_streams: this.num_sync_all_streams,
+      max_split_size: this.max_split_size,
+    };
+    Object.assign(out, counters);
     return out as Record<StatKey, number>;
   }
 }
