@@ -1,3 +1,4 @@
+import type { AllocateOptions } from './Allocator.js';
 import type { Device } from './Device.js';
 import type { BackendEvent, MemoryBackend, SegmentOptions, StreamId } from './MemoryBackend.js';
 import type { MemoryBlock } from './MemoryBlock.js';
@@ -38,11 +39,16 @@ export class CpuMemoryBackend implements MemoryBackend<HostBuffer> {
     return this.#reservedBytes;
   }
 
+  /** Kind 1: SharedArrayBuffer segments; kind 0: ArrayBuffer. */
+  segmentKind(options: AllocateOptions): number {
+    return (options.shared ?? this.#shared) ? 1 : 0;
+  }
+
   malloc(byteLength: number, options: SegmentOptions = {}): MemoryBlock<HostBuffer> | null {
     if (this.capacityBytes !== undefined && this.#reservedBytes + byteLength > this.capacityBytes) return null;
     let handle: HostBuffer;
     try {
-      handle = (options.shared ?? this.#shared) ? new SharedArrayBuffer(byteLength) : new ArrayBuffer(byteLength);
+      handle = (options.kind ?? (this.#shared ? 1 : 0)) === 1 ? new SharedArrayBuffer(byteLength) : new ArrayBuffer(byteLength);
     } catch (error) {
       if (error instanceof RangeError) return null; // V8: "Array buffer allocation failed" or length too large
       throw error;

@@ -1,3 +1,4 @@
+import type { AllocateOptions } from './Allocator.js';
 import type { Device } from './Device.js';
 import type { MemoryBlock } from './MemoryBlock.js';
 import type { Token } from './Token.js';
@@ -13,8 +14,8 @@ export interface BackendEvent {
 /** Per-segment options a backend may honour. */
 export interface SegmentOptions {
   readonly stream?: StreamId;
-  /** cpu: SharedArrayBuffer-backed segment. */
-  readonly shared?: boolean;
+  /** The segment kind, as `segmentKind` named it for the request. */
+  readonly kind?: number;
 }
 
 /**
@@ -32,6 +33,12 @@ export interface MemoryBackend<H = unknown> {
   /** Bytes the device can hold, or undefined when the device cannot say (then only `malloc` failing tells). */
   readonly capacityBytes: number | undefined;
   readonly defaultStream: StreamId;
+
+  /**
+   * The kind of segment a request needs, for backends whose segments are not interchangeable (cpu: shared or
+   * not; webgpu: buffer usage). Blocks of one kind never serve a request of another. Default: 0 for all.
+   */
+  segmentKind?(options: AllocateOptions): number;
 
   /** Reserves a segment of exactly `byteLength` bytes; null when the device has no room (not a throw). */
   malloc(byteLength: number, options?: SegmentOptions): MemoryBlock<H> | null;

@@ -79,7 +79,7 @@ export function makeDirectAllocator<H>(backend: MemoryBackend<H>): Allocator {
     device: backend.device,
     alignment: backend.alignment,
     capacityBytes: backend.capacityBytes,
-    allocate: (nbytes, options) => backend.malloc(nbytes, options),
+    allocate: (nbytes, options) => backend.malloc(nbytes, { ...(options.stream === undefined ? {} : { stream: options.stream }), kind: backend.segmentKind?.(options) ?? 0 }),
     free: (block) => backend.free(block),
     copy: (dst, dstOffset, src, srcOffset, n) => backend.copy(dst, dstOffset, src, srcOffset, n),
     write: (dst, dstOffset, bytes) => backend.write(dst, dstOffset, bytes),

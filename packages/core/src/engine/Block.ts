@@ -1,0 +1,75 @@
+import type { DataPtr } from '../DataPtr.js';
+import type { MemoryBlock } from '../MemoryBlock.js';
+import type { StreamId } from '../MemoryBackend.js';
+
+/** One segment from the backend (or one expandable address range) and the blocks that tile it. */
+export class Segment<H = unknown> {
+  /** The first block (lowest address); blocks chain through `next`. */
+  head!: Block<H>;
+  /** Bytes the backend currently backs: the whole segment, or the mapped prefix of an expandable one. */
+  mappedBytes: number;
+
+  constructor(
+    readonly memory: MemoryBlock<H>,
+    readonly stream: StreamId,
+    /** The backend's segment kind (Note [Segment kinds] in CachingAllocator.ts). */
+    readonly kind: number,
+    readonly small: boolean,
+    readonly expandable: boolean,
+  ) {
+    this.mappedBytes = expandable ? 0 : memory.byteLength;
+  }
+
+  get address(): number {
+    return this.memory.address;
+  }
+}
+
+/**
+ * A range of a segment: allocated to a caller, waiting for other streams' work (pending free), or free in a
+ * pool. Neighbours in the segment link through prev/next.
+ *
+ * Invariants: prev.address + prev.size == address (same for next); a free block is in exactly one pool tree
+ * and never has a free neighbour it could merge with (eventCount == 0 and no stream uses).
+ */
+export class Block<H = unknown> {
+  prev: Block<H> | null = null;
+  next: Block<H> | null = null;
+  allocated = false;
+  /** Bytes the caller asked for while allocated; 0 otherwise. */
+  requestedSize = 0;
+  /** Events recorded on other streams that must complete before this block returns to the pool. */
+  eventCount = 0;
+  /** Streams other than `stream` that used this block while it was allocated. */
+  streamUses: Set<StreamId> | null = null;
+  /** The pool's free-block search count when this block entered the pool (garbage collection age). */
+  gcCountBase = 0;
+  /** The live pointer while allocated. */
+  ptr: DataPtr<H> | null = null;
+  /** True once the block went back to the device (released by emptyCache, trim or dispose). */
+  released = false;
+
+  constructor(
+    readonly segment: Segment<H>,
+    public address: number,
+    public size: number,
+  ) {}
+
+  get stream(): StreamId {
+    return this.segment.stream;
+  }
+
+  get small(): boolean {
+    return this.segment.small;
+  }
+
+  /** True when the block is one of several in its segment. */
+  get isSplit(): boolean {
+    return this.prev !== null || this.next !== null;
+  }
+
+  /** Byte offset of this block inside the segment's backend handle. */
+  get handleOffset(): number {
+    return this.segment.memory.byteOffset + (this.address - this.segment.memory.address);
+  }
+}

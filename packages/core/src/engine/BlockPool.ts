@@ -1,0 +1,70 @@
+import btree from 'sorted-btree';
+import type { StreamId } from '../MemoryBackend.js';
+import type { Block } from './Block.js';
+
+// sorted-btree is CommonJS with `exports.default`: under Node's ESM loader the default import is the module.
+const BTree = btree.default;
+type Tree<H> = InstanceType<typeof btree.default<Block<H>, undefined>>;
+
+/** Orders free blocks of one stream by (size, address): lower bound on size is best fit, lowest address first. */
+const bySizeThenAddress = (a: Block<unknown>, b: Block<unknown>): number => a.size - b.size || a.address - b.address;
+
+/**
+ * The free blocks of one pool (small or large), one ordered tree per stream: best fit ordered by
+ * (stream, size, address), as in PyTorch.
+ *
+ * Invariants: a block is in at most one tree, the one of its stream; every block in a tree is free.
+ */
+export class BlockPool<H = unknown> {
+  readonly #trees = new Map<StreamId, Tree<H>>();
+  readonly #probe = { size: 0, address: -1 } as Block<H>;
+  /** Free-block searches so far; ages cached blocks for garbage collection. */
+  searchCount = 0;
+  #size = 0;
+
+  constructor(readonly small: boolean) {}
+
+  /** Number of free blocks. */
+  get size(): number {
+    return this.#size;
+  }
+
+  insert(block: Block<H>): void {
+    let tree = this.#trees.get(block.stream);
+    if (!tree) this.#trees.set(block.stream, (tree = new BTree<Block<H>, undefined>(undefined, bySizeThenAddress)));
+    tree.set(block, undefined);
+    block.gcCountBase = this.searchCount;
+    this.#size++;
+  }
+
+  remove(block: Block<H>): void {
+    if (this.#trees.get(block.stream)?.delete(block)) this.#size--;
+  }
+
+  has(block: Block<H>): boolean {
+    return this.#trees.get(block.stream)?.has(block) ?? false;
+  }
+
+  /** The smallest free block of `stream` with at least `bytes`, lowest address first; undefined when none. */
+  lowerBound(stream: StreamId, bytes: number): Block<H> | undefined {
+    const tree = this.#trees.get(stream);
+    if (!tree) return undefined;
+    this.#probe.size = bytes;
+    return tree.getPairOrNextHigher(this.#probe)?.[0];
+  }
+
+  /** The next smaller free block of the same stream, in (size, address) order. */
+  lower(block: Block<H>): Block<H> | undefined {
+    return this.#trees.get(block.stream)?.nextLowerPair(block)?.[0];
+  }
+
+  /** The largest free block of `stream`. */
+  largest(stream: StreamId): Block<H> | undefined {
+    return this.#trees.get(stream)?.maxKey();
+  }
+
+  /** Every free block, stream by stream in (size, address) order; safe to remove the yielded block. */
+  *blocks(): IterableIterator<Block<H>> {
+    for (const tree of this.#trees.values()) yield* [...tree.keys()];
+  }
+}

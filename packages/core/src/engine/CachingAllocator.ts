@@ -1,0 +1,739 @@
+/**
+ * The caching engine: a device-agnostic caching allocator over a MemoryBackend, after PyTorch's CUDA caching
+ * allocator ("Yet another caching allocator").
+ *
+ * - Requests round up to 512 bytes (or power-of-two divisions); up to 1 MiB they come from the small pool,
+ *   backed by 2 MiB segments; larger ones from the large pool, backed by 20 MiB segments (under 10 MiB) or
+ *   segments of their own size rounded to 2 MiB.
+ * - A request takes the best-fitting free block of its pool and stream, ordered by (size, address), and splits
+ *   it when the remainder is worth keeping (small pool: >= 512 B; large pool: > 1 MiB and the request is under
+ *   the max split size). Blocks of at least the max split size serve only requests near their size.
+ * - A free block merges with free neighbours in its segment at once, so free space never fragments further
+ *   than allocations force it to.
+ * - Blocks belong to the stream that allocated them. A block used on other streams (`recordStream`) returns to
+ *   the pool only once events recorded on those streams at free time have completed (Note [Stream-ordered reuse]).
+ * - When no block fits: garbage-collect old cached segments if over the threshold, ask the backend for a new
+ *   segment, then free cached oversize blocks and retry, then free every unsplit cached segment and retry, then
+ *   call the reclaimers (IPC, then LMS), and only then throw OutOfMemoryError (Note [Out-of-memory chain]).
+ * - With expandable segments, each (stream, pool) grows one segment by mapping pages at its end instead of
+ *   reserving new fixed segments; freed pages at the end are unmapped by emptyCache/trim.
+ * - Statistics use PyTorch's names and meanings; `snapshot()` uses PyTorch's snapshot schema.
+ */
+import type { AllocateOptions } from '../Allocator.js';
+import { DataPtr } from '../DataPtr.js';
+import { formatDevice } from '../Device.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
+import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
+import { AllocatorBase } from '../internal/AllocatorBase.js';
+import { checkByteCount } from '../internal/validate.js';
+import type { BackendEvent, MemoryBackend, StreamId } from '../MemoryBackend.js';
+import type { MemorySnapshot, SnapshotBlock, SnapshotSegment } from '../MemorySnapshot.js';
+import { Block, Segment } from './Block.js';
+import { BlockPool } from './BlockPool.js';
+import type { CachingAllocatorOptions, ResolvedCachingOptions } from './CachingAllocatorOptions.js';
+import { resolveCachingOptions } from './CachingAllocatorOptions.js';
+import type { HistoryOptions } from './History.js';
+import { History } from './History.js';
+import { isSmallRequest, LARGE_SEGMENT_BYTES, MIN_BLOCK_BYTES, roundSize, segmentSize, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
+
+/** The context of a zero-byte pointer: no block, nothing to free but the count. */
+const ZERO_BYTES = Symbol('zero-byte allocation');
+
+/** One request on its way through the allocation path. */
+interface Request<H> {
+  readonly stream: StreamId;
+  readonly kind: number;
+  /** Rounded size. */
+  readonly size: number;
+  readonly pool: BlockPool<H>;
+  /** Segment size to ask the backend for. */
+  readonly segmentBytes: number;
+}
+
+/**
+ * A caching allocator over any MemoryBackend. See the file header for the algorithm.
+ *
+ * Invariants (checked by `assertInvariants()`):
+ * - the blocks of every segment tile it exactly: head.address == segment address, each next starts where its
+ *   prev ends, and the sizes add up to the segment's mapped bytes;
+ * - every free block is in its pool, no two free blocks are neighbours (they would have merged);
+ * - reserved_bytes == sum of mapped segment bytes; allocated_bytes == sum of allocated block sizes;
+ *   active_bytes == allocated + pending-free block sizes; requested_bytes == sum of requested sizes.
+ */
+export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
+  readonly backend: MemoryBackend<H>;
+  readonly options: ResolvedCachingOptions;
+  /** Small and large pools per segment kind (Note [Segment kinds]). */
+  readonly #pools = new Map<number, readonly [small: BlockPool<H>, large: BlockPool<H>]>();
+  readonly #segments = new Set<Segment<H>>();
+  /** The expandable segment of each (kind, stream, pool). */
+  readonly #expandable = new Map<string, Segment<H>>();
+  /** Per stream, events recorded at free time and the blocks waiting on them, oldest first. */
+  readonly #pendingEvents = new Map<StreamId, { event: BackendEvent; block: Block<H> }[]>();
+  #pendingCount = 0;
+  /** Bytes the limit allows; Infinity without a limit. */
+  readonly #allowedBytes: number;
+  #history: History | null = null;
+
+  constructor(backend: MemoryBackend<H>, options: CachingAllocatorOptions = {}) {
+    super(backend.device, backend.alignment, backend);
+    this.backend = backend;
+    this.options = resolveCachingOptions(options);
+    const limit = this.options.memoryLimit;
+    if (limit === undefined) this.#allowedBytes = Number.POSITIVE_INFINITY;
+    else if (typeof limit === 'number') this.#allowedBytes = limit;
+    else if (backend.capacityBytes !== undefined) this.#allowedBytes = Math.floor(limit.fraction * backend.capacityBytes);
+    else throw new InvalidArgumentError('options.memoryLimit', limit, `bytes: ${formatDevice(backend.device)} does not report its capacity`);
+    this.stats.max_split_size = this.options.maxSplitSize === Number.MAX_SAFE_INTEGER ? -1 : this.options.maxSplitSize;
+  }
+
+  /** Bytes the engine may reserve: the memory limit, else the backend's capacity (undefined when unknown). */
+  get capacityBytes(): number | undefined {
+    return Number.isFinite(this.#allowedBytes) ? this.#allowedBytes : this.backend.capacityBytes;
+  }
+
+  /** Bytes reserved from the backend right now. */
+  get reservedBytes(): number {
+    return this.stats.reserved_bytes.all.current;
+  }
+
+  allocate(nbytes: number, options: AllocateOptions = {}): DataPtr<H> {
+    this.checkOpen('allocate');
+    checkByteCount('nbytes', nbytes);
+    const stream = options.stream ?? this.backend.defaultStream;
+    if (!this.backend.isStream(stream)) throw new InvalidArgumentError('options.stream', stream, `a stream of ${formatDevice(this.device)}`);
+    if (nbytes === 0) return this.#allocateZero();
+    if (this.#pendingCount > 0) this.#processEvents();
+    const size = roundSize(nbytes, this.options.roundupPower2Divisions);
+    const small = isSmallRequest(size);
+    const kind = this.backend.segmentKind?.(options) ?? 0;
+    const request: Request<H> = { stream, kind, size, pool: this.#poolsOf(kind)[small ? 0 : 1], segmentBytes: segmentSize(size) };
+    const block = this.#findFreeBlock(request) ?? this.#reserveBlock(request, nbytes);
+    return this.#allocateFound(block, request, nbytes);
+  }
+
+  /**
+   * Marks `ptr` as used on `stream`, so that when freed its block is reused only after the work queued on
+   * `stream` so far has completed.
+   * @throws UseAfterReleaseError for a released pointer; ForeignPointerError for one this engine does not own;
+   * InvalidArgumentError for an unknown stream
+   */
+  recordStream(ptr: DataPtr, stream: StreamId): void {
+    this.checkOpen('recordStream');
+    if (ptr instanceof DataPtr && ptr.isReleased) {
+      throw new UseAfterReleaseError(`Cannot record a stream on the ${ptr.byteLength}-byte allocation at 0x${ptr.address.toString(16)}: it was freed.`);
+    }
+    this.checkPtr('ptr', ptr, true);
+    if (!this.backend.isStream(stream)) throw new InvalidArgumentError('stream', stream, `a stream of ${formatDevice(this.device)}`);
+    const block = ptr.context as Block<H> | typeof ZERO_BYTES;
+    if (block === ZERO_BYTES || stream === block.stream) return;
+    (block.streamUses ??= new Set()).add(stream);
+  }
+
+  /**
+   * Note [Segment kinds]: a backend may hold segments that are not interchangeable (host memory that is shared
+   * or not; WebGPU buffers of different usages). `segmentKind(options)` names the kind a request needs; each
+   * kind has its own pools and expandable segments, and a block never serves a request of another kind.
+   */
+  #poolsOf(kind: number): readonly [BlockPool<H>, BlockPool<H>] {
+    let pools = this.#pools.get(kind);
+    if (!pools) this.#pools.set(kind, (pools = [new BlockPool<H>(true), new BlockPool<H>(false)]));
+    return pools;
+  }
+
+  #poolOf(block: Block<H>): BlockPool<H> {
+    return this.#poolsOf(block.segment.kind)[block.small ? 0 : 1];
+  }
+
+  /** Every pool, large pools first. */
+  #allPools(): BlockPool<H>[] {
+    const pools = [...this.#pools.values()];
+    return [...pools.map((p) => p[1]), ...pools.map((p) => p[0])];
+  }
+
+  /** Frees cached blocks: every unsplit free segment, and the unmapped tail pages of expandable segments. */
+  emptyCache(): void {
+    this.checkOpen('emptyCache');
+    this.#releaseCachedBlocks();
+  }
+
+  /**
+   * Releases cached segments, largest first, until reserved bytes are at most `targetBytes` or nothing cached is
+   * left. Returns the reserved bytes afterwards.
+   */
+  trim(targetBytes: number): number {
+    this.checkOpen('trim');
+    checkByteCount('targetBytes', targetBytes);
+    this.#synchronizeEvents();
+    const releasable = this.#allPools().flatMap((pool) => [...pool.blocks()]).filter((b) => !b.isSplit && !b.segment.expandable);
+    releasable.sort((a, b) => b.size - a.size);
+    for (const block of releasable) {
+      if (this.reservedBytes <= targetBytes) break;
+      this.#releaseSegment(block);
+    }
+    if (this.reservedBytes > targetBytes) for (const segment of this.#expandable.values()) this.#shrinkExpandable(segment);
+    return this.reservedBytes;
+  }
+
+  /** Starts (or, with `false`, stops) recording a bounded trace of events, returned by `snapshot()`. */
+  recordHistory(options: HistoryOptions | false = {}): void {
+    if (options === false) {
+      this.#history = null;
+      return;
+    }
+    const maxEntries = options.maxEntries ?? 10_000;
+    if (!Number.isSafeInteger(maxEntries) || maxEntries < 1) throw new InvalidArgumentError('options.maxEntries', maxEntries, 'a positive integer');
+    this.#history = new History({ ...options, maxEntries });
+  }
+
+  snapshot(): MemorySnapshot {
+    this.checkOpen('snapshot');
+    const segments: SnapshotSegment[] = [];
+    for (const segment of this.#segments) segments.push(this.#snapshotSegment(segment));
+    segments.sort((a, b) => a.address - b.address);
+    return { segments, device_traces: [this.#history?.entries() ?? []], allocator_settings: this.#settings() };
+  }
+
+  /**
+   * Checks every invariant listed on the class against a full recount, throwing an Error that names the first
+   * one broken. For tests; O(blocks).
+   */
+  assertInvariants(): void {
+    const fail = (what: string): never => {
+      throw new Error(`CachingAllocator invariant broken: ${what}`);
+    };
+    let reserved = 0;
+    let allocated = 0;
+    let active = 0;
+    let requested = 0;
+    let freeBlocks = 0;
+    for (const segment of this.#segments) {
+      reserved += segment.mappedBytes;
+      let expected = segment.address;
+      let prev: Block<H> | null = null;
+      for (let b: Block<H> | null = segment.head; b; b = b.next) {
+        if (b.prev !== prev) fail(`block at 0x${b.address.toString(16)} has a wrong prev link`);
+        if (b.address !== expected) fail(`block at 0x${b.address.toString(16)} should start at 0x${expected.toString(16)}`);
+        if (b.segment !== segment) fail(`block at 0x${b.address.toString(16)} names another segment`);
+        expected += b.size;
+        if (b.allocated) {
+          allocated += b.size;
+          active += b.size;
+          requested += b.requestedSize;
+        } else if (b.eventCount > 0) {
+          active += b.size;
+        } else {
+          freeBlocks++;
+          if (prev && !prev.allocated && prev.eventCount === 0) fail(`free blocks at 0x${prev.address.toString(16)} and 0x${b.address.toString(16)} did not merge`);
+          if (!this.#poolOf(b).has(b)) fail(`free block at 0x${b.address.toString(16)} is not in its pool`);
+        }
+        prev = b;
+      }
+      if (expected !== segment.address + segment.mappedBytes) fail(`the blocks of the segment at 0x${segment.address.toString(16)} do not add up to its ${segment.mappedBytes} bytes`);
+    }
+    const pooled = this.#allPools().reduce((n, pool) => n + pool.size, 0);
+    if (freeBlocks !== pooled) fail(`${freeBlocks} free blocks in segments but ${pooled} in pools`);
+    const s = this.stats;
+    if (s.reserved_bytes.all.current !== reserved) fail(`reserved_bytes ${s.reserved_bytes.all.current} != recount ${reserved}`);
+    if (s.allocated_bytes.all.current !== allocated) fail(`allocated_bytes ${s.allocated_bytes.all.current} != recount ${allocated}`);
+    if (s.active_bytes.all.current !== active) fail(`active_bytes ${s.active_bytes.all.current} != recount ${active}`);
+    if (s.requested_bytes.all.current !== requested) fail(`requested_bytes ${s.requested_bytes.all.current} != recount ${requested}`);
+  }
+
+  protected releaseAllocation(context: unknown): void {
+    if (context === ZERO_BYTES) {
+      if (!this.isDisposed) this.stats.allocation.add(true, -1);
+      return;
+    }
+    const block = context as Block<H>;
+    if (block.released) return; // the engine was disposed while the pointer lived
+    this.#free(block);
+  }
+
+  protected disposeResources(): void {
+    for (const segment of this.#segments) {
+      for (let b: Block<H> | null = segment.head; b; b = b.next) b.released = true;
+      this.#returnToBackend(segment);
+    }
+    this.#segments.clear();
+    this.#expandable.clear();
+    this.#pendingEvents.clear();
+    this.#pendingCount = 0;
+  }
+
+  // ---- allocation path ------------------------------------------------------------------------------------
+
+  #allocateZero(): DataPtr<H> {
+    this.stats.allocation.add(true, 1);
+    return new DataPtr<H>({
+      device: this.device,
+      byteLength: 0,
+      handle: null as H,
+      byteOffset: 0,
+      address: 0,
+      context: ZERO_BYTES,
+      deleter: this.deleter,
+    });
+  }
+
+  /** Best fit in the request's pool and stream, honouring the max split size; removes the block from the pool. */
+  #findFreeBlock(r: Request<H>): Block<H> | undefined {
+    const pool = r.pool;
+    if (this.options.garbageCollectionThreshold > 0) pool.searchCount++;
+    const block = pool.lowerBound(r.stream, r.size);
+    if (block === undefined) return undefined;
+    const maxSplit = this.options.maxSplitSize;
+    // Do not hand an oversize block to a request that could split a smaller one, nor a much larger one to an
+    // oversize request.
+    if (r.size < maxSplit && block.size >= maxSplit) return undefined;
+    if (r.size >= maxSplit && block.size >= r.size + LARGE_SEGMENT_BYTES) return undefined;
+    pool.remove(block);
+    return block;
+  }
+
+  /**
+   * Note [Out-of-memory chain]: no cached block fits. In order: garbage-collect (with a threshold), reserve a
+   * new segment, release cached oversize blocks and retry, release every unsplit cached segment and retry,
+   * then each reclaimer in turn (IPC collect, LMS reclaim) followed by a retry, and only then throw. Each step
+   * runs only when the previous one failed, so a device with room never loses its cache.
+   */
+  #reserveBlock(r: Request<H>, nbytes: number): Block<H> {
+    if (this.options.garbageCollectionThreshold > 0) this.#garbageCollect();
+    let block =
+      this.#newSegmentBlock(r, false) ??
+      (this.#releaseAvailableCachedBlocks(r) ? this.#newSegmentBlock(r, false) : undefined) ??
+      (this.#releaseCachedBlocks() ? this.#newSegmentBlock(r, true) : undefined);
+    if (block) return block;
+    for (const reclaimer of this.options.reclaimers()) {
+      if (reclaimer.reclaim(this.device, r.size) <= 0) continue;
+      if (this.#pendingCount > 0) this.#processEvents();
+      block = this.#findFreeBlock(r) ?? this.#newSegmentBlock(r, true);
+      if (block) return block;
+    }
+    return this.#throwOutOfMemory(nbytes);
+  }
+
+  #throwOutOfMemory(nbytes: number): never {
+    this.stats.num_ooms++;
+    const free = this.capacityBytes === undefined ? undefined : Math.max(0, this.capacityBytes - this.reservedBytes);
+    this.#history?.record('oom', 0, nbytes, this.backend.defaultStream, free === undefined ? undefined : { device_free: free });
+    const stats = this.memoryStats();
+    this.emitter.safeEmit('outOfMemory', { requestedBytes: nbytes, stats });
+    throw new OutOfMemoryError({ device: this.device, requestedBytes: nbytes, capacityBytes: this.capacityBytes, stats });
+  }
+
+  /** Asks the backend for a new segment (or expandable pages) for `r`; undefined when it has no room. */
+  #newSegmentBlock(r: Request<H>, isRetry: boolean): Block<H> | undefined {
+    if (isRetry) this.stats.num_alloc_retries++;
+    if (this.options.expandableSegments && this.backend.pageMapping) return this.#growExpandable(r);
+    const bytes = r.segmentBytes;
+    if (this.reservedBytes + bytes > this.#allowedBytes) return undefined;
+    const memory = this.backend.malloc(bytes, { stream: r.stream, kind: r.kind });
+    if (memory === null) return undefined;
+    const segment = new Segment<H>(memory, r.stream, r.kind, r.pool.small, false);
+    const block = new Block<H>(segment, memory.address, bytes);
+    segment.head = block;
+    this.#segments.add(segment);
+    this.#countSegment(segment, bytes, 1);
+    this.#history?.record('segment_alloc', memory.address, bytes, r.stream);
+    return block;
+  }
+
+  /** Grows the expandable segment of the request's stream and pool so that its last block can serve `r`. */
+  #growExpandable(r: Request<H>): Block<H> | undefined {
+    const mapping = this.backend.pageMapping!;
+    const page = mapping.pageBytes;
+    const key = `${r.kind}:${r.stream}:${r.pool.small ? 's' : 'l'}`;
+    let segment = this.#expandable.get(key);
+    const tail = segment ? this.#tail(segment) : undefined;
+    const tailFree = tail !== undefined && !tail.allocated && tail.eventCount === 0;
+    const needed = tailFree ? r.size - tail.size : r.size;
+    const grow = Math.ceil(needed / page) * page;
+    if (this.reservedBytes + grow > this.#allowedBytes) return undefined;
+    if (!segment) {
+      const capacity = this.capacityBytes ?? 2 ** 40;
+      const range = mapping.reserve(Math.ceil(capacity / page) * page);
+      if (range === null) return undefined;
+      segment = new Segment<H>(range, r.stream, r.kind, r.pool.small, true);
+    }
+    if (segment.mappedBytes + grow > segment.memory.byteLength) return undefined;
+    if (!mapping.map(segment.memory, segment.memory.byteOffset + segment.mappedBytes, grow)) {
+      if (segment.mappedBytes === 0) mapping.release(segment.memory);
+      return undefined;
+    }
+    this.#history?.record('segment_map', segment.address + segment.mappedBytes, grow, r.stream);
+    if (segment.mappedBytes === 0) {
+      this.#expandable.set(key, segment);
+      this.#segments.add(segment);
+      this.stats.segment.add(segment.small, 1);
+    }
+    this.stats.reserved_bytes.add(segment.small, grow);
+    this.stats.num_device_alloc++;
+    const start = segment.address + segment.mappedBytes;
+    segment.mappedBytes += grow;
+    this.emitter.safeEmit('segmentReserved', { address: start, bytes: grow });
+    if (tailFree) {
+      r.pool.remove(tail);
+      tail.size += grow;
+      return tail;
+    }
+    const block = new Block<H>(segment, start, grow);
+    if (tail) {
+      tail.next = block;
+      block.prev = tail;
+    } else segment.head = block;
+    return block;
+  }
+
+  #tail(segment: Segment<H>): Block<H> | undefined {
+    if (segment.mappedBytes === 0) return undefined;
+    let b = segment.head;
+    while (b.next) b = b.next;
+    return b;
+  }
+
+  /** Splits `block` for the request when worth it, marks it allocated, counts it and wraps it in a DataPtr. */
+  #allocateFound(block: Block<H>, r: Request<H>, nbytes: number): DataPtr<H> {
+    const s = this.stats;
+    const small = block.small;
+    const alreadySplit = block.isSplit;
+    const expandable = block.segment.expandable;
+    if (this.#shouldSplit(block, r.size)) {
+      // As in PyTorch, a new block takes the front; the remainder keeps its identity and stays in the pool.
+      const front = new Block<H>(block.segment, block.address, r.size);
+      front.prev = block.prev;
+      if (front.prev) front.prev.next = front;
+      else block.segment.head = front;
+      front.next = block;
+      block.prev = front;
+      block.address += r.size;
+      block.size -= r.size;
+      r.pool.insert(block);
+      if (!expandable) {
+        if (alreadySplit) s.inactive_split_bytes.add(small, -r.size);
+        else {
+          s.inactive_split_bytes.add(small, block.size);
+          s.inactive_split.add(small, 1);
+        }
+      }
+      block = front;
+    } else if (alreadySplit && !expandable) {
+      s.inactive_split_bytes.add(small, -block.size);
+      s.inactive_split.add(small, -1);
+    }
+    block.allocated = true;
+    block.requestedSize = nbytes;
+    s.allocation.add(small, 1);
+    s.allocated_bytes.add(small, block.size);
+    s.active.add(small, 1);
+    s.active_bytes.add(small, block.size);
+    s.requested_bytes.add(small, nbytes);
+    if (block.size >= this.options.maxSplitSize) s.oversize_allocations.add(1);
+    const ptr = new DataPtr<H>({
+      device: this.device,
+      byteLength: nbytes,
+      handle: block.segment.memory.handle,
+      byteOffset: block.handleOffset,
+      address: block.address,
+      context: block,
+      deleter: this.deleter,
+    });
+    block.ptr = ptr;
+    this.#history?.record('alloc', block.address, nbytes, block.stream);
+    this.emitter.safeEmit('allocated', { ptr, requestedBytes: nbytes });
+    return ptr;
+  }
+
+  #shouldSplit(block: Block<H>, size: number): boolean {
+    const remaining = block.size - size;
+    if (block.small || block.segment.expandable) return remaining >= MIN_BLOCK_BYTES;
+    return size < this.options.maxSplitSize && remaining > SMALL_REQUEST_MAX_BYTES;
+  }
+
+  // ---- free path ------------------------------------------------------------------------------------------
+
+  /** A caller freed `block`: it leaves the allocated stats now, and the pool now or once its events complete. */
+  #free(block: Block<H>): void {
+    const s = this.stats;
+    const small = block.small;
+    block.allocated = false;
+    const ptr = block.ptr!;
+    block.ptr = null;
+    s.allocation.add(small, -1);
+    s.allocated_bytes.add(small, -block.size);
+    this.#history?.record('free_requested', block.address, block.requestedSize, block.stream);
+    if (block.streamUses !== null && block.streamUses.size > 0) this.#insertEvents(block);
+    else this.#freeBlock(block);
+    this.emitter.safeEmit('freed', { ptr });
+  }
+
+  /**
+   * Note [Stream-ordered reuse]: a block used on other streams may still be read or written by work queued on
+   * them. At free time the engine records an event on each such stream; the block returns to its pool (and may
+   * merge) only when all of them have completed, checked at the start of each allocation and forced by
+   * emptyCache. Until then it counts as active but not allocated ("active_pending_free").
+   */
+  #insertEvents(block: Block<H>): void {
+    const streams = block.streamUses!;
+    block.streamUses = null;
+    for (const stream of streams) {
+      const event = this.backend.recordEvent(stream);
+      block.eventCount++;
+      let queue = this.#pendingEvents.get(stream);
+      if (!queue) this.#pendingEvents.set(stream, (queue = []));
+      queue.push({ event, block });
+      this.#pendingCount++;
+    }
+  }
+
+  #processEvents(): void {
+    for (const queue of this.#pendingEvents.values()) {
+      let done = 0;
+      while (done < queue.length && this.backend.isEventComplete(queue[done]!.event)) done++;
+      for (const { block } of queue.splice(0, done)) this.#eventCompleted(block);
+      this.#pendingCount -= done;
+    }
+  }
+
+  #synchronizeEvents(): void {
+    if (this.#pendingCount === 0) return;
+    for (const queue of this.#pendingEvents.values()) {
+      for (const { event, block } of queue.splice(0)) {
+        this.backend.synchronizeEvent(event);
+        this.#eventCompleted(block);
+      }
+    }
+    this.#pendingCount = 0;
+  }
+
+  #eventCompleted(block: Block<H>): void {
+    if (--block.eventCount === 0) this.#freeBlock(block);
+  }
+
+  /** Returns a block to its pool, merging it with free neighbours. */
+  #freeBlock(block: Block<H>): void {
+    const s = this.stats;
+    const small = block.small;
+    const pool = this.#poolOf(block);
+    const originalSize = block.size;
+    const requested = block.requestedSize;
+    let inactiveSplitBlocks = 0;
+    let inactiveSplitBytes = 0;
+    for (const neighbour of [block.prev, block.next]) {
+      const subsumed = this.#tryMerge(block, neighbour, pool);
+      if (subsumed > 0) {
+        inactiveSplitBlocks--;
+        inactiveSplitBytes -= subsumed;
+      }
+    }
+    block.requestedSize = 0;
+    pool.insert(block);
+    if (block.isSplit) {
+      inactiveSplitBlocks++;
+      inactiveSplitBytes += block.size;
+    }
+    if (!block.segment.expandable) {
+      s.inactive_split.add(small, inactiveSplitBlocks);
+      s.inactive_split_bytes.add(small, inactiveSplitBytes);
+    }
+    s.active.add(small, -1);
+    s.active_bytes.add(small, -originalSize);
+    s.requested_bytes.add(small, -requested);
+    if (originalSize >= this.options.maxSplitSize) s.oversize_allocations.add(-1);
+    this.#history?.record('free_completed', block.address, requested, block.stream);
+  }
+
+  /** Merges a free neighbour into `dst`; returns the bytes merged (0 when the neighbour is not free). */
+  #tryMerge(dst: Block<H>, src: Block<H> | null, pool: BlockPool<H>): number {
+    if (!src || src.allocated || src.eventCount > 0 || (src.streamUses !== null && src.streamUses.size > 0)) return 0;
+    pool.remove(src);
+    if (dst.prev === src) {
+      dst.address = src.address;
+      dst.prev = src.prev;
+      if (dst.prev) dst.prev.next = dst;
+      else dst.segment.head = dst;
+    } else {
+      dst.next = src.next;
+      if (dst.next) dst.next.prev = dst;
+    }
+    dst.size += src.size;
+    return src.size;
+  }
+
+  // ---- releasing cached memory ----------------------------------------------------------------------------
+
+  /** Frees cached oversize blocks of the request's stream until one large enough went back. */
+  #releaseAvailableCachedBlocks(r: Request<H>): boolean {
+    const maxSplit = this.options.maxSplitSize;
+    if (maxSplit === Number.MAX_SAFE_INTEGER) return false;
+    const pool = r.pool;
+    const wanted = Math.max(r.size, maxSplit);
+    const fit = pool.lowerBound(r.stream, wanted);
+    if (fit !== undefined) {
+      if (fit.isSplit || fit.segment.expandable) return false;
+      this.#releaseSegment(fit);
+      return true;
+    }
+    // No single block is large enough: free oversize blocks from the largest down until enough went back.
+    let released = 0;
+    let block = pool.largest(r.stream);
+    while (block !== undefined && released < wanted && block.size >= maxSplit) {
+      const next = pool.lower(block);
+      if (!block.isSplit && !block.segment.expandable) {
+        released += block.size;
+        this.#releaseSegment(block);
+      }
+      block = next;
+    }
+    return released >= wanted;
+  }
+
+  /** Frees every unsplit cached segment and the free tail pages of expandable ones; true (as PyTorch). */
+  #releaseCachedBlocks(): boolean {
+    this.#synchronizeEvents();
+    for (const pool of this.#allPools()) {
+      for (const block of pool.blocks()) if (!block.isSplit && !block.segment.expandable) this.#releaseSegment(block);
+    }
+    for (const segment of this.#expandable.values()) this.#shrinkExpandable(segment);
+    return true;
+  }
+
+  /**
+   * Frees cached segments older than the average age, repeatedly, until reserved memory is under the
+   * threshold's share of the limit (PyTorch's garbage_collection_threshold).
+   */
+  #garbageCollect(): void {
+    const threshold = this.options.garbageCollectionThreshold * this.#allowedBytes;
+    if (this.reservedBytes <= threshold) return;
+    const target = this.reservedBytes - threshold;
+    const large = [...this.#pools.values()].map((p) => p[1]);
+    const age = (b: Block<H>): number => this.#poolOf(b).searchCount - b.gcCountBase;
+    let candidates = large.flatMap((pool) => [...pool.blocks()]).filter((b) => !b.isSplit && !b.segment.expandable);
+    let totalAge = candidates.reduce((sum, b) => sum + age(b), 0);
+    let reclaimed = 0;
+    while (reclaimed < target && candidates.length > 0) {
+      const threshold = totalAge / candidates.length;
+      const old = candidates.filter((b) => age(b) >= threshold);
+      if (old.length === 0) break;
+      for (const block of old) {
+        reclaimed += block.size;
+        totalAge -= age(block);
+        this.#releaseSegment(block);
+      }
+      candidates = candidates.filter((b) => !old.includes(b));
+    }
+  }
+
+  /** Returns an unsplit cached block's whole segment to the backend. */
+  #releaseSegment(block: Block<H>): void {
+    const segment = block.segment;
+    this.#poolOf(block).remove(block);
+    block.released = true;
+    this.#segments.delete(segment);
+    this.#returnToBackend(segment);
+  }
+
+  #returnToBackend(segment: Segment<H>): void {
+    const bytes = segment.mappedBytes;
+    if (segment.expandable) {
+      const mapping = this.backend.pageMapping!;
+      if (bytes > 0) mapping.unmap(segment.memory, segment.memory.byteOffset, bytes);
+      mapping.release(segment.memory);
+      this.#history?.record('segment_unmap', segment.address, bytes, segment.stream);
+    } else {
+      this.backend.free(segment.memory);
+      this.#history?.record('segment_free', segment.address, bytes, segment.stream);
+    }
+    segment.mappedBytes = 0;
+    this.#countSegment(segment, bytes, -1);
+  }
+
+  /** Unmaps the whole free pages at the end of an expandable segment (all of it when nothing is allocated). */
+  #shrinkExpandable(segment: Segment<H>): void {
+    const tail = this.#tail(segment);
+    if (!tail || tail.allocated || tail.eventCount > 0) return;
+    const page = this.backend.pageMapping!.pageBytes;
+    const keep = Math.ceil((tail.address - segment.address) / page) * page;
+    const unmapBytes = segment.mappedBytes - keep;
+    if (unmapBytes <= 0) return;
+    const pool = this.#poolOf(tail);
+    pool.remove(tail);
+    if (keep === 0) {
+      tail.released = true;
+      this.#segments.delete(segment);
+      this.#expandable.delete(`${segment.kind}:${segment.stream}:${segment.small ? 's' : 'l'}`);
+      this.#returnToBackend(segment);
+      return;
+    }
+    this.backend.pageMapping!.unmap(segment.memory, segment.memory.byteOffset + keep, unmapBytes);
+    this.#history?.record('segment_unmap', segment.address + keep, unmapBytes, segment.stream);
+    segment.mappedBytes = keep;
+    tail.size -= unmapBytes;
+    if (tail.size > 0) pool.insert(tail);
+    else {
+      tail.released = true;
+      tail.prev!.next = null;
+    }
+    this.stats.reserved_bytes.add(segment.small, -unmapBytes);
+    this.stats.num_device_free++;
+    this.emitter.safeEmit('segmentReleased', { address: segment.address + keep, bytes: unmapBytes });
+  }
+
+  #countSegment(segment: Segment<H>, bytes: number, sign: 1 | -1): void {
+    const s = this.stats;
+    s.segment.add(segment.small, sign);
+    s.reserved_bytes.add(segment.small, sign * bytes);
+    if (sign > 0) s.num_device_alloc++;
+    else s.num_device_free++;
+    if (bytes >= this.options.maxSplitSize) s.oversize_segments.add(sign);
+    const event = { address: segment.address, bytes };
+    if (sign > 0) this.emitter.safeEmit('segmentReserved', event);
+    else this.emitter.safeEmit('segmentReleased', event);
+  }
+
+  // ---- snapshots ------------------------------------------------------------------------------------------
+
+  #snapshotSegment(segment: Segment<H>): SnapshotSegment {
+    const blocks: SnapshotBlock[] = [];
+    let allocated = 0;
+    let active = 0;
+    let requested = 0;
+    for (let b: Block<H> | null = segment.mappedBytes > 0 ? segment.head : null; b; b = b.next) {
+      const state = b.allocated ? 'active_allocated' : b.eventCount > 0 ? 'active_pending_free' : 'inactive';
+      if (b.allocated) allocated += b.size;
+      if (state !== 'inactive') active += b.size;
+      requested += b.requestedSize;
+      blocks.push({ address: b.address, size: b.size, requested_size: b.requestedSize, state, frames: [] });
+    }
+    return {
+      device: this.device.index,
+      address: segment.address,
+      total_size: segment.mappedBytes,
+      allocated_size: allocated,
+      active_size: active,
+      requested_size: requested,
+      stream: segment.stream,
+      segment_type: segment.small ? 'small' : 'large',
+      segment_pool_id: [0, 0],
+      is_expandable: segment.expandable,
+      frames: [],
+      blocks,
+    };
+  }
+
+  #settings(): Record<string, unknown> {
+    const o = this.options;
+    const divisions: Record<string, number> = {};
+    for (let i = 0; i < 16; i++) divisions[String(2 ** i)] = o.roundupPower2Divisions[i] ?? 0;
+    return {
+      PYTORCH_CUDA_ALLOC_CONF: '',
+      preset: o.preset,
+      max_split_size: o.maxSplitSize === Number.MAX_SAFE_INTEGER ? -1 : o.maxSplitSize,
+      garbage_collection_threshold: o.garbageCollectionThreshold,
+      expandable_segments: o.expandableSegments && this.backend.pageMapping !== undefined,
+      roundup_power2_divisions: divisions,
+      memory_limit: Number.isFinite(this.#allowedBytes) ? this.#allowedBytes : -1,
+    };
+  }
+}

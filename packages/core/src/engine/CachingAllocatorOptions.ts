@@ -1,0 +1,92 @@
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { parseBytes } from '../formatBytes.js';
+import type { MemoryReclaimer } from '../MemoryReclaimer.js';
+import { LARGE_SEGMENT_BYTES, ROUNDUP_INTERVALS } from './SizeClass.js';
+
+/**
+ * How the caching engine behaves. `preset: 'pytorch'` reproduces PyTorch's defaults exactly (the parity
+ * configuration); `preset: 'best'` is Stowage's default, chosen by measurement (see bench/engine.bench.ts).
+ * Explicit fields override the preset.
+ */
+export interface CachingAllocatorOptions {
+  readonly preset?: 'pytorch' | 'best';
+  /**
+   * Blocks at least this large are never split (and requests under it are never served from one), as PyTorch's
+   * `max_split_size_mb`; more than 20 MiB. Default: unlimited.
+   */
+  readonly maxSplitSize?: number | string;
+  /**
+   * Round requests up to one of N equal divisions between powers of two: one N for all sizes, or one per
+   * interval ([0, 2 MiB), [2, 4), [4, 8) … MiB, 16 intervals). 0 or 1 disables. Default 0.
+   */
+  readonly roundupPower2Divisions?: number | readonly number[];
+  /**
+   * With a memory limit, free the oldest cached segments when reserved memory passes this fraction of the limit,
+   * before asking the backend for more (PyTorch's `garbage_collection_threshold`). In (0, 1). Default off.
+   */
+  readonly garbageCollectionThreshold?: number;
+  /** A per-device limit: bytes (`'8GiB'`), or `{ fraction }` of the backend's capacity. Default: none. */
+  readonly memoryLimit?: number | string | { readonly fraction: number };
+  /** Grow one expandable segment per stream and pool by mapping pages, where the backend can. */
+  readonly expandableSegments?: boolean;
+  /**
+   * Called in order when the device is full after the engine released its own cache (IPC collect, then LMS
+   * reclaim); the allocation is retried after each one that frees something.
+   */
+  readonly reclaimers?: () => readonly MemoryReclaimer[];
+}
+
+/** Options with every field decided. */
+export interface ResolvedCachingOptions {
+  readonly preset: 'pytorch' | 'best';
+  readonly maxSplitSize: number;
+  readonly roundupPower2Divisions: readonly number[];
+  readonly garbageCollectionThreshold: number;
+  readonly memoryLimit: number | { readonly fraction: number } | undefined;
+  readonly expandableSegments: boolean;
+  readonly reclaimers: () => readonly MemoryReclaimer[];
+}
+
+const NO_RECLAIMERS = (): readonly MemoryReclaimer[] => [];
+
+/** @throws InvalidArgumentError naming the first option that is out of range */
+export function resolveCachingOptions(options: CachingAllocatorOptions): ResolvedCachingOptions {
+  const preset = options.preset ?? 'best';
+  if (preset !== 'pytorch' && preset !== 'best') throw new InvalidArgumentError('options.preset', preset, "'pytorch' or 'best'");
+  let maxSplitSize = Number.MAX_SAFE_INTEGER;
+  if (options.maxSplitSize !== undefined) {
+    const bytes = parseBytes(options.maxSplitSize);
+    if (bytes === undefined || bytes <= LARGE_SEGMENT_BYTES) {
+      throw new InvalidArgumentError('options.maxSplitSize', options.maxSplitSize, 'a byte count above 20 MiB');
+    }
+    maxSplitSize = bytes;
+  }
+  const divisions = options.roundupPower2Divisions ?? 0;
+  const list = typeof divisions === 'number' ? new Array<number>(ROUNDUP_INTERVALS).fill(divisions) : [...divisions];
+  if (list.length > ROUNDUP_INTERVALS || list.some((d) => !Number.isSafeInteger(d) || d < 0 || (d > 1 && (d & (d - 1)) !== 0))) {
+    throw new InvalidArgumentError('options.roundupPower2Divisions', divisions, `0, 1 or a power of two, or up to ${ROUNDUP_INTERVALS} of them`);
+  }
+  const gc = options.garbageCollectionThreshold ?? 0;
+  if (typeof gc !== 'number' || !(gc >= 0 && gc < 1)) throw new InvalidArgumentError('options.garbageCollectionThreshold', gc, 'a fraction in (0, 1), or 0 to disable');
+  let memoryLimit: ResolvedCachingOptions['memoryLimit'];
+  const limit = options.memoryLimit;
+  if (typeof limit === 'object' && limit !== null) {
+    if (!(limit.fraction > 0 && limit.fraction <= 1)) throw new InvalidArgumentError('options.memoryLimit.fraction', limit.fraction, 'a fraction in (0, 1]');
+    memoryLimit = { fraction: limit.fraction };
+  } else if (limit !== undefined) {
+    memoryLimit = parseBytes(limit);
+    if (memoryLimit === undefined) throw new InvalidArgumentError('options.memoryLimit', limit, "a byte count such as '8GiB', or { fraction }");
+  }
+  if (gc > 0 && memoryLimit === undefined) {
+    throw new InvalidArgumentError('options.garbageCollectionThreshold', gc, 'used together with options.memoryLimit (it is a fraction of the limit)');
+  }
+  return {
+    preset,
+    maxSplitSize,
+    roundupPower2Divisions: list.every((d) => d <= 1) ? [] : list,
+    garbageCollectionThreshold: gc,
+    memoryLimit,
+    expandableSegments: options.expandableSegments ?? preset === 'best',
+    reclaimers: options.reclaimers ?? NO_RECLAIMERS,
+  };
+}
