@@ -46,6 +46,8 @@ export class Block<H = unknown> {
   gcCountBase = 0;
   /** The live pointer while allocated. */
   ptr: DataPtr<H> | null = null;
+  /** True while the block waits, unmerged, in a quick list (Note [Deferred coalescing]). */
+  quick = false;
   /** True once the block went back to the device (released by emptyCache, trim or dispose). */
   released = false;
 

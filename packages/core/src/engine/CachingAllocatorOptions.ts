@@ -30,6 +30,11 @@ export interface CachingAllocatorOptions {
   /** Grow one expandable segment per stream and pool by mapping pages, where the backend can. */
   readonly expandableSegments?: boolean;
   /**
+   * Keep freed blocks unmerged in short per-size lists for O(1) reuse of the same size, merging them before any
+   * reservation (Note [Deferred coalescing] in CachingAllocator.ts). Default: on in the best preset.
+   */
+  readonly deferCoalescing?: boolean;
+  /**
    * Called in order when the device is full after the engine released its own cache (IPC collect, then LMS
    * reclaim); the allocation is retried after each one that frees something.
    */
@@ -44,6 +49,7 @@ export interface ResolvedCachingOptions {
   readonly garbageCollectionThreshold: number;
   readonly memoryLimit: number | { readonly fraction: number } | undefined;
   readonly expandableSegments: boolean;
+  readonly deferCoalescing: boolean;
   readonly reclaimers: () => readonly MemoryReclaimer[];
 }
 
@@ -87,6 +93,7 @@ export function resolveCachingOptions(options: CachingAllocatorOptions): Resolve
     garbageCollectionThreshold: gc,
     memoryLimit,
     expandableSegments: options.expandableSegments ?? preset === 'best',
+    deferCoalescing: options.deferCoalescing ?? preset === 'best',
     reclaimers: options.reclaimers ?? NO_RECLAIMERS,
   };
 }
