@@ -42,7 +42,7 @@ const ZERO_BYTES = Symbol('zero-byte allocation');
 
 /** Quick lists hold at most this many blocks per size, and at most 1/QUICK_SHARE_DIVISOR of reserved bytes. */
 const QUICK_LIST_MAX = 32;
-const QUICK_SHARE_DIVISOR = 8;
+const QUICK_SHARE_DIVISOR = 64;
 
 /** A numeric key for (kind < 16, stream < 1024, size < 512 GiB), or -1 when out of that range. */
 function quickKey(kind: number, stream: number, size: number): number {
