@@ -1,6 +1,19 @@
+import type { DependencyContainer } from 'tsyringe';
 import type { Allocator } from './Allocator.js';
 import type { Device } from './Device.js';
+import type { MemoryReclaimer } from './MemoryReclaimer.js';
 import type { Token } from './Token.js';
+
+/** What a runtime gives a factory for each allocator it makes. */
+export interface AllocatorContext {
+  /** The runtime's container, for factories that resolve further services. */
+  readonly container: DependencyContainer;
+  /**
+   * The out-of-memory reclaimers registered in the runtime, in the order the engine must call them: every
+   * `IpcCollector`, then every `LmsReclaimer`. Resolved at call time, so plugins registered later still count.
+   */
+  reclaimers(): readonly MemoryReclaimer[];
+}
 
 /**
  * Makes the allocator for each device of one type, on first use. Multi-registered: a plugin registers one per
@@ -11,7 +24,8 @@ export interface AllocatorFactory {
   /**
    * @throws BackendUnavailableError when the device does not exist or its driver cannot be used
    */
-  create(device: Device): Allocator;
+  create(device: Device, context: AllocatorContext): Allocator;
 }
 
 export const AllocatorFactory: Token<AllocatorFactory> = Symbol('stowage.AllocatorFactory');
+export const AllocatorContext: Token<AllocatorContext> = Symbol('stowage.AllocatorContext');

@@ -1,6 +1,6 @@
 import type { Allocator } from './Allocator.js';
-import { injectable, injectAll } from 'tsyringe';
-import { AllocatorFactory } from './AllocatorFactory.js';
+import { inject, injectable, injectAll } from 'tsyringe';
+import { AllocatorContext, AllocatorFactory } from './AllocatorFactory.js';
 import type { Device, DeviceLike } from './Device.js';
 import { formatDevice, parseDevice } from './Device.js';
 import { BackendUnavailableError } from './errors/BackendUnavailableError.js';
@@ -15,8 +15,10 @@ export class AllocatorRegistry implements Disposable {
   readonly #factories = new Map<string, AllocatorFactory>();
   readonly #created = new Map<string, Allocator>();
   readonly #owned = new Set<Allocator>();
+  readonly #context: AllocatorContext;
 
-  constructor(@injectAll(AllocatorFactory) factories: readonly AllocatorFactory[]) {
+  constructor(@injectAll(AllocatorFactory) factories: readonly AllocatorFactory[], @inject(AllocatorContext) context: AllocatorContext) {
+    this.#context = context;
     for (const factory of factories) this.#factories.set(factory.deviceType, factory);
   }
 
@@ -45,7 +47,7 @@ export class AllocatorRegistry implements Disposable {
         `No allocator is registered for ${key}: this runtime serves ${this.deviceTypes.join(', ')}. Add the plugin for '${parsed.type}' to createRuntime({ plugins }).`,
       );
     }
-    const allocator = factory.create(parsed);
+    const allocator = factory.create(parsed, this.#context);
     checkServes(allocator, parsed);
     this.#created.set(key, allocator);
     this.#owned.add(allocator);

@@ -1,33 +1,39 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { Allocator } from './Allocator.js';
-import { AllocatorFactory } from './AllocatorFactory.js';
-import { CpuMemoryBackend } from './CpuMemoryBackend.js';
+import { AllocatorFactory, type AllocatorContext } from './AllocatorFactory.js';
+import { CpuMemoryBackend, type HostBuffer } from './CpuMemoryBackend.js';
+import { CachingAllocator } from './engine/CachingAllocator.js';
+import type { CachingAllocatorOptions } from './engine/CachingAllocatorOptions.js';
 import type { Device } from './Device.js';
 import { formatDevice } from './Device.js';
 import { BackendUnavailableError } from './errors/BackendUnavailableError.js';
 import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
 import { parseBytes } from './formatBytes.js';
-import { makeDirectAllocator } from './makeAllocator.js';
 import type { Plugin } from './Plugin.js';
 
-export interface CpuAllocatorOptions {
+export interface CpuAllocatorOptions extends Omit<CachingAllocatorOptions, 'memoryLimit'> {
   /** Back every allocation with a SharedArrayBuffer (per-allocation `{ shared }` overrides). Default false. */
   readonly shared?: boolean;
-  /** A host memory budget, in bytes or as text (`'512MiB'`); allocations past it throw OutOfMemoryError. */
+  /**
+   * A host memory budget, in bytes or as text (`'512MiB'`): the caching engine reserves at most this much and
+   * throws OutOfMemoryError past it. Segments are 2 MiB or more, so a budget under that serves nothing.
+   */
   readonly limit?: number | string;
 }
 
 /**
- * The host allocator: ArrayBuffer (or SharedArrayBuffer) memory. The embedded default of every runtime.
- * @throws InvalidArgumentError for a limit that is not a byte count
+ * The host allocator: the caching engine over ArrayBuffer (or SharedArrayBuffer) segments. The embedded
+ * default of every runtime. Options other than `shared` and `limit` go to the engine.
+ * @throws InvalidArgumentError for a limit that is not a byte count, or a bad engine option
  */
-export function createCpuAllocator(options: CpuAllocatorOptions = {}): Allocator {
+export function createCpuAllocator(options: CpuAllocatorOptions = {}): CachingAllocator<HostBuffer> {
+  const { shared, limit, ...engine } = options;
   let capacityBytes: number | undefined;
-  if (options.limit !== undefined) {
-    capacityBytes = parseBytes(options.limit);
-    if (capacityBytes === undefined) throw new InvalidArgumentError('limit', options.limit, "a byte count such as 1073741824 or '1GiB'");
+  if (limit !== undefined) {
+    capacityBytes = parseBytes(limit);
+    if (capacityBytes === undefined) throw new InvalidArgumentError('limit', limit, "a byte count such as 1073741824 or '1GiB'");
   }
-  return makeDirectAllocator(new CpuMemoryBackend({ shared: options.shared ?? false, capacityBytes }));
+  return new CachingAllocator(new CpuMemoryBackend({ shared: shared ?? false, capacityBytes }), engine);
 }
 
 /** Registers the CPU allocator factory in a runtime's container. */
@@ -37,9 +43,9 @@ export function registerCpuAllocator(container: DependencyContainer, options: Cp
   }
   const factory: AllocatorFactory = {
     deviceType: 'cpu',
-    create(device: Device): Allocator {
+    create(device: Device, context: AllocatorContext): Allocator {
       if (device.index !== 0) throw new BackendUnavailableError(`There is one host device, cpu:0; ${formatDevice(device)} does not exist.`);
-      return createCpuAllocator(options);
+      return createCpuAllocator({ reclaimers: () => context.reclaimers(), ...options });
     },
   };
   container.register(AllocatorFactory, { useValue: factory });

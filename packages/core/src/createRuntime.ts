@@ -1,6 +1,8 @@
 import { container as emptyRoot, Lifecycle, type DependencyContainer } from 'tsyringe';
 import { Allocator } from './Allocator.js';
+import { AllocatorContext } from './AllocatorFactory.js';
 import { AllocatorRegistry } from './AllocatorRegistry.js';
+import { IpcCollector, LmsReclaimer } from './MemoryReclaimer.js';
 import { registerCpuAllocator } from './cpu.js';
 import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
 import type { Plugin } from './Plugin.js';
@@ -36,6 +38,11 @@ export async function createRuntime(options: RuntimeOptions = {}): Promise<Runti
     }
     await plugin.register(container);
   }
+  const context: AllocatorContext = {
+    container,
+    reclaimers: () => [...resolveAll(container, IpcCollector), ...resolveAll(container, LmsReclaimer)],
+  };
+  container.register(AllocatorContext, { useValue: context });
   container.register(AllocatorRegistry, { useClass: AllocatorRegistry }, { lifecycle: Lifecycle.ContainerScoped });
   const allocators = container.resolve(AllocatorRegistry);
   container.register(Allocator, { useFactory: () => allocators.get('cpu') });

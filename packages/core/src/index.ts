@@ -1,7 +1,7 @@
 export type { AllocateOptions, AllocatorEventSource } from './Allocator.js';
 export { Allocator } from './Allocator.js';
 export type { AllocatorEvents } from './AllocatorEvents.js';
-export { AllocatorFactory } from './AllocatorFactory.js';
+export { AllocatorContext, AllocatorFactory } from './AllocatorFactory.js';
 export { AllocatorRegistry } from './AllocatorRegistry.js';
 export type { AllocatorStats, CounterName, StatField, StatKey, StatName, StatPool } from './AllocatorStats.js';
 export type { CpuAllocatorOptions } from './cpu.js';
@@ -11,6 +11,10 @@ export { CpuMemoryBackend } from './CpuMemoryBackend.js';
 export type { RuntimeOptions } from './createRuntime.js';
 export { createRuntime } from './createRuntime.js';
 export type { DataPtrInit, Deleter } from './DataPtr.js';
+export { CachingAllocator } from './engine/CachingAllocator.js';
+export type { CachingAllocatorOptions, ResolvedCachingOptions } from './engine/CachingAllocatorOptions.js';
+export type { HistoryOptions } from './engine/History.js';
+export { isSmallRequest, roundSize, segmentSize } from './engine/SizeClass.js';
 export { DataPtr } from './DataPtr.js';
 export type { Device, DeviceLike, DeviceType, KnownDeviceType } from './Device.js';
 export { formatDevice, isSameDevice, parseDevice } from './Device.js';
@@ -35,7 +39,7 @@ export type { LmsState } from './LmsStorage.js';
 export type { LmsStorage } from './LmsStorage.js';
 export type { MinimalAllocator, SegmentSink } from './makeAllocator.js';
 export { makeAllocator, makeDirectAllocator } from './makeAllocator.js';
-export type { BackendEvent, SegmentOptions, StreamId } from './MemoryBackend.js';
+export type { BackendEvent, PageMapping, SegmentOptions, StreamId } from './MemoryBackend.js';
 export { MemoryBackend } from './MemoryBackend.js';
 export type { MemoryBlock } from './MemoryBlock.js';
 export type {
@@ -47,6 +51,8 @@ export type {
   SnapshotSegment,
   SnapshotTraceEntry,
 } from './MemorySnapshot.js';
+export type { MemoryReclaimer } from './MemoryReclaimer.js';
+export { IpcCollector, LmsReclaimer } from './MemoryReclaimer.js';
 export type { PagedData } from './Pager.js';
 export { Pager } from './Pager.js';
 export type { Plugin } from './Plugin.js';
@@ -60,3 +66,17 @@ export type { TensorContext, TensorLayout } from './TensorImpl.js';
 export { TensorImpl } from './TensorImpl.js';
 export type { Token } from './Token.js';
 export { resolve, resolveAll } from './Token.js';
+export type { VirtualMemoryBackendOptions } from './VirtualMemoryBackend.js';
+export { VirtualMemoryBackend } from './VirtualMemoryBackend.js';
+export type { AllocationFailure, FailureCallback, FailureCallbackAllocatorOptions } from './adaptors/FailureCallbackAllocator.js';
+export { FailureCallbackAllocator } from './adaptors/FailureCallbackAllocator.js';
+export type { LimitingAllocatorOptions } from './adaptors/LimitingAllocator.js';
+export { LimitingAllocator } from './adaptors/LimitingAllocator.js';
+export type { LoggingAllocatorOptions } from './adaptors/LoggingAllocator.js';
+export { LoggingAllocator } from './adaptors/LoggingAllocator.js';
+export type { RmmLogAction, RmmLogRecord } from './adaptors/parseRmmCsv.js';
+export { parseRmmCsv, RMM_CSV_HEADER } from './adaptors/parseRmmCsv.js';
+export type { StatisticsAllocatorOptions, StatisticsCounter, StatisticsCounters } from './adaptors/StatisticsAllocator.js';
+export { StatisticsAllocator } from './adaptors/StatisticsAllocator.js';
+export type { TrackedAllocation, TrackingAllocatorOptions } from './adaptors/TrackingAllocator.js';
+export { TrackingAllocator } from './adaptors/TrackingAllocator.js';

@@ -17,32 +17,35 @@ describe('createCpuAllocator', () => {
   });
 
   it('enforces a limit with an OutOfMemoryError that names the capacity', () => {
-    using allocator = createCpuAllocator({ limit: '1MiB' });
-    const a = allocator.allocate(768 * 1024);
+    using allocator = createCpuAllocator({ limit: '64MiB' });
+    const a = allocator.allocate(40 << 20);
     let error: unknown;
     try {
-      allocator.allocate(512 * 1024);
+      allocator.allocate(30 << 20);
     } catch (e) {
       error = e;
     }
     expect(error).to.be.instanceOf(OutOfMemoryError);
-    expect((error as OutOfMemoryError).message).to.contain('512.00 KiB').and.contain('1.00 MiB total capacity');
-    expect((error as OutOfMemoryError).capacityBytes).to.equal(1 << 20);
+    expect((error as OutOfMemoryError).message).to.contain('tried to allocate 30.00 MiB').and.contain('64.00 MiB total capacity');
+    expect((error as OutOfMemoryError).capacityBytes).to.equal(64 << 20);
     allocator.free(a);
-    expect(allocator.allocate(512 * 1024).byteLength).to.equal(512 * 1024);
+    expect(allocator.allocate(30 << 20).byteLength).to.equal(30 << 20);
   });
 
   it('rejects a limit that is not a byte count', () => {
     expect(() => createCpuAllocator({ limit: 'lots' })).to.throw(InvalidArgumentError, /limit must be a byte count/);
   });
 
-  it('detaches freed memory so that a stale view sees no bytes', () => {
+  it('keeps freed blocks cached, and detaches a segment it returns so that a stale view sees no bytes', () => {
     using allocator = createCpuAllocator();
-    const ptr = allocator.allocate(1024);
+    const ptr = allocator.allocate(4 << 20);
     const view = hostBytes(ptr);
     view.fill(7);
     allocator.free(ptr);
+    expect(view.byteLength, 'cached, not returned').to.equal(4 << 20);
+    allocator.emptyCache();
     expect(view.byteLength).to.equal(0);
+    expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(0);
   });
 });
 

@@ -1,0 +1,106 @@
+import type { AllocateOptions, Allocator, AllocatorEventSource } from '../Allocator.js';
+import type { AllocatorStats } from '../AllocatorStats.js';
+import type { DataPtr } from '../DataPtr.js';
+import { formatDevice } from '../Device.js';
+import { DisposedError } from '../errors/DisposedError.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
+import { parseBytes } from '../formatBytes.js';
+import type { ForwardingAllocatorOptions } from '../ForwardingAllocator.js';
+import { ForwardingAllocator } from '../ForwardingAllocator.js';
+import { checkUpstream } from '../internal/checkUpstream.js';
+import { RelayEmitter } from '../internal/RelayEmitter.js';
+import { checkByteCount } from '../internal/validate.js';
+
+/** Options of a {@link LimitingAllocator}. */
+export type LimitingAllocatorOptions = ForwardingAllocatorOptions;
+
+/**
+ * A hard budget over the bytes of the live allocations this adaptor handed out, after RMM's
+ * `limiting_resource_adaptor`: `new LimitingAllocator(upstream, '8GiB')`. A request that would take the
+ * requested bytes of its live pointers past `limitBytes` throws `OutOfMemoryError` (with `capacityBytes` the
+ * limit) without reaching the upstream; the adaptor's own `events` then report `outOfMemory` and its
+ * `memoryStats()` count it in `num_ooms`. A request within budget goes to the upstream, which may still run out.
+ *
+ * The budget counts requested bytes (`ptr.byteLength`), not what the upstream rounds to or caches. Bytes come
+ * back when a pointer is released by any path, `free(ptr)` or `ptr.release()` (Note [Adopting pointers]), even
+ * after this adaptor was disposed.
+ *
+ * Invariants: usedBytes == sum of byteLength over live pointers this adaptor returned; 0 <= usedBytes <= limitBytes.
+ */
+export class LimitingAllocator extends ForwardingAllocator {
+  /** The budget, in bytes. */
+  readonly limitBytes: number;
+  readonly #emitter: RelayEmitter;
+  /** Requested bytes of the live pointers this adaptor returned. */
+  #usedBytes = 0;
+  /** Requests this adaptor refused for the budget (the upstream's own refusals are in its `num_ooms`). */
+  #refusals = 0;
+  #disposed = false;
+
+  /**
+   * @param limitBytes the budget: a byte count, or text such as `'512MiB'` (see `parseBytes`)
+   * @throws InvalidArgumentError when `upstream` is not an allocator or `limitBytes` is not a byte count
+   */
+  constructor(upstream: Allocator, limitBytes: number | string, options: LimitingAllocatorOptions = {}) {
+    checkUpstream(upstream);
+    const limit = typeof limitBytes === 'number' || typeof limitBytes === 'string' ? parseBytes(limitBytes) : undefined;
+    if (limit === undefined) throw new InvalidArgumentError('limitBytes', limitBytes, "a byte count such as 1073741824 or '1GiB'");
+    super(upstream, options);
+    this.limitBytes = limit;
+    this.#emitter = new RelayEmitter(upstream.events);
+  }
+
+  /** Requested bytes of the live pointers this adaptor returned; at most `limitBytes`. */
+  get usedBytes(): number {
+    return this.#usedBytes;
+  }
+
+  /** The upstream's events, plus `outOfMemory` for requests this adaptor refused. */
+  override get events(): AllocatorEventSource {
+    return this.#emitter;
+  }
+
+  /**
+   * Allocates through the upstream when `nbytes` fits in what is left of the budget.
+   * @throws InvalidArgumentError when `nbytes` is not a byte count
+   * @throws OutOfMemoryError when `usedBytes + nbytes > limitBytes` (the upstream is not called), or from the upstream
+   * @throws DisposedError after `dispose()`
+   */
+  override allocate(nbytes: number, options?: AllocateOptions): DataPtr {
+    if (this.#disposed) throw new DisposedError(`Cannot call allocate() on the limiting allocator for ${formatDevice(this.device)}: it was disposed.`);
+    checkByteCount('nbytes', nbytes);
+    if (nbytes > this.limitBytes - this.#usedBytes) this.#refuse(nbytes);
+    this.#usedBytes += nbytes; // reserved before the upstream call, so that its `allocated` listeners see a consistent budget
+    try {
+      return super.allocate(nbytes, options);
+    } catch (error) {
+      this.#usedBytes -= nbytes;
+      throw error;
+    }
+  }
+
+  /** The upstream's statistics, with this adaptor's refusals added to `num_ooms`. */
+  override memoryStats(): AllocatorStats {
+    const stats = super.memoryStats();
+    return { ...stats, num_ooms: stats.num_ooms + this.#refusals };
+  }
+
+  override dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    this.#emitter.detach();
+    super.dispose();
+  }
+
+  protected override onReleased(ptr: DataPtr): void {
+    this.#usedBytes -= ptr.byteLength;
+  }
+
+  #refuse(nbytes: number): never {
+    this.#refusals++;
+    const stats = this.memoryStats();
+    this.#emitter.safeEmit('outOfMemory', { requestedBytes: nbytes, stats });
+    throw new OutOfMemoryError({ device: this.device, requestedBytes: nbytes, capacityBytes: this.limitBytes, stats });
+  }
+}
