@@ -332,8 +332,9 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (block) return block;
     for (const reclaimer of this.options.reclaimers()) {
       if (reclaimer.reclaim(this.device, r.size) <= 0) continue;
+      // What the reclaimer freed went to this engine's cache: look there, then release the cache and retry.
       if (this.#pendingCount > 0) this.#processEvents();
-      block = this.#findFreeBlock(r) ?? this.#newSegmentBlock(r, true);
+      block = this.#findFreeBlock(r) ?? (this.#releaseCachedBlocks() ? this.#newSegmentBlock(r, true) : undefined);
       if (block) return block;
     }
     return this.#throwOutOfMemory(nbytes);

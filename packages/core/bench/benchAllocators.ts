@@ -1,0 +1,22 @@
+import type { Allocator, VirtualMemoryBackend } from '@stowage/core';
+import { CachingAllocator, makeDirectAllocator } from '@stowage/core';
+import { createExactSizePoolAllocator } from './ExactSizePoolAllocator.js';
+
+/** An allocator under test: its name in the bench's output and how to build one over a fresh backend. */
+export interface BenchAllocator {
+  readonly name: string;
+  make(backend: VirtualMemoryBackend): Allocator;
+}
+
+/**
+ * The allocators the engine benchmark compares, baselines first. `no-cache` is the reference every trace line
+ * reports `opsPerSecVsNoCache` against, so it stays first.
+ */
+export function benchAllocators(): BenchAllocator[] {
+  return [
+    { name: 'no-cache', make: (backend) => makeDirectAllocator(backend) },
+    { name: 'exact-size-pool', make: (backend) => createExactSizePoolAllocator(backend) },
+    { name: 'caching-pytorch', make: (backend) => new CachingAllocator(backend, { preset: 'pytorch' }) },
+    { name: 'caching-best', make: (backend) => new CachingAllocator(backend, { preset: 'best' }) },
+  ];
+}

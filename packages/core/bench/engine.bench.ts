@@ -1,0 +1,136 @@
+// The engine benchmark (STYLE.md §11): every allocator from benchAllocators() on every shared trace, then
+// synthetic scenarios. One JSON line per result on stdout; see BENCH_USAGE for the flags.
+//
+//   trace lines      {"allocator","trace","ops","opsPerSec","peakAllocated","peakReserved","backendMallocs","ratio",
+//                     "opsPerSecVsNoCache","pytorchRatio"?}   ratio = peakReserved / peakAllocated
+//   scaling          {"allocator","scenario":"scaling","liveBlocks","nsPerOp"} and one "scaling-summary" per allocator
+//   pairs            {"allocator","scenario":"pairs","pairsPerSec"}
+//   static-shape     {"allocator","scenario":"static-shape","iterations","backendMallocsFirst","backendMallocsAfterFirst"}
+//   environment      {"scenario":"environment","node","cpu","cores","date"}   (last)
+import 'reflect-metadata'; // an application entry point: first, before tsyringe loads (STYLE.md §5)
+import os from 'node:os';
+import type { TraceEvent, TraceFile } from '@stowage/core/replay';
+import { findTraceRoot, listTraces, readTraceFile } from '@stowage/core/replay';
+import type { BenchAllocator } from './benchAllocators.js';
+import { benchAllocators } from './benchAllocators.js';
+import { BenchReporter } from './BenchReporter.js';
+import { checkExactSizePool } from './checkExactSizePool.js';
+import { runPairsScenario } from './pairsScenario.js';
+import { BENCH_USAGE, BenchUsageError, parseBenchArgs } from './parseBenchArgs.js';
+import { readPytorchRatios } from './readPytorchRatios.js';
+import { runScalingScenario } from './scalingScenario.js';
+import { firstAllocations, runStaticShapeScenario, syntheticAllocations } from './staticShapeScenario.js';
+import { runTraceScenario } from './traceScenario.js';
+
+const BASELINE = 'no-cache';
+const SCALING_LIVE_BLOCKS = [100, 1000, 10_000, 100_000];
+const SCALING_PAIRS = 200_000;
+const STATIC_SHAPE_ALLOCS = 2000;
+const STATIC_SHAPE_ITERATIONS = 10;
+
+async function main(): Promise<void> {
+  const args = parseBenchArgs(process.argv.slice(2));
+  if (args.help) {
+    process.stdout.write(`${BENCH_USAGE}\n`);
+    return;
+  }
+  checkExactSizePool();
+  const all = benchAllocators();
+  const unknown = (args.allocators ?? []).filter((name) => !all.some((a) => a.name === name));
+  if (unknown.length > 0) throw new BenchUsageError(`Unknown allocator ${unknown.join(', ')}; known: ${all.map((a) => a.name).join(', ')}.`);
+  const selected = args.allocators ? all.filter((a) => args.allocators!.includes(a.name)) : all;
+  const baseline = all.find((a) => a.name === BASELINE);
+
+  const root = findTraceRoot();
+  if (root === undefined) process.stderr.write('No trace directory found (shared/traces or $STOWAGE_TRACES): skipping the trace replays.\n');
+  const traces = root ? listTraces(root).filter((t) => args.trace === undefined || t.name.includes(args.trace)) : [];
+  const pytorchRatios = root ? readPytorchRatios(root) : new Map<string, number>();
+  // The baseline runs on every trace, unseen when it was filtered out, so that opsPerSecVsNoCache is always there.
+  const onTraces = baseline && !selected.includes(baseline) ? [baseline, ...selected] : selected;
+
+  const steps = traces.length * onTraces.length + (args.quick ? 0 : selected.length * (SCALING_LIVE_BLOCKS.length + 2));
+  const reporter = new BenchReporter(steps);
+  try {
+    for (const trace of traces) replayOneTrace(trace, await readTraceFile(trace), onTraces, selected, pytorchRatios, reporter);
+    if (!args.quick) {
+      runScaling(selected, reporter);
+      for (const allocator of selected) {
+        reporter.task(`pairs: ${allocator.name}`);
+        reporter.emit({ allocator: allocator.name, scenario: 'pairs', pairsPerSec: Math.round(runPairsScenario(allocator)) });
+        reporter.step();
+      }
+      const source = traces.find((t) => t.kind === 'pytorch') ?? traces[0];
+      const sequence = source ? firstAllocations(await readTraceFile(source), STATIC_SHAPE_ALLOCS) : syntheticAllocations(STATIC_SHAPE_ALLOCS);
+      for (const allocator of selected) {
+        reporter.task(`static-shape: ${allocator.name}`);
+        const run = runStaticShapeScenario(allocator, sequence, STATIC_SHAPE_ITERATIONS);
+        reporter.emit({
+          allocator: allocator.name,
+          scenario: 'static-shape',
+          trace: source?.name ?? 'synthetic',
+          iterations: STATIC_SHAPE_ITERATIONS,
+          ...run,
+        });
+        reporter.step();
+      }
+    }
+    reporter.emit({ scenario: 'environment', node: process.version, cpu: os.cpus()[0]?.model ?? 'unknown', cores: os.cpus().length, date: new Date().toISOString() });
+  } finally {
+    reporter.stop();
+  }
+}
+
+function replayOneTrace(
+  trace: TraceFile,
+  events: readonly TraceEvent[],
+  onTraces: readonly BenchAllocator[],
+  selected: readonly BenchAllocator[],
+  pytorchRatios: ReadonlyMap<string, number>,
+  reporter: BenchReporter,
+): void {
+  let baselineOpsPerSec: number | undefined;
+  for (const allocator of onTraces) {
+    reporter.task(`${trace.name}: ${allocator.name}`);
+    const run = runTraceScenario(allocator, events);
+    reporter.step();
+    if (allocator.name === BASELINE) baselineOpsPerSec = run.opsPerSec;
+    if (!selected.includes(allocator)) continue;
+    const pytorchRatio = pytorchRatios.get(trace.name);
+    reporter.emit({
+      allocator: allocator.name,
+      trace: trace.name,
+      ops: run.ops,
+      opsPerSec: Math.round(run.opsPerSec),
+      peakAllocated: run.peakAllocated,
+      peakReserved: run.peakReserved,
+      backendMallocs: run.backendMallocs,
+      ratio: run.peakAllocated > 0 ? round(run.peakReserved / run.peakAllocated, 4) : null,
+      opsPerSecVsNoCache: baselineOpsPerSec ? round(run.opsPerSec / baselineOpsPerSec, 3) : null,
+      ...(pytorchRatio === undefined ? {} : { pytorchRatio }),
+      ...(run.failedAt ? { failedAt: run.failedAt.op, error: run.failedAt.error.message } : {}),
+    });
+  }
+}
+
+function runScaling(selected: readonly BenchAllocator[], reporter: BenchReporter): void {
+  for (const allocator of selected) {
+    const nsPerOp: number[] = [];
+    for (const liveBlocks of SCALING_LIVE_BLOCKS) {
+      reporter.task(`scaling ${liveBlocks}: ${allocator.name}`);
+      const ns = runScalingScenario(allocator, liveBlocks, SCALING_PAIRS);
+      nsPerOp.push(ns);
+      reporter.emit({ allocator: allocator.name, scenario: 'scaling', liveBlocks, nsPerOp: round(ns, 1) });
+      reporter.step();
+    }
+    reporter.emit({ allocator: allocator.name, scenario: 'scaling-summary', ratioMaxOverMin: round(Math.max(...nsPerOp) / Math.min(...nsPerOp), 3) });
+  }
+}
+
+function round(value: number, digits: number): number {
+  return Number(value.toFixed(digits));
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof BenchUsageError ? error.message : error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exitCode = error instanceof BenchUsageError ? 2 : 1;
+});

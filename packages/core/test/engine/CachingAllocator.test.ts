@@ -1,0 +1,413 @@
+import { expect } from 'chai';
+import type { DataPtr, MemoryReclaimer } from '@stowage/core';
+import {
+  CachingAllocator,
+  CpuMemoryBackend,
+  DoubleFreeError,
+  ForeignPointerError,
+  InvalidArgumentError,
+  OutOfMemoryError,
+  UseAfterReleaseError,
+  VirtualMemoryBackend,
+} from '@stowage/core';
+import { describeAllocatorContract } from '@stowage/core/testing';
+import { blockOf, engine, KiB, MiB } from './helpers.js';
+
+describeAllocatorContract('CachingAllocator (pytorch preset) over a virtual device', () => new CachingAllocator(new VirtualMemoryBackend(), { preset: 'pytorch' }));
+describeAllocatorContract('CachingAllocator (best preset) over a virtual device', () => new CachingAllocator(new VirtualMemoryBackend(), { preset: 'best' }));
+describeAllocatorContract('CachingAllocator (best preset) over host memory', () => new CachingAllocator(new CpuMemoryBackend()));
+
+describe('CachingAllocator#allocate', () => {
+  it('rounds a small request to 512 bytes inside a 2 MiB small-pool segment', () => {
+    const { allocator, backend } = engine();
+    const ptr = allocator.allocate(100);
+    const { segment, block } = blockOf(allocator, ptr);
+    expect(block.size).to.equal(512);
+    expect(segment.total_size).to.equal(2 * MiB);
+    expect(segment.segment_type).to.equal('small');
+    const s = allocator.memoryStats();
+    expect(s['allocated_bytes.small_pool.current']).to.equal(512);
+    expect(s['requested_bytes.all.current']).to.equal(100);
+    expect(s['reserved_bytes.small_pool.current']).to.equal(2 * MiB);
+    expect(backend.mallocCount).to.equal(1);
+    allocator.assertInvariants();
+  });
+
+  it('sizes large segments at 20 MiB under 10 MiB and rounds bigger requests to 2 MiB', () => {
+    const sizes = [1.5 * MiB, 10 * MiB, 11 * MiB].map((n) => {
+      const { allocator } = engine();
+      return blockOf(allocator, allocator.allocate(n)).segment.total_size;
+    });
+    expect(sizes).to.deep.equal([20 * MiB, 10 * MiB, 12 * MiB]);
+  });
+
+  it('reuses a freed block of the same size class without asking the backend', () => {
+    const { allocator, backend } = engine();
+    const a = allocator.allocate(3000);
+    const address = a.address;
+    allocator.free(a);
+    const b = allocator.allocate(2900);
+    expect(b.address).to.equal(address);
+    expect(backend.mallocCount).to.equal(1);
+  });
+
+  it('splits small-pool blocks down to 512 bytes but keeps a large-pool remainder of 1 MiB or less attached', () => {
+    const { allocator } = engine();
+    const small = allocator.allocate(MiB);
+    expect(blockOf(allocator, small).segment.blocks.map((b) => b.size)).to.deep.equal([MiB, MiB]);
+    const large = allocator.allocate(19.5 * MiB);
+    expect(blockOf(allocator, large).block.size, 'a 0.5 MiB remainder is not split off').to.equal(20 * MiB);
+    expect(allocator.memoryStats()['allocated_bytes.large_pool.current']).to.equal(20 * MiB);
+    const other = allocator.allocate(2 * MiB);
+    expect(blockOf(allocator, other).segment.blocks.map((b) => b.size)).to.deep.equal([2 * MiB, 18 * MiB]);
+    allocator.assertInvariants();
+  });
+
+  it('picks the best fit by size, then the lowest address', () => {
+    const { allocator } = engine();
+    const [a, , b, , c] = [8 * KiB, KiB, 4 * KiB, KiB, 4 * KiB].map((n) => allocator.allocate(n));
+    allocator.free(a!);
+    allocator.free(c!);
+    allocator.free(b!);
+    const fit = allocator.allocate(3.5 * KiB);
+    expect(fit.address, 'the lower of the two 4 KiB holes').to.equal(b!.address);
+    allocator.assertInvariants();
+  });
+
+  it('never serves a small request from the large pool or the other way round', () => {
+    const { allocator, backend } = engine();
+    allocator.free(allocator.allocate(4 * MiB));
+    allocator.allocate(64 * KiB);
+    expect(backend.mallocCount).to.equal(2);
+  });
+
+  it('keeps blocks at least the max split size whole and serves them only to requests near their size', () => {
+    const { allocator, backend } = engine({ preset: 'pytorch', maxSplitSize: '32MiB' });
+    const big = allocator.allocate(40 * MiB);
+    expect(allocator.memoryStats()['oversize_allocations.current']).to.equal(1);
+    expect(allocator.memoryStats()['oversize_segments.current']).to.equal(1);
+    allocator.free(big);
+    const medium = allocator.allocate(21 * MiB);
+    expect(backend.mallocCount, 'a request under the max split size does not take an oversize block').to.equal(2);
+    const near = allocator.allocate(36 * MiB);
+    expect(near.address, 'an oversize request within 20 MiB of the block reuses it whole').to.equal(big.address);
+    expect(blockOf(allocator, near).block.size).to.equal(40 * MiB);
+    allocator.free(medium);
+    allocator.assertInvariants();
+  });
+
+  it('serves zero-byte requests without touching the device', () => {
+    const { allocator, backend } = engine();
+    const ptr = allocator.allocate(0);
+    expect(ptr.byteLength).to.equal(0);
+    expect(backend.mallocCount).to.equal(0);
+    expect(allocator.memoryStats()['allocation.all.current']).to.equal(1);
+    allocator.free(ptr);
+    expect(allocator.memoryStats()['allocation.all.current']).to.equal(0);
+  });
+
+  it('rejects a stream the device does not have, changing nothing', () => {
+    const { allocator } = engine(undefined, { streams: 2 });
+    const before = allocator.memoryStats();
+    for (const stream of [2, -1, 0.5]) expect(() => allocator.allocate(64, { stream })).to.throw(InvalidArgumentError, /options.stream must be a stream of virtual:0/);
+    expect(allocator.memoryStats()).to.deep.equal(before);
+  });
+});
+
+describe('CachingAllocator#free', () => {
+  it('merges a freed block with both free neighbours and undoes the split accounting', () => {
+    const { allocator } = engine();
+    const [a, b, c] = [KiB, 2 * KiB, KiB].map((n) => allocator.allocate(n));
+    allocator.free(a!);
+    allocator.free(c!);
+    expect(allocator.memoryStats()['inactive_split.all.current']).to.equal(2);
+    allocator.free(b!);
+    const [segment] = allocator.snapshot().segments;
+    expect(segment!.blocks.map((x) => [x.size, x.state])).to.deep.equal([[2 * MiB, 'inactive']]);
+    const s = allocator.memoryStats();
+    expect(s['inactive_split.all.current']).to.equal(0);
+    expect(s['inactive_split_bytes.all.current']).to.equal(0);
+    expect(s['allocated_bytes.all.current']).to.equal(0);
+    expect(s['active_bytes.all.current']).to.equal(0);
+    allocator.assertInvariants();
+  });
+
+  it('rejects a double free, a foreign pointer and a non-pointer, changing nothing', () => {
+    const { allocator } = engine();
+    const { allocator: other } = engine();
+    const ptr = allocator.allocate(64);
+    allocator.free(ptr);
+    const before = allocator.memoryStats();
+    expect(() => allocator.free(ptr)).to.throw(DoubleFreeError);
+    expect(() => allocator.free(other.allocate(64))).to.throw(ForeignPointerError);
+    expect(() => allocator.free({ address: 0 } as DataPtr)).to.throw(InvalidArgumentError);
+    expect(allocator.memoryStats()).to.deep.equal(before);
+    allocator.assertInvariants();
+  });
+});
+
+describe('CachingAllocator#recordStream', () => {
+  it('holds a block used on another stream until that stream has done its work', () => {
+    const { allocator, backend } = engine(undefined, { streams: 2 });
+    const a = allocator.allocate(4 * KiB);
+    allocator.recordStream(a, 1);
+    backend.holdStream(1);
+    allocator.free(a);
+    expect(blockOf(allocator, { address: a.address } as DataPtr).block.state).to.equal('active_pending_free');
+    let s = allocator.memoryStats();
+    expect(s['allocated_bytes.all.current']).to.equal(0);
+    expect(s['active_bytes.all.current']).to.equal(4 * KiB);
+    const b = allocator.allocate(4 * KiB);
+    expect(b.address, 'the pending block is not reused').to.not.equal(a.address);
+    backend.completeStream(1);
+    const c = allocator.allocate(4 * KiB);
+    expect(c.address, 'reused once the event completed').to.equal(a.address);
+    s = allocator.memoryStats();
+    expect(s['active_bytes.all.current']).to.equal(8 * KiB);
+    allocator.assertInvariants();
+  });
+
+  it('keeps blocks with the stream that allocated them', () => {
+    const { allocator, backend } = engine(undefined, { streams: 2 });
+    allocator.free(allocator.allocate(4 * KiB, { stream: 1 }));
+    const ptr = allocator.allocate(4 * KiB, { stream: 0 });
+    expect(backend.mallocCount).to.equal(2);
+    expect(blockOf(allocator, ptr).segment.stream).to.equal(0);
+  });
+
+  it('waits for pending events in emptyCache and then releases the segment', () => {
+    const { allocator, backend } = engine(undefined, { streams: 2 });
+    const a = allocator.allocate(4 * KiB);
+    allocator.recordStream(a, 1);
+    backend.holdStream(1);
+    allocator.free(a);
+    allocator.emptyCache();
+    expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(0);
+    allocator.assertInvariants();
+  });
+
+  it('rejects a freed pointer, a foreign pointer and an unknown stream', () => {
+    const { allocator } = engine(undefined, { streams: 2 });
+    const { allocator: other } = engine(undefined, { streams: 2 });
+    const ptr = allocator.allocate(64);
+    expect(() => allocator.recordStream(ptr, 2)).to.throw(InvalidArgumentError, /^stream must be/);
+    expect(() => allocator.recordStream(other.allocate(64), 1)).to.throw(ForeignPointerError);
+    allocator.free(ptr);
+    expect(() => allocator.recordStream(ptr, 1)).to.throw(UseAfterReleaseError, /it was freed/);
+  });
+});
+
+describe('CachingAllocator out-of-memory chain', () => {
+  it('frees its own cached segments and retries before failing', () => {
+    const { allocator, backend } = engine({ preset: 'pytorch', memoryLimit: '40MiB' });
+    allocator.free(allocator.allocate(30 * MiB));
+    const ptr = allocator.allocate(36 * MiB);
+    expect(ptr.byteLength).to.equal(36 * MiB);
+    const s = allocator.memoryStats();
+    expect(s.num_alloc_retries).to.equal(1);
+    expect(s.num_device_free).to.equal(1);
+    expect(backend.reservedBytes).to.equal(36 * MiB);
+  });
+
+  it('calls the reclaimers in order, retrying after the first that frees something', () => {
+    const calls: string[] = [];
+    let hog: DataPtr | undefined;
+    const reclaimers: MemoryReclaimer[] = [
+      { reclaim: () => (calls.push('ipc'), 0) },
+      {
+        reclaim: (_device, bytes) => {
+          calls.push(`lms ${bytes}`);
+          hog?.release();
+          hog = undefined;
+          return 30 * MiB;
+        },
+      },
+      { reclaim: () => (calls.push('never'), 0) },
+    ];
+    const { allocator } = engine({ preset: 'pytorch', memoryLimit: '40MiB', reclaimers: () => reclaimers });
+    hog = allocator.allocate(30 * MiB);
+    const ptr = allocator.allocate(36 * MiB);
+    expect(calls).to.deep.equal(['ipc', `lms ${36 * MiB}`]);
+    expect(ptr.byteLength).to.equal(36 * MiB);
+    allocator.assertInvariants();
+  });
+
+  it('throws a PyTorch-style OutOfMemoryError only after every step failed, and keeps working', () => {
+    const calls: string[] = [];
+    const { allocator } = engine({ preset: 'pytorch', memoryLimit: '40MiB', reclaimers: () => [{ reclaim: () => (calls.push('ipc'), 0) }] });
+    const reported: number[] = [];
+    allocator.events.on('outOfMemory', (e) => reported.push(e.requestedBytes));
+    const keep = allocator.allocate(30 * MiB);
+    let error: unknown;
+    try {
+      allocator.allocate(36 * MiB);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).to.be.instanceOf(OutOfMemoryError);
+    expect((error as Error).message).to.equal(
+      'Out of memory on virtual:0: tried to allocate 36.00 MiB; the device has 40.00 MiB total capacity, of which 10.00 MiB is free. ' +
+        '30.00 MiB is reserved by Stowage, of which 30.00 MiB is allocated and 0 B is cached but unallocated.',
+    );
+    expect(calls).to.deep.equal(['ipc']);
+    expect(reported).to.deep.equal([36 * MiB]);
+    expect(allocator.memoryStats().num_ooms).to.equal(1);
+    allocator.free(keep);
+    expect(allocator.allocate(36 * MiB).byteLength).to.equal(36 * MiB);
+  });
+
+  it('hints at fragmentation when cached memory could have held the request', () => {
+    const { allocator } = engine({ preset: 'pytorch', memoryLimit: '24MiB' });
+    const blocks = Array.from({ length: 10 }, () => allocator.allocate(2 * MiB)); // fills one 20 MiB segment
+    blocks.filter((_, i) => i % 2 === 0).forEach((p) => allocator.free(p));
+    // 10 MiB cached in 2 MiB holes; a new 20 MiB segment would pass the limit.
+    expect(() => allocator.allocate(5 * MiB)).to.throw(OutOfMemoryError, /10\.00 MiB is cached but unallocated\. The cached memory is large enough for this request but fragmented/);
+  });
+
+  it('gives no fragmentation hint when the cache is too small anyway', () => {
+    const { allocator } = engine({ preset: 'pytorch', memoryLimit: '44MiB' });
+    const [a, , c] = [12 * MiB, 2 * MiB, 12 * MiB].map((n) => allocator.allocate(n));
+    allocator.free(a!);
+    allocator.free(c!);
+    let error: unknown;
+    try {
+      allocator.allocate(26 * MiB);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).to.be.instanceOf(OutOfMemoryError);
+    expect((error as Error).message).to.not.contain('fragmented');
+    expect(allocator.memoryStats().num_device_free, 'the unsplit cached segment went back first').to.equal(1);
+  });
+});
+
+describe('CachingAllocator garbage collection', () => {
+  it('frees the oldest cached segments when reserved memory passes the threshold of the limit', () => {
+    const { allocator, backend } = engine({ preset: 'pytorch', memoryLimit: '100MiB', garbageCollectionThreshold: 0.5 });
+    [22 * MiB, 24 * MiB].map((n) => allocator.allocate(n)).forEach((p) => allocator.free(p));
+    // Age them: searches of the large pool that a third cached segment serves.
+    for (let i = 0; i < 5; i++) allocator.free(allocator.allocate(30 * MiB));
+    expect(backend.reservedBytes).to.equal(76 * MiB);
+    allocator.allocate(40 * MiB);
+    expect(allocator.memoryStats().num_device_free, 'the two old segments went back, the young one stayed').to.equal(2);
+    expect(backend.reservedBytes).to.equal(70 * MiB);
+    allocator.assertInvariants();
+  });
+
+  it('requires a memory limit for a threshold', () => {
+    expect(() => engine({ garbageCollectionThreshold: 0.5 })).to.throw(InvalidArgumentError, /memoryLimit/);
+  });
+});
+
+describe('CachingAllocator expandable segments', () => {
+  it('grows one segment by pages instead of reserving new ones, and unmaps the free tail', () => {
+    const { allocator, backend } = engine({ preset: 'best' });
+    const a = allocator.allocate(3 * MiB);
+    const b = allocator.allocate(5 * MiB);
+    const [segment] = allocator.snapshot().segments;
+    expect(allocator.snapshot().segments).to.have.length(1);
+    expect(segment!.is_expandable).to.equal(true);
+    expect(segment!.total_size).to.equal(8 * MiB);
+    expect(b.address).to.equal(a.address + 3 * MiB);
+    allocator.free(b);
+    allocator.emptyCache();
+    expect(backend.reservedBytes).to.equal(4 * MiB);
+    allocator.free(a);
+    allocator.emptyCache();
+    expect(backend.reservedBytes).to.equal(0);
+    expect(allocator.snapshot().segments).to.have.length(0);
+    allocator.assertInvariants();
+  });
+
+  it('falls back to fixed segments on a backend that cannot map pages', () => {
+    const { allocator } = engine({ preset: 'best' }, { pageBytes: 0 });
+    allocator.allocate(3 * MiB);
+    expect(allocator.snapshot().segments[0]!.is_expandable).to.equal(false);
+    expect(allocator.snapshot().allocator_settings.expandable_segments).to.equal(false);
+  });
+});
+
+describe('CachingAllocator#trim', () => {
+  it('releases cached segments, largest first, down to a target', () => {
+    const { allocator, backend } = engine();
+    const ptrs = [12 * MiB, 14 * MiB, 16 * MiB].map((n) => allocator.allocate(n));
+    ptrs.forEach((p) => allocator.free(p));
+    expect(allocator.trim(30 * MiB)).to.equal(26 * MiB);
+    expect(allocator.trim(0)).to.equal(0);
+    expect(backend.reservedBytes).to.equal(0);
+    expect(() => allocator.trim(-1)).to.throw(InvalidArgumentError, /targetBytes/);
+  });
+});
+
+describe('CachingAllocator#memoryStats', () => {
+  it('tracks peaks, cumulative figures and resets peaks to current', () => {
+    const { allocator } = engine();
+    const a = allocator.allocate(3 * MiB);
+    allocator.free(a);
+    allocator.allocate(KiB);
+    let s = allocator.memoryStats();
+    expect(s['allocated_bytes.all.peak']).to.equal(3 * MiB);
+    expect(s['allocated_bytes.all.allocated']).to.equal(3 * MiB + KiB);
+    expect(s['allocated_bytes.all.freed']).to.equal(3 * MiB);
+    expect(s['allocation.all.allocated']).to.equal(2);
+    expect(s['segment.all.current']).to.equal(2);
+    expect(s.num_device_alloc).to.equal(2);
+    expect(s.max_split_size).to.equal(-1);
+    allocator.resetPeakStats();
+    s = allocator.memoryStats();
+    expect(s['allocated_bytes.all.peak']).to.equal(KiB);
+    expect(s['reserved_bytes.all.peak']).to.equal(22 * MiB);
+  });
+});
+
+describe('CachingAllocator#snapshot', () => {
+  it('records a bounded history with PyTorch action names and monotonic times', () => {
+    const { allocator } = engine();
+    allocator.recordHistory({ maxEntries: 4 });
+    const a = allocator.allocate(100);
+    allocator.free(a);
+    allocator.allocate(200);
+    const trace = allocator.snapshot().device_traces[0]!;
+    expect(trace.map((e) => e.action)).to.deep.equal(['alloc', 'free_requested', 'free_completed', 'alloc']);
+    const all = allocator.snapshot();
+    allocator.recordHistory({ maxEntries: 2 });
+    allocator.emptyCache();
+    expect(allocator.snapshot().device_traces[0]).to.have.length(0);
+    const times = trace.map((e) => e.time_us);
+    expect(times).to.deep.equal([...times].sort((x, y) => x - y));
+    expect(all.segments[0]!.blocks[0]).to.include({ size: 512, requested_size: 200, state: 'active_allocated' });
+    allocator.recordHistory(false);
+    expect(() => allocator.recordHistory({ maxEntries: 0 })).to.throw(InvalidArgumentError);
+  });
+
+  it('records segment events and an oom entry with the free bytes', () => {
+    const { allocator } = engine({ preset: 'pytorch', memoryLimit: '20MiB' });
+    allocator.recordHistory({ stacks: true });
+    allocator.allocate(4 * MiB);
+    expect(() => allocator.allocate(17 * MiB)).to.throw(OutOfMemoryError);
+    const trace = allocator.snapshot().device_traces[0]!;
+    expect(trace.map((e) => e.action)).to.deep.equal(['segment_alloc', 'alloc', 'oom']);
+    expect(trace[2]!.device_free).to.equal(0);
+    expect(trace[1]!.frames.some((f) => f.filename.includes('CachingAllocator.test'))).to.equal(true);
+  });
+});
+
+describe('CachingAllocator options', () => {
+  it('rejects out-of-range options with the option named', () => {
+    const bad: [object, RegExp][] = [
+      [{ maxSplitSize: '8MiB' }, /maxSplitSize/],
+      [{ roundupPower2Divisions: 3 }, /roundupPower2Divisions/],
+      [{ garbageCollectionThreshold: 1.5, memoryLimit: '1GiB' }, /garbageCollectionThreshold/],
+      [{ memoryLimit: 'lots' }, /memoryLimit/],
+      [{ memoryLimit: { fraction: 2 } }, /fraction/],
+      [{ preset: 'fast' }, /preset/],
+    ];
+    for (const [options, pattern] of bad) expect(() => engine(options)).to.throw(InvalidArgumentError, pattern);
+  });
+
+  it('takes a memory limit as a fraction of the device capacity', () => {
+    const { allocator } = engine({ preset: 'pytorch', memoryLimit: { fraction: 0.5 } }, { capacityBytes: 64 * MiB });
+    expect(allocator.capacityBytes).to.equal(32 * MiB);
+    expect(() => allocator.allocate(40 * MiB)).to.throw(OutOfMemoryError, /32\.00 MiB total capacity/);
+  });
+});

@@ -1,0 +1,46 @@
+import { expect } from 'chai';
+import type { TraceEvent } from '@stowage/core/replay';
+import { traceSummary } from '@stowage/core/replay';
+
+const e = (action: TraceEvent['action'], id: number, size: number, extra: Partial<TraceEvent> = {}): TraceEvent => ({ action, id, size, stream: 0, ...extra });
+
+describe('traceSummary', () => {
+  it("counts events, peak live bytes, and PyTorch's segments and peak reserved bytes", () => {
+    const summary = traceSummary([
+      e('alloc', 0, 100, { pre: true }),
+      e('segment_alloc', -1, 2048),
+      e('alloc', 1, 300, { stream: 5 }),
+      e('free_requested', 0, 100),
+      e('free_completed', 0, 100),
+      e('segment_map', -1, 4096),
+      e('alloc', 2, 50),
+      e('free_completed', 2, 50),
+      e('segment_unmap', -1, 4096),
+      e('segment_free', -1, 2048),
+      e('segment_alloc', -1, 1024),
+      e('oom', -1, 1 << 30),
+    ]);
+    expect(summary).to.deep.equal({
+      events: 12,
+      allocs: 3,
+      preAllocs: 1,
+      freeRequested: 1,
+      freeCompleted: 2,
+      streams: 2,
+      peakLiveBytes: 400,
+      finalLiveBytes: 300,
+      segmentAllocs: 2,
+      segmentFrees: 1,
+      segmentMaps: 1,
+      segmentUnmaps: 1,
+      peakReservedBytes: 2048 + 4096,
+      ooms: 1,
+    });
+  });
+
+  it('leaves peakReservedBytes undefined for a trace without segment events', () => {
+    const summary = traceSummary([e('alloc', 0, 10), e('free_requested', 0, 10)]);
+    expect(summary.peakReservedBytes).to.equal(undefined);
+    expect(summary.peakLiveBytes).to.equal(10);
+  });
+});
