@@ -10,7 +10,7 @@
 import 'reflect-metadata'; // an application entry point: first, before tsyringe loads (STYLE.md §5)
 import os from 'node:os';
 import type { TraceEvent, TraceFile } from '@stowage/core/replay';
-import { findTraceRoot, listTraces, readTraceFile } from '@stowage/core/replay';
+import { findTraceRoot, listTraces, readTraceFile, traceSummary } from '@stowage/core/replay';
 import type { BenchAllocator } from './benchAllocators.js';
 import { benchAllocators } from './benchAllocators.js';
 import { BenchReporter } from './BenchReporter.js';
@@ -89,9 +89,10 @@ function replayOneTrace(
   reporter: BenchReporter,
 ): void {
   let baselineOpsPerSec: number | undefined;
+  const capacityBytes = traceSummary(events).capacityAtOomBytes;
   for (const allocator of onTraces) {
     reporter.task(`${trace.name}: ${allocator.name}`);
-    const run = runTraceScenario(allocator, events);
+    const run = runTraceScenario(allocator, events, capacityBytes);
     reporter.step();
     if (allocator.name === BASELINE) baselineOpsPerSec = run.opsPerSec;
     if (!selected.includes(allocator)) continue;
@@ -107,6 +108,7 @@ function replayOneTrace(
       ratio: run.peakAllocated > 0 ? round(run.peakReserved / run.peakAllocated, 4) : null,
       opsPerSecVsNoCache: baselineOpsPerSec ? round(run.opsPerSec / baselineOpsPerSec, 3) : null,
       ...(pytorchRatio === undefined ? {} : { pytorchRatio }),
+      ...(capacityBytes === undefined ? {} : { capacityBytes }),
       ...(run.failedAt ? { failedAt: run.failedAt.op, error: run.failedAt.error.message } : {}),
     });
   }

@@ -6,8 +6,14 @@ import type { StreamId } from '../MemoryBackend.js';
 export class Segment<H = unknown> {
   /** The first block (lowest address); blocks chain through `next`. */
   head!: Block<H>;
-  /** Bytes the backend currently backs: the whole segment, or the mapped prefix of an expandable one. */
+  /** The last block. */
+  tail!: Block<H>;
+  /** Blocks tile `[address, address + extentBytes)`: the whole segment, or an expandable one's used prefix. */
+  extentBytes: number;
+  /** Bytes the backend currently backs: extentBytes minus the unmapped gaps of an expandable segment. */
   mappedBytes: number;
+  /** The unmapped blocks of an expandable segment (Note [Expandable segments]). */
+  readonly gaps = new Set<Block<H>>();
 
   constructor(
     readonly memory: MemoryBlock<H>,
@@ -18,6 +24,7 @@ export class Segment<H = unknown> {
     readonly expandable: boolean,
   ) {
     this.mappedBytes = expandable ? 0 : memory.byteLength;
+    this.extentBytes = this.mappedBytes;
   }
 
   get address(): number {
@@ -46,6 +53,8 @@ export class Block<H = unknown> {
   gcCountBase = 0;
   /** The live pointer while allocated. */
   ptr: DataPtr<H> | null = null;
+  /** False for an unmapped gap of an expandable segment. */
+  mapped = true;
   /** True while the block waits, unmerged, in a quick list (Note [Deferred coalescing]). */
   quick = false;
   /** True once the block went back to the device (released by emptyCache, trim or dispose). */

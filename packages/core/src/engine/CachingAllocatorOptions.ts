@@ -30,6 +30,12 @@ export interface CachingAllocatorOptions {
   /** Grow one expandable segment per stream and pool by mapping pages, where the backend can. */
   readonly expandableSegments?: boolean;
   /**
+   * With expandable segments: before growing a segment, unmap its free pages when reserved bytes would exceed
+   * allocated bytes by more than this fraction (Note [Expandable segments]). Default: 0.005 in the best preset,
+   * off (Infinity) in the pytorch preset.
+   */
+  readonly fragmentationLimit?: number;
+  /**
    * Keep freed blocks unmerged in short per-size lists for O(1) reuse of the same size, merging them before any
    * reservation (Note [Deferred coalescing] in CachingAllocator.ts). Default: on in the best preset.
    */
@@ -49,6 +55,7 @@ export interface ResolvedCachingOptions {
   readonly garbageCollectionThreshold: number;
   readonly memoryLimit: number | { readonly fraction: number } | undefined;
   readonly expandableSegments: boolean;
+  readonly fragmentationLimit: number;
   readonly deferCoalescing: boolean;
   readonly reclaimers: () => readonly MemoryReclaimer[];
 }
@@ -93,7 +100,13 @@ export function resolveCachingOptions(options: CachingAllocatorOptions): Resolve
     garbageCollectionThreshold: gc,
     memoryLimit,
     expandableSegments: options.expandableSegments ?? preset === 'best',
+    fragmentationLimit: checkFragmentationLimit(options.fragmentationLimit ?? (preset === 'best' ? 0.005 : Number.POSITIVE_INFINITY)),
     deferCoalescing: options.deferCoalescing ?? preset === 'best',
     reclaimers: options.reclaimers ?? NO_RECLAIMERS,
   };
+}
+
+function checkFragmentationLimit(value: unknown): number {
+  if (typeof value !== 'number' || !(value >= 0)) throw new InvalidArgumentError('options.fragmentationLimit', value, 'a fraction >= 0, or Infinity to disable');
+  return value;
 }

@@ -44,4 +44,6 @@ export interface TraceEvent {
   readonly pre?: boolean;
   /** Microseconds since the first event; null or absent when the trace has no times. */
   readonly timeUs?: number | null;
+  /** `oom` only: the bytes the device reported free when the allocation failed. */
+  readonly deviceFree?: number;
 }

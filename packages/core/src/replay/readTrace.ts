@@ -82,6 +82,7 @@ function parseTraceLine(text: string, path: string, line: number): TraceEvent | 
     event.addr = r.addr;
   }
   if (r.pre === true) event.pre = true;
+  if (typeof r.device_free === 'number') event.deviceFree = r.device_free;
   if (r.t_us !== undefined) {
     if (r.t_us !== null && typeof r.t_us !== 'number') throw new InvalidArgumentError(`t_us on ${where}`, r.t_us, 'a number or null');
     event.timeUs = r.t_us;

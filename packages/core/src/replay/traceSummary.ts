@@ -30,6 +30,12 @@ export interface TraceSummary {
    */
   readonly peakReservedBytes: number | undefined;
   readonly ooms: number;
+  /**
+   * For a trace recorded from the start that ran out of memory: PyTorch's reserved bytes at the first `oom`
+   * plus what the device reported free then, i.e. the memory PyTorch's allocator could have had. Replays use it
+   * as the device capacity, so that they face the pressure PyTorch faced. Undefined otherwise.
+   */
+  readonly capacityAtOomBytes: number | undefined;
 }
 
 /** Summarizes a trace: event counts, peak live bytes, and PyTorch's segment count and peak reserved bytes. */
@@ -51,6 +57,7 @@ export function traceSummary(events: readonly TraceEvent[]): TraceSummary {
   let reserved = 0;
   let peakReserved = 0;
   let ooms = 0;
+  let capacityAtOom: number | undefined;
   const release = (id: number): void => {
     const bytes = live.get(id);
     if (bytes === undefined) return;
@@ -91,6 +98,7 @@ export function traceSummary(events: readonly TraceEvent[]): TraceSummary {
         break;
       case 'oom':
         ooms++;
+        if (capacityAtOom === undefined && e.deviceFree !== undefined && preAllocs === 0) capacityAtOom = reserved + e.deviceFree;
         break;
     }
   }
@@ -110,5 +118,6 @@ export function traceSummary(events: readonly TraceEvent[]): TraceSummary {
     segmentUnmaps,
     peakReservedBytes: hasSegments ? peakReserved : undefined,
     ooms,
+    capacityAtOomBytes: capacityAtOom,
   };
 }

@@ -35,7 +35,7 @@ describe('readTrace', () => {
       { action: 'alloc', id: 1, size: 512, stream: 7, timeUs: 9 },
       { action: 'free_requested', id: 1, size: 512, stream: 7, timeUs: 12 },
       { action: 'free_completed', id: 1, size: 512, stream: 7, timeUs: 13 },
-      { action: 'oom', id: -1, size: 4096, stream: 0, addr: 0, timeUs: 20 },
+      { action: 'oom', id: -1, size: 4096, stream: 0, addr: 0, timeUs: 20, deviceFree: 0 },
     ]);
   });
 

@@ -35,7 +35,19 @@ describe('traceSummary', () => {
       segmentUnmaps: 1,
       peakReservedBytes: 2048 + 4096,
       ooms: 1,
+      capacityAtOomBytes: undefined, // recording began with allocations live: PyTorch's reserved bytes are unknown
     });
+  });
+
+  it('gives the memory PyTorch had at the first oom of a trace recorded from the start', () => {
+    const summary = traceSummary([
+      e('segment_alloc', -1, 20 << 20),
+      e('alloc', 0, 3 << 20),
+      { action: 'oom', id: -1, size: 1 << 30, stream: 0, deviceFree: 5 << 20 },
+      e('segment_alloc', -1, 2 << 20),
+      { action: 'oom', id: -1, size: 1 << 30, stream: 0, deviceFree: 1 << 20 },
+    ]);
+    expect(summary.capacityAtOomBytes).to.equal(25 << 20);
   });
 
   it('leaves peakReservedBytes undefined for a trace without segment events', () => {
