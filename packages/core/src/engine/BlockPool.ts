@@ -63,6 +63,12 @@ export class BlockPool<H = unknown> {
     return this.#trees.get(stream)?.maxKey();
   }
 
+  /** The free blocks of one stream in (size, address) order; safe to remove the yielded block. */
+  blocksOf(stream: StreamId): Block<H>[] {
+    const tree = this.#trees.get(stream);
+    return tree ? [...tree.keys()] : [];
+  }
+
   /** Every free block, stream by stream in (size, address) order; safe to remove the yielded block. */
   *blocks(): IterableIterator<Block<H>> {
     for (const tree of this.#trees.values()) yield* [...tree.keys()];

@@ -408,8 +408,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       if (remapped !== null) return remapped;
     }
     // Growing would leave more than the allowed share of reserved memory free: give back free pages first.
-    const limit = this.options.fragmentationLimit;
-    if (segment && this.reservedBytes + r.size > (1 + limit) * (this.stats.allocated_bytes.all.current + r.size)) {
+    const allocated = this.stats.allocated_bytes.all.current + r.size;
+    if (segment && this.reservedBytes + r.size - allocated > this.options.fragmentationLimit * allocated) {
       this.#unmapFreePages(segment);
       segment = this.#expandable.get(key);
       if (segment && segment.gaps.size > 0) {
@@ -843,43 +843,9 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * drops a trailing gap, and returns the segment's address range when nothing is left in it.
    */
   #unmapFreePages(segment: Segment<H>): void {
-    const page = this.backend.pageMapping!.pageBytes;
+    // The pool of the segment's (kind, stream, pool) holds exactly its free blocks: no walk over live blocks.
     const pool = this.#poolsOf(segment.kind)[segment.small ? 0 : 1];
-    for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; b; ) {
-      const next: Block<H> | null = b.next;
-      const offset = b.address - segment.address;
-      const start = Math.ceil(offset / page) * page;
-      const end = Math.floor((offset + b.size) / page) * page;
-      if (isPooledFree(b) && end > start) {
-        pool.remove(b);
-        if (start > offset) {
-          const front = new Block<H>(segment, b.address, start - offset);
-          front.prev = b.prev;
-          if (front.prev) front.prev.next = front;
-          else segment.head = front;
-          front.next = b;
-          b.prev = front;
-          b.address += front.size;
-          b.size -= front.size;
-          pool.insert(front);
-        }
-        if (end < offset + b.size) {
-          const back = new Block<H>(segment, segment.address + end, b.address + b.size - (segment.address + end));
-          back.next = b.next;
-          if (back.next) back.next.prev = back;
-          else segment.tail = back;
-          back.prev = b;
-          b.next = back;
-          b.size -= back.size;
-          pool.insert(back);
-        }
-        this.#unmapPages(segment, b.address, b.size);
-        b.mapped = false;
-        segment.gaps.add(b);
-        this.#mergeGaps(segment, b);
-      }
-      b = next;
-    }
+    for (const b of pool.blocksOf(segment.stream)) if (b.segment === segment) this.#unmapInside(segment, b);
     const last = segment.extentBytes > 0 ? segment.tail : undefined;
     if (last && !last.mapped) {
       segment.gaps.delete(last);
@@ -895,6 +861,47 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       this.#expandable.delete(expandableKey(segment.kind, segment.stream, segment.small));
       this.#returnToBackend(segment);
     }
+  }
+
+  /**
+   * Unmaps the whole pages inside a free pooled block: the partial pages at either end stay mapped as free
+   * blocks, the middle becomes a gap. Returns the bytes unmapped.
+   */
+  #unmapInside(segment: Segment<H>, b: Block<H>): number {
+    const page = this.backend.pageMapping!.pageBytes;
+    const offset = b.address - segment.address;
+    const start = Math.ceil(offset / page) * page;
+    const end = Math.floor((offset + b.size) / page) * page;
+    if (end <= start) return 0;
+    const pool = this.#poolOf(b);
+    pool.remove(b);
+    if (start > offset) {
+      const front = new Block<H>(segment, b.address, start - offset);
+      front.prev = b.prev;
+      if (front.prev) front.prev.next = front;
+      else segment.head = front;
+      front.next = b;
+      b.prev = front;
+      b.address += front.size;
+      b.size -= front.size;
+      pool.insert(front);
+    }
+    if (end < offset + b.size) {
+      const back = new Block<H>(segment, segment.address + end, b.address + b.size - (segment.address + end));
+      back.next = b.next;
+      if (back.next) back.next.prev = back;
+      else segment.tail = back;
+      back.prev = b;
+      b.next = back;
+      b.size -= back.size;
+      pool.insert(back);
+    }
+    const bytes = b.size;
+    this.#unmapPages(segment, b.address, bytes);
+    b.mapped = false;
+    segment.gaps.add(b);
+    this.#mergeGaps(segment, b);
+    return bytes;
   }
 
   /** Merges an unmapped gap with unmapped neighbours. */
