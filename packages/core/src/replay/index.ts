@@ -11,3 +11,5 @@ export type { TraceAction, TraceEvent } from './TraceEvent.js';
 export { isTraceAction, TRACE_ACTIONS } from './TraceEvent.js';
 export type { TraceSummary } from './traceSummary.js';
 export { traceSummary } from './traceSummary.js';
+export type { PytorchReference } from './readPytorchReference.js';
+export { readPytorchReference } from './readPytorchReference.js';
