@@ -7,6 +7,8 @@ export interface MemorySnapshot {
   /** One trace per device index; empty unless history recording is on. */
   readonly device_traces: SnapshotTraceEntry[][];
   readonly allocator_settings: Readonly<Record<string, unknown>>;
+  /** User annotations (PyTorch's `_record_memory_history` markers); Stowage records none. */
+  readonly external_annotations: unknown[];
 }
 
 export type SnapshotBlockState = 'active_allocated' | 'active_pending_free' | 'inactive';
@@ -59,6 +61,10 @@ export interface SnapshotTraceEntry {
   /** Microseconds on a monotonic clock. */
   readonly time_us: number;
   readonly frames: SnapshotFrame[];
+  /** PyTorch's torch.compile context; always 'N/A' here. */
+  readonly compile_context: string;
+  /** PyTorch's user metadata string; always '' here. */
+  readonly user_metadata: string;
   /** For `oom`: bytes the device reported free. */
   readonly device_free?: number;
 }

@@ -148,7 +148,7 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
     this.checkOpen('snapshot');
     const segments = this.#core.snapshotSegments?.() ?? [...this.#live].map((a) => this.#segmentOf(a));
     segments.sort((a, b) => a.address - b.address);
-    return { segments, device_traces: [[]], allocator_settings: { ...(this.#core.settings ?? {}) } };
+    return { segments, device_traces: [[]], allocator_settings: { ...(this.#core.settings ?? {}) }, external_annotations: [] };
   }
 
   emptyCache(): void {

@@ -80,7 +80,8 @@ interface Request<H> {
  *   prev ends, and the sizes add up to the segment's mapped bytes;
  * - every free block is in its pool, no two free blocks are neighbours (they would have merged);
  * - reserved_bytes == sum of mapped segment bytes; allocated_bytes == sum of allocated block sizes;
- *   active_bytes == allocated + pending-free block sizes; requested_bytes == sum of requested sizes.
+ *   active_bytes == allocated + pending-free block sizes; requested_bytes == requested sizes of the same blocks
+ *   (as in PyTorch, a block leaves requested_bytes when it leaves active_bytes).
  */
 export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   readonly backend: MemoryBackend<H>;
@@ -221,7 +222,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const segments: SnapshotSegment[] = [];
     for (const segment of this.#segments) segments.push(this.#snapshotSegment(segment));
     segments.sort((a, b) => a.address - b.address);
-    return { segments, device_traces: [this.#history?.entries() ?? []], allocator_settings: this.#settings() };
+    return { segments, device_traces: [this.#history?.entries() ?? []], allocator_settings: this.#settings(), external_annotations: [] };
   }
 
   /**
@@ -259,6 +260,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
         } else if (b.eventCount > 0) {
           mapped += b.size;
           active += b.size;
+          requested += b.requestedSize;
         } else if (b.quick) {
           mapped += b.size;
           quickBlocks++;

@@ -46,6 +46,8 @@ export class History {
       stream,
       time_us: monotonicMicros(),
       frames: this.stacks ? captureFrames(3) : [],
+      compile_context: 'N/A',
+      user_metadata: '',
       ...extra,
     };
     if (this.#ring.length < this.maxEntries) this.#ring.push(entry);
