@@ -29,3 +29,15 @@ export interface AllocatorFactory {
 
 export const AllocatorFactory: Token<AllocatorFactory> = Symbol('stowage.AllocatorFactory');
 export const AllocatorContext: Token<AllocatorContext> = Symbol('stowage.AllocatorContext');
+
+/**
+ * Wraps every allocator a runtime makes for one device type, after its factory made it: how adaptors
+ * (`LimitingAllocator`, `StatisticsAllocator`, …) join a composed runtime. Multi-registered; applied in
+ * registration order, so the last registered is outermost.
+ */
+export interface AllocatorDecorator {
+  readonly deviceType: string;
+  wrap(allocator: Allocator, device: Device): Allocator;
+}
+
+export const AllocatorDecorator: Token<AllocatorDecorator> = Symbol('stowage.AllocatorDecorator');

@@ -1,10 +1,14 @@
 import type { Allocator } from './Allocator.js';
 import { inject, injectable, injectAll } from 'tsyringe';
-import { AllocatorContext, AllocatorFactory } from './AllocatorFactory.js';
+import { AllocatorContext, AllocatorDecorator, AllocatorFactory } from './AllocatorFactory.js';
 import type { Device, DeviceLike } from './Device.js';
 import { formatDevice, parseDevice } from './Device.js';
+import type { Token } from './Token.js';
 import { BackendUnavailableError } from './errors/BackendUnavailableError.js';
 import { DeviceMismatchError } from './errors/DeviceMismatchError.js';
+
+/** Every registered AllocatorDecorator (possibly none), resolved once per runtime. */
+export const AllocatorDecorators: Token<readonly AllocatorDecorator[]> = Symbol('stowage.AllocatorDecorators');
 
 /**
  * One runtime's allocators, one per device, made on first use by the registered factories.
@@ -16,9 +20,15 @@ export class AllocatorRegistry implements Disposable {
   readonly #created = new Map<string, Allocator>();
   readonly #owned = new Set<Allocator>();
   readonly #context: AllocatorContext;
+  readonly #decorators: readonly AllocatorDecorator[];
 
-  constructor(@injectAll(AllocatorFactory) factories: readonly AllocatorFactory[], @inject(AllocatorContext) context: AllocatorContext) {
+  constructor(
+    @injectAll(AllocatorFactory) factories: readonly AllocatorFactory[],
+    @inject(AllocatorContext) context: AllocatorContext,
+    @inject(AllocatorDecorators) decorators: readonly AllocatorDecorator[],
+  ) {
     this.#context = context;
+    this.#decorators = decorators;
     for (const factory of factories) this.#factories.set(factory.deviceType, factory);
   }
 
@@ -47,7 +57,11 @@ export class AllocatorRegistry implements Disposable {
         `No allocator is registered for ${key}: this runtime serves ${this.deviceTypes.join(', ')}. Add the plugin for '${parsed.type}' to createRuntime({ plugins }).`,
       );
     }
-    const allocator = factory.create(parsed, this.#context);
+    let allocator = factory.create(parsed, this.#context);
+    checkServes(allocator, parsed);
+    for (const decorator of this.#decorators) {
+      if (decorator.deviceType === parsed.type) allocator = decorator.wrap(allocator, parsed);
+    }
     checkServes(allocator, parsed);
     this.#created.set(key, allocator);
     this.#owned.add(allocator);

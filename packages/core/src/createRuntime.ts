@@ -1,7 +1,7 @@
 import { container as emptyRoot, Lifecycle, type DependencyContainer } from 'tsyringe';
 import { Allocator } from './Allocator.js';
-import { AllocatorContext } from './AllocatorFactory.js';
-import { AllocatorRegistry } from './AllocatorRegistry.js';
+import { AllocatorContext, AllocatorDecorator } from './AllocatorFactory.js';
+import { AllocatorDecorators, AllocatorRegistry } from './AllocatorRegistry.js';
 import { IpcCollector, LmsReclaimer } from './MemoryReclaimer.js';
 import { registerCpuAllocator } from './cpu.js';
 import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
@@ -43,6 +43,7 @@ export async function createRuntime(options: RuntimeOptions = {}): Promise<Runti
     reclaimers: () => [...resolveAll(container, IpcCollector), ...resolveAll(container, LmsReclaimer)],
   };
   container.register(AllocatorContext, { useValue: context });
+  container.register(AllocatorDecorators, { useValue: resolveAll(container, AllocatorDecorator) });
   container.register(AllocatorRegistry, { useClass: AllocatorRegistry }, { lifecycle: Lifecycle.ContainerScoped });
   const allocators = container.resolve(AllocatorRegistry);
   container.register(Allocator, { useFactory: () => allocators.get('cpu') });

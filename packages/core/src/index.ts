@@ -1,7 +1,8 @@
 export type { AllocateOptions, AllocatorEventSource } from './Allocator.js';
 export { Allocator } from './Allocator.js';
 export type { AllocatorEvents } from './AllocatorEvents.js';
-export { AllocatorContext, AllocatorFactory } from './AllocatorFactory.js';
+export { AllocatorContext, AllocatorDecorator, AllocatorFactory } from './AllocatorFactory.js';
+export { wrapAllocators } from './wrapAllocators.js';
 export { AllocatorRegistry } from './AllocatorRegistry.js';
 export type { AllocatorStats, CounterName, StatField, StatKey, StatName, StatPool } from './AllocatorStats.js';
 export type { CpuAllocatorOptions } from './cpu.js';

@@ -15,7 +15,10 @@ import {
   ReshapePolicy,
   Runtime,
   StorageHooks,
+  LimitingAllocator,
+  StatisticsAllocator,
   UseAfterReleaseError,
+  wrapAllocators,
 } from '@stowage/core';
 
 describe('createRuntime', () => {
@@ -156,5 +159,20 @@ describe('Runtime#memorySummary', () => {
     const summary = rt.memorySummary();
     expect(summary.split('\n')[0]).to.match(/^device\s+allocated\s+peak allocated\s+reserved/);
     expect(summary).to.match(/cpu:0\s+1\.50 KiB\s+1\.50 KiB\s+2\.00 MiB\s+2\.00 MiB\s+1\s+1$/m);
+  });
+});
+
+describe('wrapAllocators', () => {
+  it('wraps the allocators of one device type in adaptors, later plugins outside earlier ones', async () => {
+    await using rt = await createRuntime({
+      plugins: [wrapAllocators('cpu', (a) => new LimitingAllocator(a, '64MiB')), wrapAllocators('cpu', (a) => new StatisticsAllocator(a))],
+    });
+    const allocator = rt.allocator('cpu');
+    expect(allocator).to.be.instanceOf(StatisticsAllocator);
+    expect(allocator.upstream).to.be.instanceOf(LimitingAllocator);
+    rt.storage(1000);
+    expect((allocator as StatisticsAllocator).counters().bytes.current).to.equal(1000);
+    expect(() => rt.storage(65 << 20)).to.throw(OutOfMemoryError);
+    expect(rt.allocator('cpu')).to.equal(allocator);
   });
 });

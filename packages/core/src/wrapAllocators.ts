@@ -1,0 +1,14 @@
+import type { Allocator } from './Allocator.js';
+import { AllocatorDecorator } from './AllocatorFactory.js';
+import type { Device } from './Device.js';
+import type { Plugin } from './Plugin.js';
+
+/**
+ * A plugin that wraps the allocator of every device of one type in adaptors, e.g.
+ * `wrapAllocators('cpu', (a) => new StatisticsAllocator(new LimitingAllocator(a, '8GiB')))`. Plugins listed
+ * later wrap outside earlier ones.
+ */
+export function wrapAllocators(deviceType: string, wrap: (allocator: Allocator, device: Device) => Allocator): Plugin {
+  const decorator: AllocatorDecorator = { deviceType, wrap };
+  return { name: `wrap:${deviceType}`, register: (container) => void container.register(AllocatorDecorator, { useValue: decorator }) };
+}
