@@ -1,6 +1,7 @@
 import type { DataPtr } from '../DataPtr.js';
 import type { MemoryBlock } from '../MemoryBlock.js';
 import type { StreamId } from '../MemoryBackend.js';
+import { BlockPool } from './BlockPool.js';
 
 /** One segment from the backend (or one expandable address range) and the blocks that tile it. */
 export class Segment<H = unknown> {
@@ -12,8 +13,8 @@ export class Segment<H = unknown> {
   extentBytes: number;
   /** Bytes the backend currently backs: extentBytes minus the unmapped gaps of an expandable segment. */
   mappedBytes: number;
-  /** The unmapped blocks of an expandable segment (Note [Expandable segments]). */
-  readonly gaps = new Set<Block<H>>();
+  /** The unmapped blocks of an expandable segment by (size, address) (Note [Expandable segments]). */
+  readonly gaps = new BlockPool<H>(false);
 
   constructor(
     readonly memory: MemoryBlock<H>,

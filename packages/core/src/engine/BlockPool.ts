@@ -7,7 +7,9 @@ const BTree = btree.default;
 type Tree<H> = InstanceType<typeof btree.default<Block<H>, undefined>>;
 
 /** Orders free blocks of one stream by (size, address): lower bound on size is best fit, lowest address first. */
-const bySizeThenAddress = (a: Block<unknown>, b: Block<unknown>): number => a.size - b.size || a.address - b.address;
+function bySizeThenAddress<H>(a: Block<H>, b: Block<H>): number {
+  return a.size - b.size || a.address - b.address;
+}
 
 /**
  * The free blocks of one pool (small or large), one ordered tree per stream: best fit ordered by
@@ -31,7 +33,7 @@ export class BlockPool<H = unknown> {
 
   insert(block: Block<H>): void {
     let tree = this.#trees.get(block.stream);
-    if (!tree) this.#trees.set(block.stream, (tree = new BTree<Block<H>, undefined>(undefined, bySizeThenAddress)));
+    if (!tree) this.#trees.set(block.stream, (tree = new BTree<Block<H>, undefined>(undefined, bySizeThenAddress<H>)));
     tree.set(block, undefined);
     block.gcCountBase = this.searchCount;
     this.#size++;
@@ -58,15 +60,19 @@ export class BlockPool<H = unknown> {
     return this.#trees.get(block.stream)?.nextLowerPair(block)?.[0];
   }
 
+  /** The next larger free block of the same stream, in (size, address) order. */
+  higher(block: Block<H>): Block<H> | undefined {
+    return this.#trees.get(block.stream)?.nextHigherPair(block)?.[0];
+  }
+
+  clear(): void {
+    this.#trees.clear();
+    this.#size = 0;
+  }
+
   /** The largest free block of `stream`. */
   largest(stream: StreamId): Block<H> | undefined {
     return this.#trees.get(stream)?.maxKey();
-  }
-
-  /** The free blocks of one stream in (size, address) order; safe to remove the yielded block. */
-  blocksOf(stream: StreamId): Block<H>[] {
-    const tree = this.#trees.get(stream);
-    return tree ? [...tree.keys()] : [];
   }
 
   /** Every free block, stream by stream in (size, address) order; safe to remove the yielded block. */

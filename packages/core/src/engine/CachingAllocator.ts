@@ -53,7 +53,7 @@ function quickKey(kind: number, stream: number, size: number): number {
 }
 
 /** True for a block that sits in its pool: mapped, free, not quick-listed, no pending events or stream uses. */
-function isPooledFree(b: Block<unknown>): boolean {
+function isPooledFree<H>(b: Block<H>): boolean {
   return !b.allocated && b.mapped && !b.quick && b.eventCount === 0 && (b.streamUses === null || b.streamUses.size === 0);
 }
 
@@ -463,18 +463,20 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * takes the result from the pool. Null when no gap is large enough; undefined when the device said no.
    */
   #remapGap(segment: Segment<H>, r: Request<H>): Block<H> | undefined | null {
+    // Gaps in size order from the smallest that could fit: its free neighbours are usually partial pages.
+    const page = this.backend.pageMapping!.pageBytes;
     let best: Block<H> | undefined;
     let bestPrev = 0;
-    for (const gap of segment.gaps) {
+    for (let gap = segment.gaps.lowerBound(segment.stream, r.size - 2 * page); gap !== undefined; gap = segment.gaps.higher(gap)) {
       const prev = gap.prev && isPooledFree(gap.prev) ? gap.prev.size : 0;
       const next = gap.next && isPooledFree(gap.next) ? gap.next.size : 0;
-      if (prev + gap.size + next >= r.size && (best === undefined || gap.size < best.size)) {
+      if (prev + gap.size + next >= r.size) {
         best = gap;
         bestPrev = prev;
+        break;
       }
     }
     if (best === undefined) return null;
-    const page = this.backend.pageMapping!.pageBytes;
     const need = r.size - bestPrev;
     const mapBytes = need >= best.size ? best.size : Math.ceil(need / page) * page;
     if (this.reservedBytes + mapBytes > this.#allowedBytes) return undefined;
@@ -487,9 +489,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       else segment.head = mapped;
       mapped.next = best;
       best.prev = mapped;
+      segment.gaps.remove(best);
       best.address += mapBytes;
       best.size -= mapBytes;
-    } else segment.gaps.delete(best);
+      segment.gaps.insert(best);
+    } else segment.gaps.remove(best);
     mapped.mapped = true;
     this.#coalesceIntoPool(mapped);
     r.pool.remove(mapped);
@@ -845,12 +849,19 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * drops a trailing gap, and returns the segment's address range when nothing is left in it.
    */
   #unmapFreePages(segment: Segment<H>): void {
-    // The pool of the segment's (kind, stream, pool) holds exactly its free blocks: no walk over live blocks.
+    // Walk the segment's pool from the largest free block down to the page size: smaller blocks hold no whole
+    // page, and what a sweep leaves behind is smaller than a page, so each sweep visits only blocks freed (or
+    // merged) since the last one, never the live blocks.
     const pool = this.#poolsOf(segment.kind)[segment.small ? 0 : 1];
-    for (const b of pool.blocksOf(segment.stream)) if (b.segment === segment) this.#unmapInside(segment, b);
+    const page = this.backend.pageMapping!.pageBytes;
+    for (let b = pool.largest(segment.stream); b !== undefined && b.size >= page; ) {
+      const lower = pool.lower(b);
+      if (b.segment === segment) this.#unmapInside(segment, b);
+      b = lower;
+    }
     const last = segment.extentBytes > 0 ? segment.tail : undefined;
     if (last && !last.mapped) {
-      segment.gaps.delete(last);
+      segment.gaps.remove(last);
       segment.extentBytes -= last.size;
       last.released = true;
       if (last.prev) {
@@ -901,7 +912,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const bytes = b.size;
     this.#unmapPages(segment, b.address, bytes);
     b.mapped = false;
-    segment.gaps.add(b);
+    segment.gaps.insert(b);
     this.#mergeGaps(segment, b);
     return bytes;
   }
@@ -910,19 +921,23 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   #mergeGaps(segment: Segment<H>, gap: Block<H>): void {
     const next = gap.next;
     if (next && !next.mapped) {
+      segment.gaps.remove(next);
+      segment.gaps.remove(gap);
       gap.size += next.size;
       gap.next = next.next;
       if (gap.next) gap.next.prev = gap;
       else segment.tail = gap;
-      segment.gaps.delete(next);
+      segment.gaps.insert(gap);
     }
     const prev = gap.prev;
     if (prev && !prev.mapped) {
+      segment.gaps.remove(gap);
+      segment.gaps.remove(prev);
       prev.size += gap.size;
       prev.next = gap.next;
       if (prev.next) prev.next.prev = prev;
       else segment.tail = prev;
-      segment.gaps.delete(gap);
+      segment.gaps.insert(prev);
     }
   }
 
