@@ -4,6 +4,8 @@
 //   trace lines      {"allocator","trace","ops","opsPerSec","peakAllocated","peakReserved","backendMallocs","ratio",
 //                     "opsPerSecVsNoCache","pytorchRatio"?}   ratio = peakReserved / peakAllocated
 //   scaling          {"allocator","scenario":"scaling","liveBlocks","nsPerOp"} and one "scaling-summary" per allocator
+//                    (random replacement over all live blocks), then the same as "scaling-churn" (replacing only
+//                    recent blocks while the others stay live: the allocator's own cost)
 //   pairs            {"allocator","scenario":"pairs","pairsPerSec"}
 //   static-shape     {"allocator","scenario":"static-shape","iterations","backendMallocsFirst","backendMallocsAfterFirst"}
 //   environment      {"scenario":"environment","node","cpu","cores","date"}   (last)
@@ -48,7 +50,7 @@ async function main(): Promise<void> {
   // The baseline runs on every trace, unseen when it was filtered out, so that opsPerSecVsNoCache is always there.
   const onTraces = baseline && !selected.includes(baseline) ? [baseline, ...selected] : selected;
 
-  const steps = traces.length * onTraces.length + (args.quick ? 0 : selected.length * (SCALING_LIVE_BLOCKS.length + 2));
+  const steps = traces.length * onTraces.length + (args.quick ? 0 : selected.length * (2 * SCALING_LIVE_BLOCKS.length + 2));
   const reporter = new BenchReporter(steps);
   try {
     for (const trace of traces) replayOneTrace(trace, await readTraceFile(trace), onTraces, selected, pytorchRatios, reporter);
@@ -115,16 +117,19 @@ function replayOneTrace(
 }
 
 function runScaling(selected: readonly BenchAllocator[], reporter: BenchReporter): void {
-  for (const allocator of selected) {
-    const nsPerOp: number[] = [];
-    for (const liveBlocks of SCALING_LIVE_BLOCKS) {
-      reporter.task(`scaling ${liveBlocks}: ${allocator.name}`);
-      const ns = runScalingScenario(allocator, liveBlocks, SCALING_PAIRS);
-      nsPerOp.push(ns);
-      reporter.emit({ allocator: allocator.name, scenario: 'scaling', liveBlocks, nsPerOp: round(ns, 1) });
-      reporter.step();
+  for (const mode of ['random', 'churn'] as const) {
+    const scenario = mode === 'random' ? 'scaling' : 'scaling-churn';
+    for (const allocator of selected) {
+      const nsPerOp: number[] = [];
+      for (const liveBlocks of SCALING_LIVE_BLOCKS) {
+        reporter.task(`${scenario} ${liveBlocks}: ${allocator.name}`);
+        const ns = runScalingScenario(allocator, liveBlocks, SCALING_PAIRS, mode);
+        nsPerOp.push(ns);
+        reporter.emit({ allocator: allocator.name, scenario, liveBlocks, nsPerOp: round(ns, 1) });
+        reporter.step();
+      }
+      reporter.emit({ allocator: allocator.name, scenario: `${scenario}-summary`, ratioMaxOverMin: round(Math.max(...nsPerOp) / Math.min(...nsPerOp), 3) });
     }
-    reporter.emit({ allocator: allocator.name, scenario: 'scaling-summary', ratioMaxOverMin: round(Math.max(...nsPerOp) / Math.min(...nsPerOp), 3) });
   }
 }
 
