@@ -1,13 +1,7 @@
-/** What a trace event records; the vocabulary of PyTorch's `TraceEntry::Action` (c10). */
-export type TraceAction =
-  | 'alloc'
-  | 'free_requested'
-  | 'free_completed'
-  | 'segment_alloc'
-  | 'segment_free'
-  | 'segment_map'
-  | 'segment_unmap'
-  | 'oom';
+import type { SnapshotAction } from '../MemorySnapshot.js';
+
+/** What a trace event records: the actions of PyTorch's snapshot traces (c10 `TraceEntry::Action`) but `snapshot`. */
+export type TraceAction = Exclude<SnapshotAction, 'snapshot'>;
 
 /** Every {@link TraceAction}, in c10's order. */
 export const TRACE_ACTIONS: readonly TraceAction[] = [
