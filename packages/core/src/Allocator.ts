@@ -14,6 +14,11 @@ export interface AllocateOptions {
   readonly shared?: boolean;
   /** Stream (or queue) the allocation is used on; the allocator's default stream when absent. */
   readonly stream?: number;
+  /**
+   * What the memory is for, for devices whose buffers carry usages (webgpu: `'storage'` (default), `'uniform'`,
+   * `'upload'`, `'readback'`). Allocators reject a usage they cannot serve with InvalidArgumentError.
+   */
+  readonly usage?: string;
 }
 
 /** The read side of an allocator's events: only the allocator emits. */

@@ -33,6 +33,12 @@ export interface MemoryBackend<H = unknown> {
   /** Bytes the device can hold, or undefined when the device cannot say (then only `malloc` failing tells). */
   readonly capacityBytes: number | undefined;
   readonly defaultStream: StreamId;
+  /**
+   * True when a freed block may still be read by work the caller recorded but has not submitted yet (WebGPU
+   * command encoders): the engine then returns every freed block to its pool only after an event recorded on
+   * the block's own stream at free time completes. Default false.
+   */
+  readonly deferredFree?: boolean;
 
   /**
    * The kind of segment a request needs, for backends whose segments are not interchangeable (cpu: shared or
@@ -64,6 +70,12 @@ export interface MemoryBackend<H = unknown> {
    * malloc whole segments.
    */
   readonly pageMapping?: PageMapping<H>;
+
+  /**
+   * A sentence for the OutOfMemoryError of a request the device can never serve whatever is free (over a
+   * per-buffer limit, say); undefined when the request is within the device's limits.
+   */
+  outOfMemoryHint?(requestedBytes: number): string | undefined;
 
   dispose?(): void;
 }

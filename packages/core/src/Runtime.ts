@@ -1,5 +1,7 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { Allocator } from './Allocator.js';
+import { DataPtr } from './DataPtr.js';
+import { UseAfterReleaseError } from './errors/UseAfterReleaseError.js';
 import type { AllocatorRegistry } from './AllocatorRegistry.js';
 import type { Device, DeviceLike } from './Device.js';
 import { formatDevice, parseDevice } from './Device.js';
@@ -95,6 +97,22 @@ export class Runtime implements TensorContext, AsyncDisposable {
       dataPtr.release();
       throw error;
     }
+    this.#live.add(storage);
+    return storage;
+  }
+
+  /**
+   * Wraps a pointer that one of this runtime's allocators made, or imported (a caller's GPUBuffer, shared
+   * memory), in a storage with the runtime's hooks. The storage owns the pointer: releasing it releases the
+   * pointer.
+   * @throws BackendUnavailableError when no allocator serves the pointer's device; UseAfterReleaseError for a
+   * released pointer
+   */
+  adopt(dataPtr: DataPtr): StorageImpl {
+    this.#checkOpen('adopt');
+    if (!(dataPtr instanceof DataPtr)) throw new InvalidArgumentError('dataPtr', dataPtr, 'a DataPtr');
+    if (dataPtr.isReleased) throw new UseAfterReleaseError('Cannot adopt a released pointer.');
+    const storage = new StorageImpl({ dataPtr, allocator: this.#allocators.get(dataPtr.device), hooks: this.#hooks });
     this.#live.add(storage);
     return storage;
   }

@@ -22,6 +22,7 @@ export { formatDevice, isSameDevice, parseDevice } from './Device.js';
 export type { DType } from './DType.js';
 export { checkDType, DTYPE_ITEMSIZE, itemsizeOf } from './DType.js';
 export { BackendUnavailableError } from './errors/BackendUnavailableError.js';
+export { DeviceError } from './errors/DeviceError.js';
 export { DeviceMismatchError } from './errors/DeviceMismatchError.js';
 export { DisposedError } from './errors/DisposedError.js';
 export { DoubleFreeError } from './errors/DoubleFreeError.js';

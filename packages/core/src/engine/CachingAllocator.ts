@@ -369,7 +369,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     this.#history?.record('oom', 0, nbytes, this.backend.defaultStream, free === undefined ? undefined : { device_free: free });
     const stats = this.memoryStats();
     this.emitter.safeEmit('outOfMemory', { requestedBytes: nbytes, stats });
-    throw new OutOfMemoryError({ device: this.device, requestedBytes: nbytes, capacityBytes: this.capacityBytes, stats });
+    const hint = this.backend.outOfMemoryHint?.(nbytes);
+    throw new OutOfMemoryError({ device: this.device, requestedBytes: nbytes, capacityBytes: this.capacityBytes, stats, ...(hint === undefined ? {} : { hint }) });
   }
 
   /** Asks the backend for a new segment (or expandable pages) for `r`; undefined when it has no room. */
@@ -592,6 +593,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     s.allocation.add(small, -1);
     s.allocated_bytes.add(small, -block.size);
     this.#history?.record('free_requested', block.address, block.requestedSize, block.stream);
+    if (this.backend.deferredFree) (block.streamUses ??= new Set()).add(block.stream);
     if (block.streamUses !== null && block.streamUses.size > 0) this.#insertEvents(block);
     else this.#freeBlock(block);
     this.emitter.safeEmit('freed', { ptr });

@@ -11,6 +11,8 @@ export interface OutOfMemoryDetails {
   /** Total bytes the device (or the allocator's budget) can hold; undefined when unknown. */
   readonly capacityBytes: number | undefined;
   readonly stats: AllocatorStats;
+  /** A sentence appended to the message, e.g. a device limit the request exceeds. */
+  readonly hint?: string;
 }
 
 /**
@@ -47,7 +49,8 @@ function describeOutOfMemory(d: OutOfMemoryDetails): string {
   let message =
     `Out of memory on ${formatDevice(d.device)}: tried to allocate ${formatBytes(d.requestedBytes)}; ${capacity}. ` +
     `${formatBytes(reserved)} is reserved by Stowage, of which ${formatBytes(allocated)} is allocated and ${formatBytes(cached)} is cached but unallocated.`;
-  if (reserved > 0 && cached > reserved / 4 && cached >= d.requestedBytes) {
+  if (d.hint !== undefined) message += ` ${d.hint}`;
+  else if (reserved > 0 && cached > reserved / 4 && cached >= d.requestedBytes) {
     message +=
       ' The cached memory is large enough for this request but fragmented: try a smaller max split size or expandable segments.';
   }

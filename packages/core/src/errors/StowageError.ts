@@ -10,6 +10,7 @@ export type StowageErrorCode =
   | 'USE_AFTER_RELEASE'
   | 'DEVICE_MISMATCH'
   | 'BACKEND_UNAVAILABLE'
+  | 'DEVICE_ERROR'
   | 'DISPOSED';
 
 /** Base class of every error Stowage throws on purpose. */

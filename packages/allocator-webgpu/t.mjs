@@ -1,0 +1,17 @@
+import { create, globals } from 'webgpu';
+Object.assign(globalThis, globals);
+const t0 = performance.now();
+const gpu = create(['backend=vulkan']);
+const adapter = await gpu.requestAdapter();
+console.log('adapter', !!adapter, adapter && adapter.info, performance.now() - t0);
+const device = await adapter.requestDevice({ requiredLimits: {} });
+console.log(device.limits.minStorageBufferOffsetAlignment, device.limits.maxStorageBufferBindingSize, device.limits.maxBufferSize);
+let t = performance.now();
+const bufs = [];
+for (let i = 0; i < 20; i++) bufs.push(device.createBuffer({ size: 1 << 20, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST }));
+console.log('createBuffer 1MiB ms', (performance.now() - t) / 20);
+device.queue.writeBuffer(bufs[0], 0, new Uint8Array([1,2,3,4]));
+const rb = device.createBuffer({ size: 16, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+const enc = device.createCommandEncoder(); enc.copyBufferToBuffer(bufs[0], 0, rb, 0, 16); device.queue.submit([enc.finish()]);
+await rb.mapAsync(GPUMapMode.READ); console.log(new Uint8Array(rb.getMappedRange()).slice(0, 8));
+device.destroy();
