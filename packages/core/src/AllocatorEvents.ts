@@ -1,5 +1,6 @@
 import type { AllocatorStats } from './AllocatorStats.js';
 import type { DataPtr } from './DataPtr.js';
+import type { DeviceError } from './errors/DeviceError.js';
 
 /**
  * What an allocator reports, past tense, one readonly payload each (c10 TraceEntry vocabulary). Listeners run
@@ -13,4 +14,6 @@ export interface AllocatorEvents {
   segmentReleased: [e: { readonly address: number; readonly bytes: number }];
   outOfMemory: [e: { readonly requestedBytes: number; readonly stats: AllocatorStats }];
   listenerFailed: [e: { readonly event: string; readonly error: unknown }];
+  /** The device failed under live allocations (a rejected segment, a lost device): their memory is gone. */
+  deviceError: [e: { readonly error: DeviceError; readonly ptrs: readonly DataPtr[] }];
 }

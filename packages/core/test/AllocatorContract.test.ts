@@ -47,16 +47,16 @@ function overlappingAllocator(): Allocator {
   });
 }
 
-/** Reports requested bytes it never subtracts on free. */
+/** Reports allocations it never subtracts on free. */
 class LeakyStatsAllocator extends ForwardingAllocator {
-  #freedBytes = 0;
+  #frees = 0;
   override free(ptr: DataPtr): void {
-    this.#freedBytes += ptr.byteLength;
+    this.#frees++;
     super.free(ptr);
   }
   override memoryStats() {
     const s = super.memoryStats();
-    return { ...s, 'requested_bytes.all.current': s['requested_bytes.all.current'] + this.#freedBytes };
+    return { ...s, 'allocation.all.current': s['allocation.all.current'] + this.#frees };
   }
 }
 

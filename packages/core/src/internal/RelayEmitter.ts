@@ -25,6 +25,7 @@ export class RelayEmitter extends SafeEmitter {
       segmentReserved: (e) => this.safeEmit('segmentReserved', e),
       segmentReleased: (e) => this.safeEmit('segmentReleased', e),
       outOfMemory: (e) => this.safeEmit('outOfMemory', e),
+      deviceError: (e) => this.safeEmit('deviceError', e),
     };
     for (const event of this.#events()) source.on(event, this.#relays[event] as never);
   }

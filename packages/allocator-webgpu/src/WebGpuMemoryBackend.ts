@@ -1,0 +1,244 @@
+import type { BackendEvent, Device, MemoryBackend, MemoryBlock, SegmentOptions, StreamId, AllocateOptions } from '@stowage/core';
+import { DeviceError, formatBytes } from '@stowage/core';
+import { ByteCopyKernel } from './ByteCopyKernel.js';
+import { StagingPool } from './StagingPool.js';
+import { SubmitCounter } from './SubmitCounter.js';
+import { BufferUsage, KIND_FLAGS, kindOfUsage } from './WebGpuUsage.js';
+
+export interface WebGpuMemoryBackendOptions {
+  readonly device: GPUDevice;
+  /** Ordinal of this device among the runtime's WebGPU devices. Default 0. */
+  readonly index?: number;
+  /** The allocator's budget: WebGPU reports no free memory, so this is what the engine may reserve. */
+  readonly capacityBytes: number;
+  /** Overrides the device's maxBufferSize (tests use it to make the device reject a segment). */
+  readonly maxBufferSize?: number;
+  /** Keeps alive objects the device depends on (the `webgpu` package's GPU object must outlive its devices). */
+  readonly keepAlive?: unknown;
+  /** Called when the device rejected a segment it created (out-of-memory or validation error scope). */
+  readonly onSegmentFailed?: (buffer: GPUBuffer, error: DeviceError) => void;
+  /** Called once when the device is lost. */
+  readonly onLost?: (error: DeviceError) => void;
+}
+
+interface EpochEvent extends BackendEvent {
+  readonly epoch: number;
+}
+
+/**
+ * WebGPU as a MemoryBackend: segments are GPUBuffers of one usage class each (storage, uniform), blocks are
+ * (buffer, offset) ranges aligned to minStorageBufferOffsetAlignment, one stream (the device's queue).
+ *
+ * Note [Submit epochs]: a tensor program records command encoders and submits them later. A block freed between
+ * recording and submitting may still be read by that work, while `queue.writeBuffer` for its next owner would
+ * run at once on the queue timeline, before the encoder. So frees are deferred (`deferredFree`): the event a
+ * free records is the current submit count, and it completes at the next `queue.submit` by anyone. The
+ * backend counts submits by wrapping `device.queue.submit` once per queue (SubmitCounter; removed when the last backend is disposed); its own transfers submit
+ * through the unwrapped function and start no epoch. `synchronizeEvent` (emptyCache, the out-of-memory path)
+ * forces an epoch: work recorded before it and submitted after it is the caller's risk under memory pressure.
+ *
+ * Invariant: reservedBytes == sum of live segment sizes <= capacityBytes (the engine enforces the latter).
+ */
+export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
+  readonly device: Device;
+  readonly alignment: number;
+  readonly capacityBytes: number;
+  readonly defaultStream: StreamId = 0;
+  readonly deferredFree = true;
+  readonly gpuDevice: GPUDevice;
+  readonly maxBufferSize: number;
+  readonly maxStorageBufferBindingSize: number;
+  readonly keepAlive: unknown;
+  readonly #submit: (buffers: Iterable<GPUCommandBuffer>) => undefined;
+  readonly #readback: StagingPool;
+  readonly #kernel: ByteCopyKernel;
+  readonly #options: WebGpuMemoryBackendOptions;
+  #scratch: GPUBuffer | undefined;
+  readonly #epochs: SubmitCounter;
+  #nextAddress = 0x1000_0000;
+  #reservedBytes = 0;
+  #createdBuffers = 0;
+  #lost: DeviceError | undefined;
+  #disposed = false;
+
+  constructor(options: WebGpuMemoryBackendOptions) {
+    const gpu = options.device;
+    this.#options = options;
+    this.gpuDevice = gpu;
+    this.device = Object.freeze({ type: 'webgpu', index: options.index ?? 0 });
+    this.alignment = Math.max(gpu.limits.minStorageBufferOffsetAlignment, gpu.limits.minUniformBufferOffsetAlignment);
+    this.capacityBytes = options.capacityBytes;
+    this.maxBufferSize = options.maxBufferSize ?? gpu.limits.maxBufferSize;
+    this.maxStorageBufferBindingSize = gpu.limits.maxStorageBufferBindingSize;
+    this.keepAlive = options.keepAlive;
+    this.#epochs = SubmitCounter.acquire(gpu.queue);
+    const submit = this.#epochs.submitUncounted;
+    this.#submit = submit;
+    this.#readback = new StagingPool(gpu, 'readback', 64 << 20);
+    this.#kernel = new ByteCopyKernel(gpu, gpu.limits.minStorageBufferOffsetAlignment, submit);
+    void gpu.lost.then((info) => {
+      if (this.#disposed) return;
+      this.#lost = new DeviceError(`The WebGPU device was lost (${info.reason}): ${info.message || 'no message'}. Its memory is gone; create a new device.`);
+      options.onLost?.(this.#lost);
+    });
+  }
+
+  /** Set once the device is lost; every operation then throws it. */
+  get lostError(): DeviceError | undefined {
+    return this.#lost;
+  }
+
+  get reservedBytes(): number {
+    return this.#reservedBytes;
+  }
+
+  /** `createBuffer` calls for segments so far (staging and scratch buffers not counted). */
+  get createdBuffers(): number {
+    return this.#createdBuffers;
+  }
+
+  /** `queue.submit` calls seen (the submit epoch). */
+  get submitCount(): number {
+    return this.#epochs.count;
+  }
+
+  segmentKind(options: AllocateOptions): number {
+    return kindOfUsage(options.usage);
+  }
+
+  malloc(byteLength: number, options: SegmentOptions = {}): MemoryBlock<GPUBuffer> | null {
+    this.#checkUsable();
+    if (byteLength > this.maxBufferSize || this.#reservedBytes + byteLength > this.capacityBytes) return null;
+    const gpu = this.gpuDevice;
+    gpu.pushErrorScope('out-of-memory');
+    gpu.pushErrorScope('validation');
+    const buffer = gpu.createBuffer({ size: byteLength, usage: KIND_FLAGS[options.kind ?? 0]!, label: `stowage segment ${formatBytes(byteLength)}` });
+    const report = (error: GPUError | null): void => {
+      if (error === null || this.#disposed) return;
+      this.#options.onSegmentFailed?.(buffer, new DeviceError(`The WebGPU device rejected a ${formatBytes(byteLength)} segment: ${error.message}`));
+    };
+    void gpu.popErrorScope().then(report, () => {});
+    void gpu.popErrorScope().then(report, () => {});
+    this.#createdBuffers++;
+    this.#reservedBytes += byteLength;
+    return { handle: buffer, byteOffset: 0, address: this.takeAddress(byteLength), byteLength };
+  }
+
+  free(segment: MemoryBlock<GPUBuffer>): void {
+    this.#reservedBytes -= segment.byteLength;
+    segment.handle.destroy();
+    // destroy() frees nothing until the queue moves on: an empty submit (no epoch) gets it going; flush() waits.
+    if (!this.#lost) this.#submit([]);
+  }
+
+  /** A fresh range of the virtual address space Stowage gives GPUBuffers (for snapshots and imported buffers). */
+  takeAddress(byteLength: number): number {
+    const address = this.#nextAddress;
+    this.#nextAddress += Math.ceil(Math.max(byteLength, 1) / this.alignment) * this.alignment;
+    return address;
+  }
+
+  copy(dst: GPUBuffer, dstOffset: number, src: GPUBuffer, srcOffset: number, byteLength: number): void {
+    this.#checkUsable();
+    if (src === dst) {
+      // copyBufferToBuffer and storage bindings cannot alias one buffer: go through the scratch buffer.
+      const start = Math.floor(srcOffset / 4) * 4;
+      const length = Math.ceil((srcOffset + byteLength) / 4) * 4 - start;
+      const scratch = this.#scratchOf(length);
+      this.#copyAligned(scratch, 0, src, start, length);
+      this.copy(dst, dstOffset, scratch, srcOffset - start, byteLength);
+      return;
+    }
+    if (dstOffset % 4 === 0 && srcOffset % 4 === 0 && byteLength % 4 === 0) this.#copyAligned(dst, dstOffset, src, srcOffset, byteLength);
+    else this.#kernel.copy(dst, dstOffset, src, srcOffset, byteLength);
+  }
+
+  write(dst: GPUBuffer, dstOffset: number, bytes: Uint8Array): void {
+    this.#checkUsable();
+    if (dstOffset % 4 === 0 && bytes.byteLength % 4 === 0) {
+      this.gpuDevice.queue.writeBuffer(dst, dstOffset, bytes);
+      return;
+    }
+    const padded = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4);
+    padded.set(bytes);
+    const scratch = this.#scratchOf(padded.byteLength);
+    this.gpuDevice.queue.writeBuffer(scratch, 0, padded);
+    this.#kernel.copy(dst, dstOffset, scratch, 0, bytes.byteLength);
+  }
+
+  async read(src: GPUBuffer, srcOffset: number, byteLength: number): Promise<Uint8Array> {
+    this.#checkUsable();
+    const start = Math.floor(srcOffset / 4) * 4;
+    const length = Math.ceil((srcOffset + byteLength) / 4) * 4 - start;
+    const staging = this.#readback.take(length);
+    this.#copyAligned(staging, 0, src, start, length);
+    try {
+      await staging.mapAsync(1 /* GPUMapMode.READ */, 0, length);
+    } catch (error) {
+      this.#checkUsable();
+      throw new DeviceError(`Reading ${formatBytes(byteLength)} back from the WebGPU device failed: ${(error as Error).message}`, { cause: error });
+    }
+    const out = new Uint8Array(staging.getMappedRange(0, length), srcOffset - start, byteLength).slice();
+    staging.unmap();
+    this.#readback.give(staging);
+    return out;
+  }
+
+  isStream(stream: StreamId): boolean {
+    return stream === 0;
+  }
+
+  recordEvent(stream: StreamId): BackendEvent {
+    const event: EpochEvent = { stream, epoch: this.#epochs.count };
+    return event;
+  }
+
+  isEventComplete(event: BackendEvent): boolean {
+    return this.#epochs.count > (event as EpochEvent).epoch;
+  }
+
+  synchronizeEvent(event: BackendEvent): void {
+    if (!this.isEventComplete(event)) this.#epochs.count++;
+  }
+
+  outOfMemoryHint(requestedBytes: number): string | undefined {
+    if (requestedBytes <= this.maxBufferSize) return undefined;
+    return `A WebGPU buffer on this device holds at most ${formatBytes(this.maxBufferSize)} (maxBufferSize), so no request larger than that can be served; split the tensor.`;
+  }
+
+  /** Submits nothing and waits until the queue is idle: destroyed segments are then really freed. */
+  async flush(): Promise<void> {
+    if (this.#lost || this.#disposed) return;
+    this.#submit([]);
+    await this.gpuDevice.queue.onSubmittedWorkDone();
+  }
+
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    this.#epochs.release();
+    this.#readback.dispose();
+    this.#kernel.dispose();
+    this.#scratch?.destroy();
+  }
+
+  #copyAligned(dst: GPUBuffer, dstOffset: number, src: GPUBuffer, srcOffset: number, byteLength: number): void {
+    const encoder = this.gpuDevice.createCommandEncoder({ label: 'stowage copy' });
+    encoder.copyBufferToBuffer(src, srcOffset, dst, dstOffset, byteLength);
+    this.#submit([encoder.finish()]);
+  }
+
+  /** The scratch buffer, grown to at least `bytes` (a power of two). Safe to reuse: every use is submitted in order. */
+  #scratchOf(bytes: number): GPUBuffer {
+    if (!this.#scratch || this.#scratch.size < bytes) {
+      this.#scratch?.destroy();
+      const size = Math.max(4096, 2 ** Math.ceil(Math.log2(bytes)));
+      this.#scratch = this.gpuDevice.createBuffer({ size, usage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, label: 'stowage scratch' });
+    }
+    return this.#scratch;
+  }
+
+  #checkUsable(): void {
+    if (this.#lost) throw this.#lost;
+  }
+}

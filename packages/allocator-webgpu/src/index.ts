@@ -1,0 +1,11 @@
+export type { ByteCopyKernel } from './ByteCopyKernel.js';
+export type { NodeBackend, OpenWebGpuOptions, WebGpuContext } from './openWebGpuDevice.js';
+export { openWebGpuDevice } from './openWebGpuDevice.js';
+export type { ImportOptions } from './WebGpuAllocator.js';
+export { WebGpuAllocator } from './WebGpuAllocator.js';
+export type { WebGpuMemoryBackendOptions } from './WebGpuMemoryBackend.js';
+export { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
+export { WebGpuPager } from './WebGpuPager.js';
+export type { WebGpuUsage } from './WebGpuUsage.js';
+export type { WebGpuOptions } from './webgpu.js';
+export { createWebGpuAllocator, registerWebGpuAllocator, webgpu } from './webgpu.js';

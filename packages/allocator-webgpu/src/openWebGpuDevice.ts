@@ -1,0 +1,105 @@
+import { BackendUnavailableError } from '@stowage/core';
+
+export interface OpenWebGpuOptions {
+  /** Use this device (the caller owns it). */
+  readonly device?: GPUDevice;
+  readonly adapterOptions?: GPURequestAdapterOptions;
+  /**
+   * Node only: Dawn backends to try, in order. Default: `['vulkan', 'vulkan-swiftshader', 'opengles']` —
+   * the system's Vulkan drivers, then the SwiftShader driver Debian's chromium package ships, then OpenGL ES
+   * on Mesa (EGL surfaceless, compatibility feature level).
+   */
+  readonly backends?: readonly NodeBackend[];
+}
+
+export type NodeBackend = 'vulkan' | 'vulkan-swiftshader' | 'opengles' | 'default';
+
+/** A device and what must stay alive with it. */
+export interface WebGpuContext {
+  readonly device: GPUDevice;
+  readonly adapterInfo: string;
+  /** Node: the `webgpu` package's GPU object; the process crashes if it is collected before the device. */
+  readonly keepAlive: unknown;
+  /** True when this call created the device (and `dispose` of the allocator may destroy it). */
+  readonly owned: boolean;
+}
+
+const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
+
+/**
+ * Opens a WebGPU device: the given one, `navigator.gpu` in a browser, or Dawn through the `webgpu` package in
+ * Node, trying software paths when no hardware adapter exists. Requests the adapter's maximum buffer limits.
+ * @throws BackendUnavailableError naming what is missing when no adapter is found
+ */
+export async function openWebGpuDevice(options: OpenWebGpuOptions = {}): Promise<WebGpuContext> {
+  if (options.device) return { device: options.device, adapterInfo: 'caller-provided device', keepAlive: undefined, owned: false };
+  const navigatorGpu = (globalThis as { navigator?: { gpu?: GPU } }).navigator?.gpu;
+  if (navigatorGpu) {
+    const adapter = await navigatorGpu.requestAdapter(options.adapterOptions);
+    if (!adapter) throw new BackendUnavailableError('navigator.gpu returned no WebGPU adapter (in Chromium, start it with --enable-unsafe-webgpu).');
+    return { device: await requestDevice(adapter), adapterInfo: describe(adapter), keepAlive: undefined, owned: true };
+  }
+  if (typeof process === 'undefined' || !process.versions?.node) {
+    throw new BackendUnavailableError('This environment has no navigator.gpu and is not Node: no WebGPU implementation to use.');
+  }
+  let dawn: { create(flags: string[]): GPU; globals: object };
+  try {
+    dawn = (await import('webgpu')) as unknown as typeof dawn;
+  } catch (error) {
+    throw new BackendUnavailableError("The 'webgpu' package (Dawn for Node) could not be loaded; install it next to @stowage/allocator-webgpu.", { cause: error });
+  }
+  const tried: string[] = [];
+  for (const backend of options.backends ?? ['vulkan', 'vulkan-swiftshader', 'opengles']) {
+    const attempt = await tryBackend(dawn, backend, options.adapterOptions);
+    if (attempt.context) return attempt.context;
+    tried.push(attempt.why);
+  }
+  throw new BackendUnavailableError(
+    `No WebGPU adapter in Node: ${tried.join('; ')}. For a software device install Debian's chromium and libvulkan1 (SwiftShader) or libegl1 libegl-mesa0 libgles2 (Mesa llvmpipe).`,
+  );
+}
+
+async function tryBackend(
+  dawn: { create(flags: string[]): GPU },
+  backend: NodeBackend,
+  adapterOptions: GPURequestAdapterOptions | undefined,
+): Promise<{ context?: WebGpuContext; why: string }> {
+  const env = process.env;
+  const flags: string[] = [];
+  let requestOptions: GPURequestAdapterOptions = { ...adapterOptions };
+  if (backend === 'vulkan' || backend === 'vulkan-swiftshader') flags.push('backend=vulkan');
+  if (backend === 'vulkan-swiftshader') {
+    const { existsSync } = await import('node:fs');
+    if (!existsSync(SWIFTSHADER_ICD)) return { why: `SwiftShader: ${SWIFTSHADER_ICD} not found (apt-get install chromium libvulkan1)` };
+    env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
+  }
+  if (backend === 'opengles') {
+    flags.push('backend=opengles');
+    env.EGL_PLATFORM ??= 'surfaceless';
+    requestOptions = { ...requestOptions, featureLevel: 'compatibility' } as GPURequestAdapterOptions;
+  }
+  let gpu: GPU;
+  try {
+    gpu = dawn.create(flags);
+  } catch (error) {
+    return { why: `${backend}: ${(error as Error).message}` };
+  }
+  const adapter = await gpu.requestAdapter(requestOptions).catch(() => null);
+  if (!adapter) return { why: `${backend}: no adapter` };
+  return { context: { device: await requestDevice(adapter), adapterInfo: `${backend}: ${describe(adapter)}`, keepAlive: gpu, owned: true }, why: '' };
+}
+
+async function requestDevice(adapter: GPUAdapter): Promise<GPUDevice> {
+  const limits = adapter.limits;
+  return adapter.requestDevice({
+    requiredLimits: {
+      maxBufferSize: limits.maxBufferSize,
+      maxStorageBufferBindingSize: limits.maxStorageBufferBindingSize,
+    },
+  });
+}
+
+function describe(adapter: GPUAdapter): string {
+  const info = (adapter as GPUAdapter & { info?: GPUAdapterInfo }).info;
+  return [info?.vendor, info?.architecture, info?.device, info?.description].filter(Boolean).join(' ') || 'adapter';
+}

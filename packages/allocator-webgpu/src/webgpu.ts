@@ -1,0 +1,56 @@
+import type { DependencyContainer } from 'tsyringe';
+import type { Allocator, CachingAllocatorOptions, Device, Plugin } from '@stowage/core';
+import { AllocatorFactory, BackendUnavailableError, formatDevice, InvalidArgumentError, parseBytes } from '@stowage/core';
+import type { OpenWebGpuOptions, WebGpuContext } from './openWebGpuDevice.js';
+import { openWebGpuDevice } from './openWebGpuDevice.js';
+import { WebGpuAllocator } from './WebGpuAllocator.js';
+import { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
+
+export interface WebGpuOptions extends OpenWebGpuOptions, Omit<CachingAllocatorOptions, 'memoryLimit' | 'expandableSegments'> {
+  /**
+   * The allocator's budget, in bytes or as text. WebGPU cannot report free memory, so the engine reserves at
+   * most this much and runs its out-of-memory chain past it. Default 2 GiB.
+   */
+  readonly limit?: number | string;
+}
+
+const DEFAULT_LIMIT = 2 ** 31;
+
+/** Makes the allocator for an open device. */
+export function createWebGpuAllocator(context: WebGpuContext, options: WebGpuOptions = {}, index = 0): WebGpuAllocator {
+  const capacityBytes = parseBytes(options.limit ?? DEFAULT_LIMIT);
+  if (capacityBytes === undefined) throw new InvalidArgumentError('limit', options.limit, "a byte count such as '2GiB'");
+  const { device: _device, adapterOptions: _adapter, backends: _backends, limit: _limit, ...engine } = options;
+  let allocator: WebGpuAllocator | undefined;
+  const backend = new WebGpuMemoryBackend({
+    device: context.device,
+    index,
+    capacityBytes,
+    keepAlive: context.keepAlive,
+    onSegmentFailed: (buffer, error) => allocator?.segmentFailed(buffer, error),
+    onLost: (error) => allocator?.deviceLost(error),
+  });
+  allocator = new WebGpuAllocator(backend, engine);
+  return allocator;
+}
+
+/**
+ * Opens a WebGPU device (see `openWebGpuDevice`) and registers its allocator for `webgpu:0`.
+ * @throws BackendUnavailableError when no device can be opened
+ */
+export async function registerWebGpuAllocator(container: DependencyContainer, options: WebGpuOptions = {}): Promise<void> {
+  const context = await openWebGpuDevice(options);
+  const factory: AllocatorFactory = {
+    deviceType: 'webgpu',
+    create(device: Device): Allocator {
+      if (device.index !== 0) throw new BackendUnavailableError(`This runtime has one WebGPU device, webgpu:0; ${formatDevice(device)} does not exist.`);
+      return createWebGpuAllocator(context, options);
+    },
+  };
+  container.register(AllocatorFactory, { useValue: factory });
+}
+
+/** The WebGPU allocator plugin: `createRuntime({ plugins: [webgpu({ limit: '1GiB' })] })`. */
+export function webgpu(options: WebGpuOptions = {}): Plugin {
+  return { name: 'webgpu', register: (container) => registerWebGpuAllocator(container, options) };
+}

@@ -1,0 +1,258 @@
+import { expect } from 'chai';
+import type { DataPtr, DeviceError as DeviceErrorType } from '@stowage/core';
+import {
+  createCpuAllocator,
+  createRuntime,
+  DeviceError,
+  DeviceMismatchError,
+  InvalidArgumentError,
+  OutOfMemoryError,
+  UseAfterReleaseError,
+} from '@stowage/core';
+import { patternBytes } from '@stowage/core/testing';
+import type { WebGpuContext } from '@stowage/allocator-webgpu';
+import { createWebGpuAllocator, openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
+import { allocatorOn, deviceOrSkip } from './testDevice.js';
+
+const MAP_READ = 0x0001;
+const COPY_SRC = 0x0004;
+const COPY_DST = 0x0008;
+const STORAGE = 0x0080;
+
+async function readBuffer(device: GPUDevice, buffer: GPUBuffer, offset: number, size: number): Promise<Uint8Array> {
+  const staging = device.createBuffer({ size, usage: MAP_READ | COPY_DST });
+  const encoder = device.createCommandEncoder();
+  encoder.copyBufferToBuffer(buffer, offset, staging, 0, size);
+  device.queue.submit([encoder.finish()]);
+  await staging.mapAsync(1);
+  const bytes = new Uint8Array(staging.getMappedRange()).slice();
+  staging.destroy();
+  return bytes;
+}
+
+describe('WebGpuAllocator', function () {
+  this.timeout(60_000);
+  let context: WebGpuContext;
+  before(async function () {
+    context = await deviceOrSkip(this);
+  });
+
+  describe('#allocate', () => {
+    it('carves tensors out of one GPUBuffer segment at binding-aligned offsets', () => {
+      using allocator = allocatorOn(context, { preset: 'pytorch' });
+      const a = allocator.allocate(1000);
+      const b = allocator.allocate(3000);
+      expect(a.handle).to.equal(b.handle);
+      expect((a.handle as GPUBuffer).size).to.equal(2 << 20);
+      expect(b.byteOffset % context.device.limits.minStorageBufferOffsetAlignment).to.equal(0);
+      expect(allocator.bindingOf(b)).to.deep.equal({ buffer: b.handle, offset: b.byteOffset, size: 3000 });
+      expect(allocator.backend.createdBuffers).to.equal(1);
+    });
+
+    it('keeps storage and uniform blocks in separate segments and rejects usages it cannot serve', () => {
+      using allocator = allocatorOn(context);
+      const s = allocator.allocate(256);
+      const u = allocator.allocate(256, { usage: 'uniform' });
+      expect(s.handle).to.not.equal(u.handle);
+      expect(((u.handle as GPUBuffer).usage & 0x0040) !== 0).to.equal(true);
+      const before = allocator.memoryStats();
+      expect(() => allocator.allocate(256, { usage: 'vertex' })).to.throw(InvalidArgumentError, /options.usage/);
+      expect(() => allocator.allocate(256, { usage: 'readback' })).to.throw(InvalidArgumentError, /Runtime#read/);
+      expect(allocator.memoryStats()).to.deep.equal(before);
+      expect(allocator.allocate(256).byteLength).to.equal(256);
+    });
+
+    it('answers a request over maxBufferSize with an OutOfMemoryError that names the limit, and keeps working', () => {
+      using allocator = allocatorOn(context, { limit: '64GiB' });
+      const tooBig = context.device.limits.maxBufferSize + 1;
+      expect(() => allocator.allocate(tooBig)).to.throw(OutOfMemoryError, /maxBufferSize/);
+      expect(allocator.allocate(1024).byteLength).to.equal(1024);
+    });
+
+    it('runs out of its budget with an OutOfMemoryError after releasing its cache', () => {
+      using allocator = allocatorOn(context, { limit: '40MiB', preset: 'pytorch' });
+      const a = allocator.allocate(30 << 20);
+      expect(() => allocator.allocate(20 << 20)).to.throw(OutOfMemoryError, /40\.00 MiB total capacity/);
+      allocator.free(a);
+      expect(allocator.allocate(20 << 20).byteLength).to.equal(20 << 20);
+    });
+  });
+
+  describe('#free', () => {
+    it('returns a freed block to the pool only at the next submit, so an encoder recorded before the free reads the old data', async () => {
+      using allocator = allocatorOn(context, { preset: 'pytorch' });
+      const device = context.device;
+      const a = allocator.allocate(256);
+      allocator.writeBytes(a, new Uint8Array(256).fill(0xaa));
+      const out = device.createBuffer({ size: 256, usage: COPY_SRC | COPY_DST });
+      const encoder = device.createCommandEncoder();
+      encoder.copyBufferToBuffer(a.handle as GPUBuffer, a.byteOffset, out, 0, 256); // recorded, not submitted
+      allocator.free(a);
+      const b = allocator.allocate(256);
+      expect(b.address, 'the freed block waits for the next submit').to.not.equal(a.address);
+      allocator.writeBytes(b, new Uint8Array(256).fill(0xbb));
+      device.queue.submit([encoder.finish()]);
+      expect([...(await readBuffer(device, out, 0, 4))]).to.deep.equal([0xaa, 0xaa, 0xaa, 0xaa]);
+      const c = allocator.allocate(256);
+      expect(c.address, 'after the submit the block is reused').to.equal(a.address);
+      out.destroy();
+    });
+  });
+
+  describe('#emptyCache and #flush', () => {
+    it('destroys released segments and gives their memory back once the queue has moved on', async () => {
+      using allocator = allocatorOn(context, { preset: 'pytorch' });
+      const big = allocator.allocate(200 << 20);
+      allocator.writeBytes(big, new Uint8Array(200 << 20).fill(1));
+      await allocator.flush();
+      const rssWith = process.memoryUsage().rss;
+      allocator.free(big);
+      context.device.queue.submit([]);
+      allocator.emptyCache();
+      await allocator.flush();
+      const rssWithout = process.memoryUsage().rss;
+      expect(allocator.backend.reservedBytes).to.equal(0);
+      expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(0);
+      expect(rssWith - rssWithout, 'resident memory went down by most of the segment').to.be.greaterThan(100 << 20);
+    });
+  });
+
+  describe('#writeBytes, #readBytes and #copyData', () => {
+    it('round-trips bytes at any offset and length, aligned or not', async () => {
+      using allocator = allocatorOn(context);
+      const ptr = allocator.allocate(64);
+      allocator.writeBytes(ptr, new Uint8Array(64));
+      const expected = new Uint8Array(64);
+      for (const [offset, length] of [[0, 16], [1, 3], [5, 7], [13, 1], [30, 17], [62, 2]] as const) {
+        const bytes = patternBytes(length, offset);
+        allocator.writeBytes(ptr, bytes, offset);
+        expected.set(bytes, offset);
+      }
+      expect([...(await allocator.readBytes(ptr))]).to.deep.equal([...expected]);
+      expect([...(await allocator.readBytes(ptr, 5, 9))]).to.deep.equal([...expected.slice(5, 14)]);
+    });
+
+    it('copies between blocks of one segment and of different segments, at odd offsets', async () => {
+      using allocator = allocatorOn(context, { preset: 'pytorch' });
+      const src = allocator.allocate(4096);
+      const same = allocator.allocate(4096);
+      const other = allocator.allocate(4 << 20);
+      expect(same.handle).to.equal(src.handle);
+      expect(other.handle).to.not.equal(src.handle);
+      const data = patternBytes(4096, 7);
+      allocator.writeBytes(src, data);
+      allocator.writeBytes(same, new Uint8Array(4096));
+      allocator.writeBytes(other, new Uint8Array(4096));
+      allocator.copyData(same, src, 1000, 3, 5);
+      allocator.copyData(other, src, 4096);
+      allocator.copyData(other, src, 6, 1, 2);
+      const expectSame = new Uint8Array(4096);
+      expectSame.set(data.subarray(5, 1005), 3);
+      const expectOther = data.slice();
+      expectOther.set(data.subarray(2, 8), 1);
+      expect([...(await allocator.readBytes(same))]).to.deep.equal([...expectSame]);
+      expect([...(await allocator.readBytes(other, 0, 4096))]).to.deep.equal([...expectOther]);
+    });
+
+    it('rejects released pointers, overlong writes and pointers of another device, and the device stays usable', async () => {
+      using allocator = allocatorOn(context);
+      using cpu = createCpuAllocator();
+      const ptr = allocator.allocate(16);
+      expect(() => allocator.writeBytes(ptr, new Uint8Array(17))).to.throw(InvalidArgumentError, /16 bytes/);
+      expect(() => allocator.copyData(ptr, cpu.allocate(16), 16)).to.throw(DeviceMismatchError);
+      allocator.free(ptr);
+      let rejected: unknown;
+      await allocator.readBytes(ptr).catch((e: unknown) => (rejected = e));
+      expect(rejected).to.be.instanceOf(UseAfterReleaseError);
+      const next = allocator.allocate(16);
+      allocator.writeBytes(next, new Uint8Array([1, 2, 3, 4]), 4);
+      expect([...(await allocator.readBytes(next, 4, 4))]).to.deep.equal([1, 2, 3, 4]);
+    });
+  });
+
+  describe('#importBuffer', () => {
+    it("wraps a caller's GPUBuffer without copying and never destroys it", async () => {
+      await using rt = await createRuntime({ plugins: [webgpu({ device: context.device })] });
+      const allocator = rt.allocator('webgpu') as ReturnType<typeof createWebGpuAllocator>;
+      const buffer = context.device.createBuffer({ size: 1024, usage: STORAGE | COPY_SRC | COPY_DST });
+      const storage = rt.adopt(allocator.importBuffer(buffer, { byteOffset: 256, byteLength: 512 }));
+      rt.write(storage, new Uint8Array([9, 8, 7, 6, 5]));
+      expect([...(await rt.read(storage)).slice(0, 5)]).to.deep.equal([9, 8, 7, 6, 5]);
+      expect([...(await readBuffer(context.device, buffer, 256, 8)).slice(0, 5)]).to.deep.equal([9, 8, 7, 6, 5]);
+      storage.release();
+      context.device.queue.writeBuffer(buffer, 0, new Uint8Array([1, 2, 3, 4]));
+      expect([...(await readBuffer(context.device, buffer, 0, 4))]).to.deep.equal([1, 2, 3, 4]);
+      expect(allocator.memoryStats()['allocation.all.current']).to.equal(0);
+      expect(() => allocator.importBuffer(buffer, { byteOffset: 2 })).to.throw(InvalidArgumentError, /multiple of 4/);
+      expect(() => allocator.importBuffer(buffer, { byteLength: 2048 })).to.throw(InvalidArgumentError);
+      buffer.destroy();
+    });
+  });
+
+  describe('pager', () => {
+    it('pages a block out to host memory and back in', async () => {
+      using allocator = allocatorOn(context);
+      const ptr = allocator.allocate(1000);
+      const data = patternBytes(1000, 3);
+      allocator.writeBytes(ptr, data);
+      const paged = await allocator.pager.pageOut(ptr);
+      allocator.writeBytes(ptr, new Uint8Array(1000));
+      await allocator.pager.pageIn(paged, ptr);
+      expect([...(await allocator.readBytes(ptr))]).to.deep.equal([...data]);
+    });
+  });
+
+  describe('failures', () => {
+    it('reports a segment the device rejected as a deviceError naming the pointers in it', async () => {
+      const maxBufferSize = context.device.limits.maxBufferSize;
+      using allocator = createWebGpuAllocator(context, { limit: '64GiB', preset: 'pytorch' });
+      // Pretend the device allows twice its limit: the device's validation error scope catches the segment.
+      Object.defineProperty(allocator.backend, 'maxBufferSize', { value: maxBufferSize * 2 });
+      const errors: { error: DeviceErrorType; ptrs: readonly DataPtr[] }[] = [];
+      allocator.events.on('deviceError', (e) => errors.push(e));
+      const ptr = allocator.allocate(maxBufferSize + (2 << 20));
+      await allocator.flush();
+      await new Promise((r) => setTimeout(r, 50));
+      expect(errors).to.have.length(1);
+      expect(errors[0]!.error).to.be.instanceOf(DeviceError);
+      expect(errors[0]!.error.message).to.match(/rejected a .* segment/);
+      expect(errors[0]!.ptrs).to.deep.equal([ptr]);
+    });
+
+    it('refuses allocations with a DeviceError after the device is lost, and nothing hangs', async function () {
+      const own = await openWebGpuDevice().catch(() => undefined);
+      if (!own) this.skip();
+      const allocator = createWebGpuAllocator(own!, { limit: '64MiB' });
+      const ptr = allocator.allocate(64);
+      const errors: DeviceErrorType[] = [];
+      allocator.events.on('deviceError', (e) => errors.push(e.error));
+      own!.device.destroy();
+      await own!.device.lost;
+      await new Promise((r) => setTimeout(r, 10));
+      expect(() => allocator.allocate(64)).to.throw(DeviceError, /device was lost/);
+      let rejected: unknown;
+      await allocator.readBytes(ptr).catch((e: unknown) => (rejected = e));
+      expect(rejected).to.be.instanceOf(DeviceError);
+      expect(errors).to.have.length(1);
+      allocator.free(ptr);
+      allocator.dispose();
+    });
+  });
+});
+
+describe('webgpu plugin', function () {
+  this.timeout(60_000);
+  it('composes a runtime whose webgpu tensors reshape by copy on the device', async function () {
+    const context = await deviceOrSkip(this);
+    await using rt = await createRuntime({ plugins: [webgpu({ device: context.device })] });
+    const t = rt.tensor([4, 6], { dtype: 'float16', device: 'webgpu' });
+    const values = new Uint16Array(24).map((_, i) => i);
+    rt.write(t.storage, values);
+    const transposed = t.asStrided([6, 4], [1, 6]);
+    const copy = transposed.reshape([24]);
+    expect(copy.storage).to.not.equal(t.storage);
+    const got = new Uint16Array((await rt.read(copy.storage)).buffer);
+    expect([...got.slice(0, 6)]).to.deep.equal([0, 6, 12, 18, 1, 7]);
+    expect(rt.allocator('webgpu').memoryStats()['allocation.all.current']).to.equal(2);
+  });
+});
