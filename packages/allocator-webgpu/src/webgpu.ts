@@ -21,17 +21,18 @@ export function createWebGpuAllocator(context: WebGpuContext, options: WebGpuOpt
   const capacityBytes = parseBytes(options.limit ?? DEFAULT_LIMIT);
   if (capacityBytes === undefined) throw new InvalidArgumentError('limit', options.limit, "a byte count such as '2GiB'");
   const { device: _device, adapterOptions: _adapter, backends: _backends, limit: _limit, ...engine } = options;
-  let allocator: WebGpuAllocator | undefined;
+  // The backend reports failures asynchronously, by which time the allocator exists.
+  const owner: { allocator?: WebGpuAllocator } = {};
   const backend = new WebGpuMemoryBackend({
     device: context.device,
     index,
     capacityBytes,
     keepAlive: context.keepAlive,
-    onSegmentFailed: (buffer, error) => allocator?.segmentFailed(buffer, error),
-    onLost: (error) => allocator?.deviceLost(error),
+    onSegmentFailed: (buffer, error) => owner.allocator?.segmentFailed(buffer, error),
+    onLost: (error) => owner.allocator?.deviceLost(error),
   });
-  allocator = new WebGpuAllocator(backend, engine);
-  return allocator;
+  owner.allocator = new WebGpuAllocator(backend, engine);
+  return owner.allocator;
 }
 
 /**
