@@ -1,11 +1,11 @@
 import { BufferUsage } from './WebGpuUsage.js';
 
 /**
- * Mappable staging buffers (upload: MAP_WRITE|COPY_SRC, readback: MAP_READ|COPY_DST) pooled by power-of-two
- * size. A staging buffer is mapped whole, so it is never sub-allocated: each transfer takes one, and gives it
- * back unmapped (readback) or mapped at creation (upload, `mappedAtCreation`).
+ * Readback buffers (MAP_READ|COPY_DST) pooled by power-of-two size: the readback ring of host transfers. A
+ * mappable buffer is mapped whole, so it is never sub-allocated: each read takes one and gives it back
+ * unmapped. (Uploads need no pool: `queue.writeBuffer` stages them inside the implementation.)
  *
- * Invariant: every pooled buffer is idle (unmapped readback, or destroyed-on-return upload).
+ * Invariants: every pooled buffer is unmapped and idle; pooledBytes <= maxPooledBytes.
  */
 export class StagingPool {
   readonly #free = new Map<number, GPUBuffer[]>();
@@ -13,7 +13,6 @@ export class StagingPool {
 
   constructor(
     private readonly device: GPUDevice,
-    private readonly kind: 'upload' | 'readback',
     /** Pooled bytes kept at most; beyond it returned buffers are destroyed. */
     private readonly maxPooledBytes: number,
   ) {}
@@ -22,23 +21,20 @@ export class StagingPool {
     return this.#pooledBytes;
   }
 
-  /** A buffer of at least `bytes` (a power of two, 256 B minimum). Upload buffers come mapped. */
+  /** An unmapped readback buffer of at least `bytes` (a power of two, 256 B minimum). */
   take(bytes: number): GPUBuffer {
     const size = Math.max(256, 2 ** Math.ceil(Math.log2(Math.max(bytes, 1))));
-    if (this.kind === 'readback') {
-      const pooled = this.#free.get(size)?.pop();
-      if (pooled) {
-        this.#pooledBytes -= size;
-        return pooled;
-      }
-      return this.device.createBuffer({ size, usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST, label: 'stowage readback' });
+    const pooled = this.#free.get(size)?.pop();
+    if (pooled) {
+      this.#pooledBytes -= size;
+      return pooled;
     }
-    return this.device.createBuffer({ size, usage: BufferUsage.MAP_WRITE | BufferUsage.COPY_SRC, mappedAtCreation: true, label: 'stowage upload' });
+    return this.device.createBuffer({ size, usage: BufferUsage.MAP_READ | BufferUsage.COPY_DST, label: 'stowage readback' });
   }
 
-  /** Returns a readback buffer after `unmap()`; upload buffers are destroyed once their copy was submitted. */
+  /** Returns a buffer after `unmap()`. */
   give(buffer: GPUBuffer): void {
-    if (this.kind === 'upload' || this.#pooledBytes + buffer.size > this.maxPooledBytes) {
+    if (this.#pooledBytes + buffer.size > this.maxPooledBytes) {
       buffer.destroy();
       return;
     }

@@ -74,7 +74,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.#epochs = SubmitCounter.acquire(gpu.queue);
     const submit = this.#epochs.submitUncounted;
     this.#submit = submit;
-    this.#readback = new StagingPool(gpu, 'readback', 64 << 20);
+    this.#readback = new StagingPool(gpu, 64 << 20);
     this.#kernel = new ByteCopyKernel(gpu, gpu.limits.minStorageBufferOffsetAlignment, submit);
     void gpu.lost.then((info) => {
       if (this.#disposed) return;

@@ -1,6 +1,7 @@
 export type { ByteCopyKernel } from './ByteCopyKernel.js';
 export type { NodeBackend, OpenWebGpuOptions, WebGpuContext } from './openWebGpuDevice.js';
 export { openWebGpuDevice } from './openWebGpuDevice.js';
+export { fromGpuBuffer } from './fromGpuBuffer.js';
 export type { ImportOptions } from './WebGpuAllocator.js';
 export { WebGpuAllocator } from './WebGpuAllocator.js';
 export type { WebGpuMemoryBackendOptions } from './WebGpuMemoryBackend.js';

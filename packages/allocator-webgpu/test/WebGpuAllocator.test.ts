@@ -11,7 +11,7 @@ import {
 } from '@stowage/core';
 import { patternBytes } from '@stowage/core/testing';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { createWebGpuAllocator, openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
+import { createWebGpuAllocator, fromGpuBuffer, openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
 import { allocatorOn, deviceOrSkip } from './testDevice.js';
 
 const MAP_READ = 0x0001;
@@ -175,7 +175,8 @@ describe('WebGpuAllocator', function () {
       await using rt = await createRuntime({ plugins: [webgpu({ device: context.device })] });
       const allocator = rt.allocator('webgpu') as ReturnType<typeof createWebGpuAllocator>;
       const buffer = context.device.createBuffer({ size: 1024, usage: STORAGE | COPY_SRC | COPY_DST });
-      const storage = rt.adopt(allocator.importBuffer(buffer, { byteOffset: 256, byteLength: 512 }));
+      const storage = fromGpuBuffer(rt, buffer, { byteOffset: 256, byteLength: 512 });
+      expect(storage.byteLength).to.equal(512);
       rt.write(storage, new Uint8Array([9, 8, 7, 6, 5]));
       expect([...(await rt.read(storage)).slice(0, 5)]).to.deep.equal([9, 8, 7, 6, 5]);
       expect([...(await readBuffer(context.device, buffer, 256, 8)).slice(0, 5)]).to.deep.equal([9, 8, 7, 6, 5]);

@@ -1,0 +1,18 @@
+import type { Allocator, Runtime, StorageImpl } from '@stowage/core';
+import { InvalidArgumentError } from '@stowage/core';
+import type { ImportOptions } from './WebGpuAllocator.js';
+import { WebGpuAllocator } from './WebGpuAllocator.js';
+
+/**
+ * A storage over a caller's GPUBuffer (or a range of it), without copying: tensors can view it, `rt.read` and
+ * `rt.write` reach it, and Stowage never destroys the buffer (releasing the storage only forgets it).
+ * @throws InvalidArgumentError when the runtime's `device` allocator is not a WebGpuAllocator, or for a bad range
+ */
+export function fromGpuBuffer(rt: Runtime, buffer: GPUBuffer, options: ImportOptions & { readonly device?: string } = {}): StorageImpl {
+  let webgpu: WebGpuAllocator | undefined;
+  for (let a: Allocator | undefined = rt.allocator(options.device ?? 'webgpu'); a && !webgpu; a = (a as Allocator).upstream) {
+    if (a instanceof WebGpuAllocator) webgpu = a;
+  }
+  if (!webgpu) throw new InvalidArgumentError('options.device', options.device ?? 'webgpu', 'a device served by the webgpu() plugin');
+  return rt.adopt(webgpu.importBuffer(buffer, options));
+}
