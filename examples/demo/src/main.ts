@@ -2,13 +2,27 @@ import 'reflect-metadata';
 import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { CachingAllocator, TensorImpl } from '@stowage/core';
+import type { CachingAllocator, Runtime, TensorImpl } from '@stowage/core';
 import { cpu, createRuntime, formatBytes, hostBytes, isStowageError, StatisticsAllocator, wrapAllocators } from '@stowage/core';
 import { arena } from '@stowage/example-arena-allocator';
+import type { WebGpuAllocator, WebGpuContext } from '@stowage/allocator-webgpu';
+import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
 
 /** The demo: compose a runtime, make tensors, views and reshapes, and print what memory they use. */
 async function main(): Promise<void> {
-  const plugins = [cpu({ limit: '1GiB' }), wrapAllocators('cpu', (a) => new StatisticsAllocator(a)), arena({ capacity: '16MiB' })];
+  // WebGPU when an adapter exists (Dawn over SwiftShader on a machine without a GPU); the demo runs without it.
+  let gpu: WebGpuContext | string;
+  try {
+    gpu = await openWebGpuDevice();
+  } catch (error) {
+    gpu = (error as Error).message;
+  }
+  const plugins = [
+    cpu({ limit: '1GiB' }),
+    wrapAllocators('cpu', (a) => new StatisticsAllocator(a)),
+    arena({ capacity: '16MiB' }),
+    ...(typeof gpu === 'string' ? [] : [webgpu({ device: gpu.device, limit: '256MiB' })]),
+  ];
   await using rt = await createRuntime({ plugins });
   console.log(`Stowage demo — Node ${process.version}`);
   console.log(`Runtime composed from plugins: ${plugins.map((p) => p.name).join(', ')}; devices: ${rt.deviceTypes.join(', ')}\n`);
@@ -69,11 +83,31 @@ async function main(): Promise<void> {
   const counters = (rt.allocator('cpu') as StatisticsAllocator).counters();
   console.log(`  StatisticsAllocator adaptor: ${counters.count.total} allocations in all, peak ${formatBytes(counters.bytes.peak)} requested at once`);
 
+  if (typeof gpu === 'string') console.log(`\nWebGPU: skipped — ${gpu}`);
+  else await webGpuSection(rt, gpu);
+
   console.log('\nMemory summary:');
   console.log(rt.memorySummary());
   const snapshot = rt.allocator('arena').snapshot();
   const blocks = snapshot.segments.flatMap((s) => s.blocks);
   console.log(`\nArena snapshot (PyTorch schema): ${snapshot.segments.length} segment, ${blocks.length} blocks: ${blocks.map((b) => `${b.state} ${formatBytes(b.size)}`).join(', ')}`);
+}
+
+/** Tensors on a real WebGPU device: sub-allocated GPUBuffer ranges, a reshape that copies on the device. */
+async function webGpuSection(rt: Runtime, gpu: WebGpuContext): Promise<void> {
+  console.log(`\nWebGPU on ${gpu.adapterInfo}:`);
+  const t = rt.tensor([64, 48], { dtype: 'float32', device: 'webgpu' });
+  rt.write(t.storage, new Float32Array(64 * 48).map((_, i) => i));
+  const copy = t.asStrided([48, 64], [1, 48]).reshape([-1]);
+  const values = new Float32Array((await rt.read(copy.storage)).buffer);
+  const allocator = rt.allocator('webgpu') as WebGpuAllocator;
+  const ptr = copy.storage.data();
+  console.log(`  ${String(copy)}: first elements ${[...values.slice(0, 4)].join(', ')} (a transpose, copied on the GPU)`);
+  console.log(
+    `  block at offset ${ptr.byteOffset} of a ${formatBytes((ptr.handle as GPUBuffer).size)} GPUBuffer; createBuffer calls so far: ${allocator.backend.createdBuffers}`,
+  );
+  for (let i = 0; i < 100; i++) rt.storage(4096 + 512 * (i % 7), { device: 'webgpu' }).release();
+  console.log(`  100 more allocations and frees: createBuffer calls ${allocator.backend.createdBuffers}`);
 }
 
 function fill(t: TensorImpl, value: (i: number) => number): void {
