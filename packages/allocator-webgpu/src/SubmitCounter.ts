@@ -9,11 +9,14 @@ export class SubmitCounter {
   /** The queue's own submit, which starts no epoch. */
   readonly submitUncounted: (buffers: Iterable<GPUCommandBuffer>) => undefined;
   #users = 0;
+  /** Called before every counted submit: backends submit the copies they batched, so they run first. */
+  readonly beforeSubmit = new Set<() => void>();
 
   private constructor(private readonly queue: GPUQueue) {
     const submit = queue.submit.bind(queue);
     this.submitUncounted = submit;
     queue.submit = (buffers: Iterable<GPUCommandBuffer>): undefined => {
+      for (const flush of this.beforeSubmit) flush();
       submit(buffers);
       this.count++;
       return undefined;

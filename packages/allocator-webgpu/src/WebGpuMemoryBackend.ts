@@ -54,6 +54,14 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   readonly #kernel: ByteCopyKernel;
   readonly #options: WebGpuMemoryBackendOptions;
   #scratch: GPUBuffer | undefined;
+  /** Copies recorded but not yet submitted (Note [Batched copies]). */
+  #pending: GPUCommandEncoder | null = null;
+  readonly #flushPending = (): void => {
+    if (this.#pending === null) return;
+    const encoder = this.#pending;
+    this.#pending = null;
+    this.#submit([encoder.finish()]);
+  };
   readonly #epochs: SubmitCounter;
   #nextAddress = 0x1000_0000;
   #reservedBytes = 0;
@@ -72,6 +80,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.maxStorageBufferBindingSize = gpu.limits.maxStorageBufferBindingSize;
     this.keepAlive = options.keepAlive;
     this.#epochs = SubmitCounter.acquire(gpu.queue);
+    this.#epochs.beforeSubmit.add(this.#flushPending);
     const submit = this.#epochs.submitUncounted;
     this.#submit = submit;
     this.#readback = new StagingPool(gpu, 64 << 20);
@@ -125,6 +134,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   }
 
   free(segment: MemoryBlock<GPUBuffer>): void {
+    this.#flushPending(); // a recorded copy may name the buffer
     this.#reservedBytes -= segment.byteLength;
     segment.handle.destroy();
     // destroy() frees nothing until the queue moves on: an empty submit (no epoch) gets it going; flush() waits.
@@ -150,11 +160,15 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
       return;
     }
     if (dstOffset % 4 === 0 && srcOffset % 4 === 0 && byteLength % 4 === 0) this.#copyAligned(dst, dstOffset, src, srcOffset, byteLength);
-    else this.#kernel.copy(dst, dstOffset, src, srcOffset, byteLength);
+    else {
+      this.#flushPending();
+      this.#kernel.copy(dst, dstOffset, src, srcOffset, byteLength);
+    }
   }
 
   write(dst: GPUBuffer, dstOffset: number, bytes: Uint8Array): void {
     this.#checkUsable();
+    this.#flushPending(); // writeBuffer runs on the queue at once: earlier copies must be submitted first
     if (dstOffset % 4 === 0 && bytes.byteLength % 4 === 0) {
       this.gpuDevice.queue.writeBuffer(dst, dstOffset, bytes);
       return;
@@ -172,6 +186,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     const length = Math.ceil((srcOffset + byteLength) / 4) * 4 - start;
     const staging = this.#readback.take(length);
     this.#copyAligned(staging, 0, src, start, length);
+    this.#flushPending();
     try {
       await staging.mapAsync(1 /* GPUMapMode.READ */, 0, length);
     } catch (error) {
@@ -209,6 +224,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   /** Submits nothing and waits until the queue is idle: destroyed segments are then really freed. */
   async flush(): Promise<void> {
     if (this.#lost || this.#disposed) return;
+    this.#flushPending();
     this.#submit([]);
     await this.gpuDevice.queue.onSubmittedWorkDone();
   }
@@ -216,21 +232,32 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   dispose(): void {
     if (this.#disposed) return;
     this.#disposed = true;
+    this.#flushPending();
+    this.#epochs.beforeSubmit.delete(this.#flushPending);
     this.#epochs.release();
     this.#readback.dispose();
     this.#kernel.dispose();
     this.#scratch?.destroy();
   }
 
+  /**
+   * Note [Batched copies]: aligned copies are recorded into one pending encoder and submitted together: before
+   * anything that runs on the queue at once (writeBuffer, the byte-copy kernel, a read, a free, any
+   * `queue.submit` by the program, through SubmitCounter), and at the end of the current task at the latest. A
+   * strided tensor copy of thousands of runs is then one submit, in order with everything else.
+   */
   #copyAligned(dst: GPUBuffer, dstOffset: number, src: GPUBuffer, srcOffset: number, byteLength: number): void {
-    const encoder = this.gpuDevice.createCommandEncoder({ label: 'stowage copy' });
-    encoder.copyBufferToBuffer(src, srcOffset, dst, dstOffset, byteLength);
-    this.#submit([encoder.finish()]);
+    if (this.#pending === null) {
+      this.#pending = this.gpuDevice.createCommandEncoder({ label: 'stowage copies' });
+      queueMicrotask(this.#flushPending);
+    }
+    this.#pending.copyBufferToBuffer(src, srcOffset, dst, dstOffset, byteLength);
   }
 
   /** The scratch buffer, grown to at least `bytes` (a power of two). Safe to reuse: every use is submitted in order. */
   #scratchOf(bytes: number): GPUBuffer {
     if (!this.#scratch || this.#scratch.size < bytes) {
+      this.#flushPending(); // recorded copies may name the old scratch buffer
       this.#scratch?.destroy();
       const size = Math.max(4096, 2 ** Math.ceil(Math.log2(bytes)));
       this.#scratch = this.gpuDevice.createBuffer({ size, usage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, label: 'stowage scratch' });

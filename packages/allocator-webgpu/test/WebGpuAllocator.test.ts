@@ -154,6 +154,26 @@ describe('WebGpuAllocator', function () {
       expect([...(await allocator.readBytes(other, 0, 4096))]).to.deep.equal([...expectOther]);
     });
 
+    it("batches copies into one submit that runs before the program's next submit", async () => {
+      using allocator = allocatorOn(context);
+      const device = context.device;
+      const src = allocator.allocate(4096);
+      const dst = allocator.allocate(4096);
+      const data = patternBytes(4096, 11);
+      allocator.writeBytes(src, data);
+      const submitsBefore = allocator.backend.submitCount;
+      for (let i = 0; i < 1024; i++) allocator.copyData(dst, src, 4, 4 * (1023 - i), 4 * i); // reverse the words
+      const out = device.createBuffer({ size: 4096, usage: COPY_SRC | COPY_DST });
+      const encoder = device.createCommandEncoder();
+      encoder.copyBufferToBuffer(dst.handle as GPUBuffer, dst.byteOffset, out, 0, 4096);
+      device.queue.submit([encoder.finish()]); // must see every batched copy
+      expect(allocator.backend.submitCount - submitsBefore, 'only the program submitted (one epoch)').to.equal(1);
+      const got = await readBuffer(device, out, 0, 4096);
+      const words = new Uint32Array(data.buffer.slice(0));
+      expect([...new Uint32Array(got.buffer)]).to.deep.equal([...words].reverse());
+      out.destroy();
+    });
+
     it('rejects released pointers, overlong writes and pointers of another device, and the device stays usable', async () => {
       using allocator = allocatorOn(context);
       using cpu = createCpuAllocator();
