@@ -14,7 +14,7 @@ const noGlobalContainer = {
 };
 
 export default tseslint.config(
-  { ignores: ['**/dist/**', '**/dist-test/**', '**/dist-bench/**', '**/node_modules/**'] },
+  { ignores: ['**/dist/**', '**/dist-test/**', '**/dist-bench/**', '**/dist-browser/**', '**/node_modules/**'] },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   { files: ['**/*.cjs'], languageOptions: { sourceType: 'commonjs', globals: { require: 'readonly', module: 'writable', console: 'readonly' } }, rules: { '@typescript-eslint/no-require-imports': 'off' } },
