@@ -1,0 +1,17 @@
+/** One JSON line of the bench: one allocator's pass over one trace. Bytes are bytes. */
+export interface PassLine {
+  readonly allocator: string;
+  readonly trace: string;
+  /** 'cold' pays for buffer creation; 'warm' replays again on the same allocator (its own cost). */
+  readonly pass: 'cold' | 'warm';
+  readonly ops: number;
+  readonly opsPerSec: number;
+  readonly createBufferCalls: number;
+  /** Peak of the scaled requested bytes live (the same for every allocator). */
+  readonly peakAllocated: number;
+  readonly peakReserved: number;
+  /** Peak resident memory during the pass above the level before the cold pass. */
+  readonly rssAboveBaseline: number;
+  /** Why the pass stopped early, when it did. */
+  readonly failed?: string;
+}

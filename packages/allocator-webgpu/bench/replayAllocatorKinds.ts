@@ -1,0 +1,13 @@
+import type { ReplayAllocatorKind } from './ReplayAllocator.js';
+import { RawReplayAllocator } from './RawReplayAllocator.js';
+import { StowageReplayAllocator } from './StowageReplayAllocator.js';
+import { TfjsReplayAllocator } from './TfjsReplayAllocator.js';
+
+/** The allocators the WebGPU bench compares, Stowage first. */
+export function replayAllocatorKinds(): ReplayAllocatorKind[] {
+  return [
+    { name: 'stowage', create: (context) => new StowageReplayAllocator(context) },
+    { name: 'tfjs', create: (context) => new TfjsReplayAllocator(context) },
+    { name: 'raw', create: (context) => new RawReplayAllocator(context) },
+  ];
+}

@@ -1,0 +1,154 @@
+// The WebGPU replay benchmark (STYLE.md §11): in one process, on one Dawn adapter, replay shared traces through
+// Stowage's WebGPU allocator, TensorFlow.js's WebGPU BufferManager, and raw createBuffer/destroy per
+// allocation. Each trace's sizes are scaled so its peak live bytes are at most 512 MiB; each allocator replays
+// it twice in a row on one instance: 'cold' pays for buffer creation (on software drivers createBuffer costs
+// about 0.5–0.65 ms per MiB), 'warm' shows the allocator's own cost. The program submits after every 16 frees.
+// An allocator whose reserved bytes pass 4 GiB is stopped and reported failed at that op.
+//
+// Fairness: each allocator run gets a fresh GPUDevice of the same adapter (Note [A device per allocator run] in
+// DeviceSource.ts), the process runs under fixed malloc settings (withMallocSettings.ts), and memory is touched
+// just before each run (Note [Prewarm] in prewarmMemory.ts): so no allocator inherits another's resident memory,
+// and none pays alone for memory the machine took back.
+//
+//   environment   {"scenario":"environment","node","adapter","cpu","cores","mallocMmapThreshold","date"}   (first)
+//   pass lines    {"allocator","trace","pass","ops","opsPerSec","createBufferCalls","peakAllocated","peakReserved",
+//                  "rssAboveBaseline","failed"?}   rssAboveBaseline: peak resident bytes during the pass above the
+//                  level just before the cold pass (after GC and a drained queue)
+//   summary       {"scenario":"summary","trace",…} Stowage against tfjs, per trace (compareWithTfjs.ts)
+import 'reflect-metadata'; // an application entry point: first, before tsyringe loads (STYLE.md §5)
+import os from 'node:os';
+import type { TraceFile } from '@stowage/core/replay';
+import { findTraceRoot, listTraces, readTraceFile } from '@stowage/core/replay';
+import { BenchReporter } from './BenchReporter.js';
+import { compareWithTfjs } from './compareWithTfjs.js';
+import { DeviceSource } from './DeviceSource.js';
+import { BENCH_USAGE, BenchUsageError, parseBenchArgs } from './parseBenchArgs.js';
+import type { PassLine } from './PassLine.js';
+import { prewarmMemory } from './prewarmMemory.js';
+import type { ReplayAllocatorKind } from './ReplayAllocator.js';
+import { replayAllocatorKinds } from './replayAllocatorKinds.js';
+import { replayPass } from './replayPass.js';
+import type { ReplayPlan } from './ReplayPlan.js';
+import { compileReplayPlan } from './ReplayPlan.js';
+import { RssSampler } from './RssSampler.js';
+import { selectTraces } from './selectTraces.js';
+import { settleMemory } from './settleMemory.js';
+import { withMallocSettings } from './withMallocSettings.js';
+
+const MAX_PEAK_LIVE_BYTES = 512 * 2 ** 20;
+const STOP_RESERVED_BYTES = 4 * 2 ** 30;
+const SUBMIT_EVERY_FREES = 16;
+const RSS_EVERY_OPS = 64;
+const PASSES = ['cold', 'warm'] as const;
+
+async function main(): Promise<void> {
+  const args = parseBenchArgs(process.argv.slice(2));
+  if (args.help) {
+    process.stdout.write(`${BENCH_USAGE}\n`);
+    return;
+  }
+  if (!withMallocSettings()) return; // the run happened in a child process under the settings
+  const all = replayAllocatorKinds();
+  const unknown = (args.allocators ?? []).filter((name) => !all.some((a) => a.name === name));
+  if (unknown.length > 0) throw new BenchUsageError(`Unknown allocator ${unknown.join(', ')}; known: ${all.map((a) => a.name).join(', ')}.`);
+  const kinds = args.allocators ? all.filter((a) => args.allocators!.includes(a.name)) : all;
+  const root = findTraceRoot();
+  if (root === undefined) throw new BenchUsageError('No trace directory found (shared/traces above the working directory, or $STOWAGE_TRACES).');
+  const traces = selectTraces(listTraces(root), args);
+  if (traces.length === 0) throw new BenchUsageError(`No trace under ${root} matches${args.trace === undefined ? ' the default set' : ` "${args.trace}"`}.`);
+
+  const devices = new DeviceSource();
+  const first = await devices.open();
+  const reporter = new BenchReporter(traces.length * kinds.length * PASSES.length);
+  try {
+    reporter.emit({
+      scenario: 'environment',
+      node: process.version,
+      adapter: first.adapterInfo,
+      cpu: os.cpus()[0]?.model ?? 'unknown',
+      cores: os.cpus().length,
+      mallocMmapThreshold: process.env.MALLOC_MMAP_THRESHOLD_ ?? 'default',
+      date: new Date().toISOString(),
+    });
+    first.device.destroy();
+    for (const trace of traces) await benchTrace(trace, devices, kinds, reporter);
+  } finally {
+    reporter.stop();
+  }
+}
+
+/** Every allocator on one trace, one after the other; then the summary line. */
+async function benchTrace(trace: TraceFile, devices: DeviceSource, kinds: readonly ReplayAllocatorKind[], reporter: BenchReporter): Promise<void> {
+  const plan = compileReplayPlan(await readTraceFile(trace), MAX_PEAK_LIVE_BYTES, SUBMIT_EVERY_FREES);
+  const lines: PassLine[] = [];
+  for (const kind of kinds) {
+    for (const line of await benchAllocator(trace.name, plan, devices, kind, reporter)) {
+      reporter.emit({ ...line });
+      lines.push(line);
+    }
+  }
+  if (kinds.some((k) => k.name === 'stowage') && kinds.some((k) => k.name === 'tfjs')) reporter.emit(compareWithTfjs(trace.name, plan, lines));
+}
+
+/**
+ * One allocator's cold and warm passes over `plan` on a fresh instance, on a fresh GPUDevice of the same adapter
+ * (DeviceSource.ts says why); no warm pass after a failed cold one. Afterwards the allocator is disposed, the
+ * queue drained and the device destroyed.
+ */
+async function benchAllocator(
+  trace: string,
+  plan: ReplayPlan,
+  devices: DeviceSource,
+  kind: ReplayAllocatorKind,
+  reporter: BenchReporter,
+): Promise<PassLine[]> {
+  const lines: PassLine[] = [];
+  const rss = new RssSampler();
+  reporter.task(`${trace}: ${kind.name} prewarm`);
+  await prewarmMemory((await devices.open()).device, prewarmBytes(plan));
+  const context = await devices.open();
+  const allocator = kind.create(context);
+  try {
+    await settleMemory(context.device);
+    rss.setBaseline();
+    for (const pass of PASSES) {
+      reporter.task(`${trace}: ${kind.name} ${pass}`);
+      const run = replayPass(allocator, plan, { submitEveryFrees: SUBMIT_EVERY_FREES, stopReservedBytes: STOP_RESERVED_BYTES, rssEveryOps: RSS_EVERY_OPS, rss });
+      reporter.step();
+      lines.push({
+        allocator: kind.name,
+        trace,
+        pass,
+        ops: run.ops,
+        opsPerSec: Math.round(run.opsPerSec),
+        createBufferCalls: run.createBufferCalls,
+        peakAllocated: plan.peakLiveBytes,
+        peakReserved: run.peakReservedBytes,
+        rssAboveBaseline: run.rssAboveBaselineBytes,
+        ...(run.failed === undefined ? {} : { failed: run.failed }),
+      });
+      if (run.failed !== undefined) {
+        reporter.step(PASSES.length - lines.length);
+        break;
+      }
+      // A program's step ends by waiting for its work (reading a loss): the queue drains between the passes, and
+      // garbage is collected outside the timed loop.
+      await settleMemory(context.device);
+    }
+  } finally {
+    allocator.dispose();
+    await settleMemory(context.device);
+    context.device.destroy();
+  }
+  return lines;
+}
+
+/** Twice the plan's lower bound on reserved bytes (tfjs's manager reserved up to about that), within the stop bound. */
+function prewarmBytes(plan: ReplayPlan): number {
+  return Math.min(STOP_RESERVED_BYTES, Math.max(MAX_PEAK_LIVE_BYTES, 2 * plan.peakLiveAndPendingBytes));
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`${error instanceof BenchUsageError ? error.message : error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.exitCode = error instanceof BenchUsageError ? 2 : 1;
+});
