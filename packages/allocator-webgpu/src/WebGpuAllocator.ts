@@ -23,22 +23,10 @@ export class WebGpuAllocator extends CachingAllocator<GPUBuffer> {
   declare readonly backend: WebGpuMemoryBackend;
   /** Pages blocks out to host memory and back, for LMS. */
   readonly pager: WebGpuPager;
-  /** Live pointers by buffer, to name those a failed segment takes with it. */
-  readonly #byBuffer = new Map<GPUBuffer, Set<DataPtr>>();
 
   constructor(backend: WebGpuMemoryBackend, options: CachingAllocatorOptions = {}) {
     super(backend, options);
     this.pager = new WebGpuPager(this);
-    this.events.on('allocated', ({ ptr }) => {
-      let set = this.#byBuffer.get(ptr.handle as GPUBuffer);
-      if (!set) this.#byBuffer.set(ptr.handle as GPUBuffer, (set = new Set()));
-      set.add(ptr);
-    });
-    this.events.on('freed', ({ ptr }) => {
-      const set = this.#byBuffer.get(ptr.handle as GPUBuffer);
-      set?.delete(ptr);
-      if (set?.size === 0) this.#byBuffer.delete(ptr.handle as GPUBuffer);
-    });
   }
 
   override allocate(nbytes: number, options?: AllocateOptions): DataPtr<GPUBuffer> {
@@ -97,12 +85,12 @@ export class WebGpuAllocator extends CachingAllocator<GPUBuffer> {
 
   /** Called by the backend when the device rejected a segment: names the live pointers it took with it. */
   segmentFailed(buffer: GPUBuffer, error: DeviceError): void {
-    this.emitter.safeEmit('deviceError', { error, ptrs: [...(this.#byBuffer.get(buffer) ?? [])] });
+    this.emitter.safeEmit('deviceError', { error, ptrs: this.livePointersIn(buffer) });
   }
 
   /** Called by the backend when the device is lost: every live pointer is affected. */
   deviceLost(error: DeviceError): void {
-    this.emitter.safeEmit('deviceError', { error, ptrs: [...this.#byBuffer.values()].flatMap((set) => [...set]) });
+    this.emitter.safeEmit('deviceError', { error, ptrs: this.livePointers() });
   }
 
   protected override releaseAllocation(context: unknown): void {
@@ -112,7 +100,6 @@ export class WebGpuAllocator extends CachingAllocator<GPUBuffer> {
 
   protected override disposeResources(): void {
     super.disposeResources();
-    this.#byBuffer.clear();
     this.backend.dispose();
   }
 }

@@ -225,6 +225,21 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     return { segments, device_traces: [this.#history?.entries() ?? []], allocator_settings: this.#settings(), external_annotations: [] };
   }
 
+  /** The live pointers whose memory lies in the backend segment with handle `handle` (for failure reports). */
+  protected livePointersIn(handle: H): DataPtr<H>[] {
+    const ptrs: DataPtr<H>[] = [];
+    for (const segment of this.#segments) {
+      if (segment.memory.handle !== handle) continue;
+      for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; b; b = b.next) if (b.allocated && b.ptr) ptrs.push(b.ptr);
+    }
+    return ptrs;
+  }
+
+  /** Every live pointer (for failure reports). */
+  protected livePointers(): DataPtr<H>[] {
+    return [...this.#segments].flatMap((segment) => this.livePointersIn(segment.memory.handle));
+  }
+
   /**
    * Checks every invariant listed on the class against a full recount, throwing an Error that names the first
    * one broken. For tests; O(blocks).
@@ -593,8 +608,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     s.allocation.add(small, -1);
     s.allocated_bytes.add(small, -block.size);
     this.#history?.record('free_requested', block.address, block.requestedSize, block.stream);
-    if (this.backend.deferredFree) (block.streamUses ??= new Set()).add(block.stream);
-    if (block.streamUses !== null && block.streamUses.size > 0) this.#insertEvents(block);
+    if (block.streamUses !== null && block.streamUses.size > 0) this.#insertEvents(block, block.streamUses);
+    else if (this.backend.deferredFree) this.#insertEvents(block, [block.stream]);
     else this.#freeBlock(block);
     this.emitter.safeEmit('freed', { ptr });
   }
@@ -605,8 +620,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * merge) only when all of them have completed, checked at the start of each allocation and forced by
    * emptyCache. Until then it counts as active but not allocated ("active_pending_free").
    */
-  #insertEvents(block: Block<H>): void {
-    const streams = block.streamUses!;
+  #insertEvents(block: Block<H>, streams: Iterable<StreamId>): void {
+    if (this.backend.deferredFree && block.streamUses !== null) block.streamUses.add(block.stream);
     block.streamUses = null;
     for (const stream of streams) {
       const event = this.backend.recordEvent(stream);
@@ -620,7 +635,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
 
   #processEvents(): void {
     for (const queue of this.#pendingEvents.values()) {
-      let done = 0;
+      if (queue.length === 0 || !this.backend.isEventComplete(queue[0]!.event)) continue;
+      let done = 1;
       while (done < queue.length && this.backend.isEventComplete(queue[done]!.event)) done++;
       for (const { block } of queue.splice(0, done)) this.#eventCompleted(block);
       this.#pendingCount -= done;
