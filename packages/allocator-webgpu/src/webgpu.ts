@@ -15,6 +15,21 @@ export interface WebGpuOptions extends OpenWebGpuOptions, Omit<CachingAllocatorO
 }
 
 const DEFAULT_LIMIT = 2 ** 31;
+const MiB = 2 ** 20;
+
+/**
+ * Note [WebGPU segment sizing]: creating a GPUBuffer costs about 0.65 ms per MiB on software drivers and a
+ * segment cannot be partly returned (no page mapping), so WebGPU segments are larger than PyTorch's and shared
+ * by small and large tensors (`unifiedPools`): at least 32 MiB, growing to 1/16 of what is already reserved, at
+ * most maxBufferSize. Measured with `pnpm bench:webgpu` on six traces against PyTorch-style sizing: 2–5× fewer
+ * createBuffer calls, peak reserved/live lower on three traces, higher on one.
+ */
+function webGpuSegmentSize(maxBufferSize: number): (roundedBytes: number, reservedBytes: number) => number {
+  return (roundedBytes, reservedBytes) => {
+    const grown = Math.ceil(reservedBytes / 16 / (2 * MiB)) * 2 * MiB;
+    return Math.min(maxBufferSize, Math.max(roundedBytes, 32 * MiB, grown));
+  };
+}
 
 /** Makes the allocator for an open device. */
 export function createWebGpuAllocator(context: WebGpuContext, options: WebGpuOptions = {}, index = 0): WebGpuAllocator {
@@ -31,7 +46,11 @@ export function createWebGpuAllocator(context: WebGpuContext, options: WebGpuOpt
     onSegmentFailed: (buffer, error) => owner.allocator?.segmentFailed(buffer, error),
     onLost: (error) => owner.allocator?.deviceLost(error),
   });
-  owner.allocator = new WebGpuAllocator(backend, engine);
+  owner.allocator = new WebGpuAllocator(backend, {
+    unifiedPools: true,
+    segmentSize: webGpuSegmentSize(context.device.limits.maxBufferSize),
+    ...engine,
+  });
   return owner.allocator;
 }
 

@@ -131,9 +131,10 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (nbytes === 0) return this.#allocateZero();
     if (this.#pendingCount > 0) this.#processEvents();
     const size = roundSize(nbytes, this.options.roundupPower2Divisions);
-    const small = isSmallRequest(size);
+    const small = !this.options.unifiedPools && isSmallRequest(size);
     const kind = this.backend.segmentKind?.(options) ?? 0;
-    const request: Request<H> = { stream, kind, size, pool: this.#poolsOf(kind)[small ? 0 : 1], segmentBytes: segmentSize(size) };
+    const segmentBytes = this.options.segmentSize ? Math.max(size, this.options.segmentSize(size, this.reservedBytes)) : segmentSize(size);
+    const request: Request<H> = { stream, kind, size, pool: this.#poolsOf(kind)[small ? 0 : 1], segmentBytes };
     const block =
       this.#takeQuick(request) ??
       this.#findFreeBlock(request) ??
@@ -592,7 +593,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
 
   #shouldSplit(block: Block<H>, size: number): boolean {
     const remaining = block.size - size;
-    if (block.small || block.segment.expandable) return remaining >= MIN_BLOCK_BYTES;
+    if (block.small || block.segment.expandable || this.options.unifiedPools) return remaining >= MIN_BLOCK_BYTES;
     return size < this.options.maxSplitSize && remaining > SMALL_REQUEST_MAX_BYTES;
   }
 

@@ -36,6 +36,17 @@ export interface CachingAllocatorOptions {
    */
   readonly fragmentationLimit?: number;
   /**
+   * Segment size for a request that no cached block fits: `(roundedBytes, reservedBytes) => bytes` (at least
+   * roundedBytes). Default: PyTorch's sizing (2 MiB, 20 MiB or the request rounded to 2 MiB). Devices whose
+   * buffer creation is slow and cannot map pages (WebGPU) use larger segments that grow with reserved memory.
+   */
+  readonly segmentSize?: (roundedBytes: number, reservedBytes: number) => number;
+  /**
+   * Serve every request from one pool per stream and kind, splitting down to 512 bytes, instead of PyTorch's
+   * small and large pools: small tensors then live in the large segments. Default false.
+   */
+  readonly unifiedPools?: boolean;
+  /**
    * Keep freed blocks unmerged in short per-size lists for O(1) reuse of the same size, merging them before any
    * reservation (Note [Deferred coalescing] in CachingAllocator.ts). Default: on in the best preset.
    */
@@ -57,6 +68,8 @@ export interface ResolvedCachingOptions {
   readonly expandableSegments: boolean;
   readonly fragmentationLimit: number;
   readonly deferCoalescing: boolean;
+  readonly segmentSize: ((roundedBytes: number, reservedBytes: number) => number) | undefined;
+  readonly unifiedPools: boolean;
   readonly reclaimers: () => readonly MemoryReclaimer[];
 }
 
@@ -102,6 +115,8 @@ export function resolveCachingOptions(options: CachingAllocatorOptions): Resolve
     expandableSegments: options.expandableSegments ?? preset === 'best',
     fragmentationLimit: checkFragmentationLimit(options.fragmentationLimit ?? (preset === 'best' ? 0.005 : Number.POSITIVE_INFINITY)),
     deferCoalescing: options.deferCoalescing ?? preset === 'best',
+    segmentSize: options.segmentSize,
+    unifiedPools: options.unifiedPools ?? false,
     reclaimers: options.reclaimers ?? NO_RECLAIMERS,
   };
 }

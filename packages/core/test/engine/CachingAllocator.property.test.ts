@@ -128,6 +128,11 @@ describe('CachingAllocator invariants under random programs', function () {
     });
   }
 
+  it('holds with unified pools and growing segments (the WebGPU sizing)', () => {
+    const options: CachingAllocatorOptions = { preset: 'best', expandableSegments: false, unifiedPools: true, segmentSize: (n, reserved) => Math.max(n, 4 * MiB, reserved / 4) };
+    fc.assert(fc.property(fc.array(op, { maxLength: 80 }), (ops) => runProgram(options, ops)), { numRuns: 100 });
+  });
+
   it('holds with a max split size, power-of-two divisions and garbage collection under a limit', () => {
     const options: CachingAllocatorOptions = {
       preset: 'pytorch',

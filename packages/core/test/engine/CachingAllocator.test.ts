@@ -327,6 +327,36 @@ describe('CachingAllocator expandable segments', () => {
   });
 });
 
+describe('CachingAllocator segment sizing options', () => {
+  it('sizes new segments with segmentSize, never below the request', () => {
+    const sizes: [number, number][] = [];
+    const { allocator } = engine({
+      preset: 'pytorch',
+      segmentSize: (bytes, reserved) => {
+        sizes.push([bytes, reserved]);
+        return 8 * MiB;
+      },
+    });
+    allocator.allocate(MiB);
+    allocator.allocate(8 * MiB);
+    allocator.allocate(12 * MiB);
+    expect(sizes).to.deep.equal([[MiB, 0], [8 * MiB, 8 * MiB], [12 * MiB, 16 * MiB]]);
+    expect(allocator.snapshot().segments.map((s) => s.total_size)).to.deep.equal([8 * MiB, 8 * MiB, 12 * MiB]);
+    allocator.assertInvariants();
+  });
+
+  it('serves small and large requests from one pool with unifiedPools, splitting down to 512 bytes', () => {
+    const { allocator, backend } = engine({ preset: 'pytorch', unifiedPools: true, segmentSize: () => 32 * MiB });
+    const small = allocator.allocate(1000);
+    const large = allocator.allocate(19.5 * MiB);
+    expect(backend.mallocCount).to.equal(1);
+    expect(large.address).to.equal(small.address + 1024);
+    expect(blockOf(allocator, large).block.size).to.equal(19.5 * MiB);
+    expect(allocator.memoryStats()['segment.large_pool.current']).to.equal(1);
+    allocator.assertInvariants();
+  });
+});
+
 describe('CachingAllocator#trim', () => {
   it('releases cached segments, largest first, down to a target', () => {
     const { allocator, backend } = engine();
