@@ -6,6 +6,8 @@ export interface BenchArgs {
   readonly all: boolean;
   /** Run only these allocators (by name). */
   readonly allocators: readonly string[] | undefined;
+  /** The program submits after this many frees (default 1: after each operation, as a program that submits its work at once). */
+  readonly submitEveryFrees: number;
   readonly help: boolean;
 }
 
@@ -13,6 +15,8 @@ export const BENCH_USAGE = `Usage: node --expose-gc dist-bench/webgpu.bench.js [
   --trace <substring>   replay only traces whose name contains <substring> (searched among all traces)
   --all                 replay every trace under the trace root (default: six PyTorch traces of different shapes)
   --allocator <names>   run only the named allocators: stowage, tfjs, raw (repeat or comma-separate)
+  --submit-every <n>    the program submits after every n frees (default 1); freed buffers of Stowage and tfjs
+                        wait for the next submit, so a larger n holds more memory pending
 JSON lines go to stdout; a progress bar goes to stderr when it is a terminal.`;
 
 /** Thrown for a command line the bench does not understand; the message says what was wrong. */
@@ -29,6 +33,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
   let all = false;
   let allocators: string[] | undefined;
   let help = false;
+  let submitEveryFrees = 1;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     const eq = arg.indexOf('=');
@@ -48,6 +53,12 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
       case '--allocator':
         allocators = [...(allocators ?? []), ...value().split(',').filter((s) => s !== '')];
         break;
+      case '--submit-every': {
+        const n = Number(value());
+        if (!Number.isSafeInteger(n) || n < 1) throw new BenchUsageError(`--submit-every needs a positive integer.\n${BENCH_USAGE}`);
+        submitEveryFrees = n;
+        break;
+      }
       case '--help':
       case '-h':
         help = true;
@@ -56,5 +67,5 @@ export function parseBenchArgs(argv: readonly string[]): BenchArgs {
         throw new BenchUsageError(`Unknown argument ${JSON.stringify(arg)}.\n${BENCH_USAGE}`);
     }
   }
-  return { trace, all, allocators, help };
+  return { trace, all, allocators, submitEveryFrees, help };
 }

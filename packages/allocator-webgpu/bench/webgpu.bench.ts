@@ -2,7 +2,7 @@
 // Stowage's WebGPU allocator, TensorFlow.js's WebGPU BufferManager, and raw createBuffer/destroy per
 // allocation. Each trace's sizes are scaled so its peak live bytes are at most 512 MiB; each allocator replays
 // it twice in a row on one instance: 'cold' pays for buffer creation (on software drivers createBuffer costs
-// about 0.5–0.65 ms per MiB), 'warm' shows the allocator's own cost. The program submits after every 16 frees.
+// about 0.5–0.65 ms per MiB), 'warm' shows the allocator's own cost. The program submits after every --submit-every frees (default 1).
 // An allocator whose reserved bytes pass 4 GiB is stopped and reported failed at that op.
 //
 // Fairness: each allocator run gets a fresh GPUDevice of the same adapter (Note [A device per allocator run] in
@@ -37,7 +37,6 @@ import { withMallocSettings } from './withMallocSettings.js';
 
 const MAX_PEAK_LIVE_BYTES = 512 * 2 ** 20;
 const STOP_RESERVED_BYTES = 4 * 2 ** 30;
-const SUBMIT_EVERY_FREES = 16;
 const RSS_EVERY_OPS = 64;
 const PASSES = ['cold', 'warm'] as const;
 
@@ -68,21 +67,28 @@ async function main(): Promise<void> {
       cpu: os.cpus()[0]?.model ?? 'unknown',
       cores: os.cpus().length,
       mallocMmapThreshold: process.env.MALLOC_MMAP_THRESHOLD_ ?? 'default',
+      submitEveryFrees: args.submitEveryFrees,
       date: new Date().toISOString(),
     });
     first.device.destroy();
-    for (const trace of traces) await benchTrace(trace, devices, kinds, reporter);
+    for (const trace of traces) await benchTrace(trace, devices, kinds, reporter, args.submitEveryFrees);
   } finally {
     reporter.stop();
   }
 }
 
 /** Every allocator on one trace, one after the other; then the summary line. */
-async function benchTrace(trace: TraceFile, devices: DeviceSource, kinds: readonly ReplayAllocatorKind[], reporter: BenchReporter): Promise<void> {
-  const plan = compileReplayPlan(await readTraceFile(trace), MAX_PEAK_LIVE_BYTES, SUBMIT_EVERY_FREES);
+async function benchTrace(
+  trace: TraceFile,
+  devices: DeviceSource,
+  kinds: readonly ReplayAllocatorKind[],
+  reporter: BenchReporter,
+  submitEveryFrees: number,
+): Promise<void> {
+  const plan = compileReplayPlan(await readTraceFile(trace), MAX_PEAK_LIVE_BYTES, submitEveryFrees);
   const lines: PassLine[] = [];
   for (const kind of kinds) {
-    for (const line of await benchAllocator(trace.name, plan, devices, kind, reporter)) {
+    for (const line of await benchAllocator(trace.name, plan, devices, kind, reporter, submitEveryFrees)) {
       reporter.emit({ ...line });
       lines.push(line);
     }
@@ -101,6 +107,7 @@ async function benchAllocator(
   devices: DeviceSource,
   kind: ReplayAllocatorKind,
   reporter: BenchReporter,
+  submitEveryFrees: number,
 ): Promise<PassLine[]> {
   const lines: PassLine[] = [];
   const rss = new RssSampler();
@@ -113,7 +120,7 @@ async function benchAllocator(
     rss.setBaseline();
     for (const pass of PASSES) {
       reporter.task(`${trace}: ${kind.name} ${pass}`);
-      const run = replayPass(allocator, plan, { submitEveryFrees: SUBMIT_EVERY_FREES, stopReservedBytes: STOP_RESERVED_BYTES, rssEveryOps: RSS_EVERY_OPS, rss });
+      const run = replayPass(allocator, plan, { submitEveryFrees, stopReservedBytes: STOP_RESERVED_BYTES, rssEveryOps: RSS_EVERY_OPS, rss });
       reporter.step();
       lines.push({
         allocator: kind.name,
