@@ -68,8 +68,6 @@ interface Request<H> {
   /** Rounded size. */
   readonly size: number;
   readonly pool: BlockPool<H>;
-  /** Segment size to ask the backend for. */
-  readonly segmentBytes: number;
 }
 
 /**
@@ -133,8 +131,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const size = roundSize(nbytes, this.options.roundupPower2Divisions);
     const small = !this.options.unifiedPools && isSmallRequest(size);
     const kind = this.backend.segmentKind?.(options) ?? 0;
-    const segmentBytes = this.options.segmentSize ? Math.max(size, this.options.segmentSize(size, this.reservedBytes)) : segmentSize(size);
-    const request: Request<H> = { stream, kind, size, pool: this.#poolsOf(kind)[small ? 0 : 1], segmentBytes };
+    const request: Request<H> = { stream, kind, size, pool: this.#poolsOf(kind)[small ? 0 : 1] };
     const block =
       this.#takeQuick(request) ??
       this.#findFreeBlock(request) ??
@@ -393,7 +390,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   #newSegmentBlock(r: Request<H>, isRetry: boolean): Block<H> | undefined {
     if (isRetry) this.stats.num_alloc_retries++;
     if (this.options.expandableSegments && this.backend.pageMapping) return this.#growExpandable(r);
-    const bytes = r.segmentBytes;
+    const sized = this.options.segmentSize;
+    const bytes = sized ? Math.max(r.size, sized(r.size, this.reservedBytes)) : segmentSize(r.size);
     if (this.reservedBytes + bytes > this.#allowedBytes) return undefined;
     const memory = this.backend.malloc(bytes, { stream: r.stream, kind: r.kind });
     if (memory === null) return undefined;
@@ -698,8 +696,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   }
 
   /**
-   * Note [Deferred coalescing]: with `deferCoalescing` (the best preset), a freed small-pool block first goes to
-   * a short LIFO list of blocks of its exact (kind, stream, rounded size), unmerged, and the next request of that
+   * Note [Deferred coalescing]: with `deferCoalescing` (the best preset), a freed block of at most 1 MiB (a
+   * small-pool block, or a small one of unified pools) first goes to a short LIFO list of blocks of its exact (kind, stream, rounded size), unmerged, and the next request of that
    * size takes it in O(1) without touching the ordered pool: the common case of tensor programs that allocate
    * the same shapes every step. Large blocks always merge at once: measured on the PyTorch traces, deferring
    * them changes placement enough to raise peak reserved bytes by up to 9 %, while deferring small ones leaves
@@ -708,7 +706,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * segment that merging would have avoided. The lists are bounded (per size and in total bytes).
    */
   #deferToQuickList(block: Block<H>): boolean {
-    if (!this.options.deferCoalescing || !block.small) return false;
+    if (!this.options.deferCoalescing || block.size > SMALL_REQUEST_MAX_BYTES) return false;
     const key = quickKey(block.segment.kind, block.stream, block.size);
     if (key < 0 || this.#quickBytes + block.size > this.reservedBytes / QUICK_SHARE_DIVISOR) return false;
     let list = this.#quick.get(key);
