@@ -85,6 +85,12 @@ export interface Allocator extends Disposable {
   emptyCache(): void;
 
   /**
+   * True when freeing `ptr` is this allocator's business: its deleter is this allocator's (or an adaptor's in
+   * this stack). COW and IPC take over only pointers their storage's allocator owns. Default (absent): false.
+   */
+  owns?(ptr: DataPtr): boolean;
+
+  /**
    * The LMS hook: a fresh LMS object for a storage this allocator backs, or null when LMS is off for it.
    * Default (absent): null. Called once per StorageImpl, at its construction.
    */

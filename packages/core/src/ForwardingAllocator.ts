@@ -69,6 +69,10 @@ export class ForwardingAllocator implements Allocator {
     return this.adopt(this.upstream.allocate(nbytes, options));
   }
 
+  owns(ptr: DataPtr): boolean {
+    return (this.onReleased !== undefined && ptr.deleter === this.#deleter) || (this.upstream.owns?.(ptr) ?? false);
+  }
+
   /** Frees a pointer this adaptor adopted, or forwards to the upstream. */
   free(ptr: DataPtr): void {
     if (!(ptr instanceof DataPtr)) throw new InvalidArgumentError('ptr', ptr, 'a DataPtr');

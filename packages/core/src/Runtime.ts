@@ -48,7 +48,7 @@ export interface RuntimeServices {
  * A composed runtime: its own child container, allocators per device, storages and tensors. Two runtimes share
  * no state. Make one with `createRuntime({ plugins })`.
  *
- * Invariant: `live` holds exactly the storages this runtime made that are not released.
+ * Invariant: `live` holds exactly the storages made with this runtime's hooks that are not released.
  */
 export class Runtime implements TensorContext, AsyncDisposable {
   readonly container: DependencyContainer;
@@ -62,8 +62,11 @@ export class Runtime implements TensorContext, AsyncDisposable {
     this.container = services.container;
     this.reshapePolicy = services.reshapePolicy;
     this.#allocators = services.allocators;
-    const forget: StorageHooks = { beforeRelease: (storage) => void this.#live.delete(storage) };
-    this.#hooks = [...services.storageHooks, forget];
+    const track: StorageHooks = {
+      afterCreate: (storage) => void this.#live.add(storage),
+      beforeRelease: (storage) => void this.#live.delete(storage),
+    };
+    this.#hooks = [...services.storageHooks, track];
   }
 
   /** Device types this runtime can allocate on. */
@@ -97,7 +100,6 @@ export class Runtime implements TensorContext, AsyncDisposable {
       dataPtr.release();
       throw error;
     }
-    this.#live.add(storage);
     return storage;
   }
 
@@ -112,9 +114,7 @@ export class Runtime implements TensorContext, AsyncDisposable {
     this.#checkOpen('adopt');
     if (!(dataPtr instanceof DataPtr)) throw new InvalidArgumentError('dataPtr', dataPtr, 'a DataPtr');
     if (dataPtr.isReleased) throw new UseAfterReleaseError('Cannot adopt a released pointer.');
-    const storage = new StorageImpl({ dataPtr, allocator: this.#allocators.get(dataPtr.device), hooks: this.#hooks });
-    this.#live.add(storage);
-    return storage;
+    return new StorageImpl({ dataPtr, allocator: this.#allocators.get(dataPtr.device), hooks: this.#hooks });
   }
 
   /** A new contiguous tensor of `sizes` over a new storage. Same errors as `storage()`, plus bad sizes/dtype. */

@@ -10,6 +10,8 @@ export interface StorageHooks {
   beforeRead?(storage: StorageImpl): void;
   /** Runs before `mutableData()` hands out the DataPtr for writing; may replace the storage's DataPtr. */
   beforeWrite?(storage: StorageImpl): void;
+  /** Runs once the storage is constructed (the runtime tracks live storages with it). */
+  afterCreate?(storage: StorageImpl): void;
   /** Runs when the storage is released, before its DataPtr is. */
   beforeRelease?(storage: StorageImpl): void;
 }

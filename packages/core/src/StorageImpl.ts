@@ -45,6 +45,24 @@ export class StorageImpl implements Disposable {
     this.#hooks = init.hooks ?? [];
     this.#dataPtr = init.dataPtr;
     this.lms = init.allocator.asLmsStorage?.(this) ?? null;
+    for (const hook of this.#hooks) hook.afterCreate?.(this);
+  }
+
+  /**
+   * A new storage over `dataPtr` (same device and byte length) with this storage's allocator, hooks and
+   * resizable flag: how COW makes a lazy clone.
+   * @throws UseAfterReleaseError once released; DeviceMismatchError or InvalidArgumentError for a pointer of
+   * another device or size
+   */
+  sibling(dataPtr: DataPtr): StorageImpl {
+    this.#checkLive('sibling');
+    if (!isSameDevice(dataPtr.device, this.device)) {
+      throw new DeviceMismatchError(`Cannot make a sibling on ${formatDevice(dataPtr.device)} of a storage on ${formatDevice(this.device)}.`);
+    }
+    if (dataPtr.byteLength !== this.byteLength) {
+      throw new InvalidArgumentError('dataPtr.byteLength', dataPtr.byteLength, `the storage's ${this.byteLength} bytes`);
+    }
+    return new StorageImpl({ dataPtr, allocator: this.allocator, resizable: this.resizable, hooks: this.#hooks });
   }
 
   get device(): Device {

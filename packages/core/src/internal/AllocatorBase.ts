@@ -61,6 +61,10 @@ export abstract class AllocatorBase<H> implements Allocator {
   /** Returns every resource to the device; called once, by the first `dispose()`. */
   protected abstract disposeResources(): void;
 
+  owns(ptr: DataPtr): boolean {
+    return ptr.deleter === this.deleter;
+  }
+
   free(ptr: DataPtr): void {
     this.checkOpen('free');
     this.checkPtr('ptr', ptr, true);
