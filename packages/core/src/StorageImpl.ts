@@ -8,6 +8,7 @@ import { UseAfterReleaseError } from './errors/UseAfterReleaseError.js';
 import { checkByteCount } from './internal/validate.js';
 import type { LmsStorage } from './LmsStorage.js';
 import type { StorageHooks } from './StorageHooks.js';
+import { BeforeWrite, isWriteGuard } from './WriteGuard.js';
 
 export interface StorageInit {
   readonly dataPtr: DataPtr;
@@ -87,6 +88,8 @@ export class StorageImpl implements Disposable {
   /** The DataPtr for writing; COW storages materialize here. @throws UseAfterReleaseError once released. */
   mutableData(): DataPtr {
     this.#checkLive('mutableData');
+    const context = this.#dataPtr.context;
+    if (isWriteGuard(context)) context[BeforeWrite](this);
     for (const hook of this.#hooks) hook.beforeWrite?.(this);
     return this.#dataPtr;
   }

@@ -97,6 +97,11 @@ export class TensorImpl {
     return isContiguousLayout(this.sizes, this.strides);
   }
 
+  /** A tensor of this tensor's dtype over `storage` (a lazy copy, say) with the given layout; same context. */
+  withStorage(storage: StorageImpl, layout: Omit<TensorLayout, 'dtype'>): TensorImpl {
+    return new TensorImpl(storage, { ...layout, dtype: this.dtype }, this.#context);
+  }
+
   /** A tensor over the same storage with the given layout (in elements). Same errors as the constructor. */
   asStrided(sizes: readonly number[], strides: readonly number[], storageOffset: number = this.storageOffset): TensorImpl {
     return new TensorImpl(this.storage, { sizes, strides, storageOffset, dtype: this.dtype }, this.#context);

@@ -1,0 +1,101 @@
+import type { Deleter, StorageImpl } from '@stowage/core';
+import { BeforeWrite } from '@stowage/core';
+import type { WriteGuard } from '@stowage/core';
+
+/** Word indices of a context's state. */
+const REFCOUNT = 0;
+const LOCK = 1;
+/** Lock word value while a materialization steals the data. */
+const EXCLUSIVE = -1;
+
+/**
+ * The shared state of a set of lazy copies: one data allocation, how to free it, a reference count and a
+ * shared/exclusive lock (Note [COW locking]).
+ *
+ * Note [COW locking]: a lazy clone is a read and a materialization a write, so within one storage they never
+ * race; across storages sharing a context they may (other workers). A clone only bumps the count: the
+ * context cannot vanish under it since its caller holds a reference. A materialization with other references
+ * left copies the data under the shared lock, then drops its reference; the last reference takes the
+ * exclusive lock, which waits for copies in flight, and keeps the data without copying. The count and the lock
+ * live in an Int32Array over a SharedArrayBuffer when the data itself is shared memory, so workers holding
+ * storages of one context use the same words through Atomics.
+ *
+ * Invariants: refcount == number of live COW DataPtrs over the data; the original deleter runs exactly once,
+ * when refcount reaches 0 without a steal.
+ */
+export class CowContext implements WriteGuard {
+  /** [refcount, lock]: lock > 0 is the number of copies in flight, EXCLUSIVE a steal, 0 free. */
+  readonly state: Int32Array;
+  readonly originalDeleter: Deleter | null;
+  readonly originalContext: unknown;
+  readonly #materialize: (storage: StorageImpl) => void;
+
+  constructor(init: { shared: boolean; originalDeleter: Deleter | null; originalContext: unknown; materialize: (storage: StorageImpl) => void }) {
+    this.state = new Int32Array(init.shared ? new SharedArrayBuffer(8) : new ArrayBuffer(8));
+    Atomics.store(this.state, REFCOUNT, 1);
+    this.originalDeleter = init.originalDeleter;
+    this.originalContext = init.originalContext;
+    this.#materialize = init.materialize;
+  }
+
+  get refcount(): number {
+    return Atomics.load(this.state, REFCOUNT);
+  }
+
+  incref(): void {
+    Atomics.add(this.state, REFCOUNT, 1);
+  }
+
+  /** Drops one reference; returns the count left. */
+  decref(): number {
+    return Atomics.sub(this.state, REFCOUNT, 1) - 1;
+  }
+
+  /** Marks the data as taken by a steal: no reference is left and the original deleter moved with the data. */
+  release(): void {
+    Atomics.store(this.state, REFCOUNT, 0);
+  }
+
+  lockShared(): void {
+    for (;;) {
+      const value = Atomics.load(this.state, LOCK);
+      if (value >= 0 && Atomics.compareExchange(this.state, LOCK, value, value + 1) === value) return;
+      this.#wait(value);
+    }
+  }
+
+  unlockShared(): void {
+    if (Atomics.sub(this.state, LOCK, 1) === 1) this.#notify();
+  }
+
+  lockExclusive(): void {
+    for (;;) {
+      const value = Atomics.compareExchange(this.state, LOCK, 0, EXCLUSIVE);
+      if (value === 0) return;
+      this.#wait(value);
+    }
+  }
+
+  unlockExclusive(): void {
+    Atomics.store(this.state, LOCK, 0);
+    this.#notify();
+  }
+
+  /** StorageImpl#mutableData calls this for a storage over this context: the write materializes first. */
+  [BeforeWrite](storage: StorageImpl): void {
+    this.#materialize(storage);
+  }
+
+  #wait(seen: number): void {
+    if (!(this.state.buffer instanceof SharedArrayBuffer)) return; // one thread: nothing else can hold the lock
+    try {
+      Atomics.wait(this.state, LOCK, seen, 1);
+    } catch {
+      // Atomics.wait is not allowed on a browser's main thread: spin instead.
+    }
+  }
+
+  #notify(): void {
+    if (this.state.buffer instanceof SharedArrayBuffer) Atomics.notify(this.state, LOCK);
+  }
+}

@@ -1,0 +1,14 @@
+import type { Deleter } from '@stowage/core';
+import { DataPtr } from '@stowage/core';
+import type { CowContext } from './CowContext.js';
+
+/** The deleter of every COW DataPtr: drops its context reference and frees the data with the last one. */
+export const cowDeleter: Deleter = (context) => {
+  const cow = context as CowContext;
+  if (cow.decref() === 0) cow.originalDeleter?.(cow.originalContext);
+};
+
+/** True when `ptr` shares its data through a COW context (it, or a storage over it, was lazily cloned). */
+export function isCowDataPtr(ptr: DataPtr): boolean {
+  return ptr instanceof DataPtr && ptr.deleter === cowDeleter;
+}
