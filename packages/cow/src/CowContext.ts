@@ -30,9 +30,22 @@ export class CowContext implements WriteGuard {
   readonly originalContext: unknown;
   readonly #materialize: (storage: StorageImpl) => void;
 
-  constructor(init: { shared: boolean; originalDeleter: Deleter | null; originalContext: unknown; materialize: (storage: StorageImpl) => void }) {
-    this.state = new Int32Array(init.shared ? new SharedArrayBuffer(8) : new ArrayBuffer(8));
-    Atomics.store(this.state, REFCOUNT, 1);
+  /**
+   * A context with one reference, or (with `state`) a handle on the state another thread made: then the
+   * original deleter is that thread's business and should be null here.
+   */
+  constructor(init: {
+    shared: boolean;
+    originalDeleter: Deleter | null;
+    originalContext: unknown;
+    materialize: (storage: StorageImpl) => void;
+    state?: Int32Array;
+  }) {
+    if (init.state) this.state = init.state;
+    else {
+      this.state = new Int32Array(init.shared ? new SharedArrayBuffer(8) : new ArrayBuffer(8));
+      Atomics.store(this.state, REFCOUNT, 1);
+    }
     this.originalDeleter = init.originalDeleter;
     this.originalContext = init.originalContext;
     this.#materialize = init.materialize;

@@ -6,3 +6,5 @@ export { CowReshapePolicy } from './CowReshapePolicy.js';
 export { lazyClone } from './lazyClone.js';
 export type { Materialization } from './materialize.js';
 export { materialize } from './materialize.js';
+export type { SharedCowStorage } from './shareCow.js';
+export { receiveCow, shareCow } from './shareCow.js';
