@@ -15,6 +15,7 @@ import { checkByteCount, checkBytes, checkRange } from './internal/validate.js';
 import { checkSizes, numelOf } from './internal/shape.js';
 import type { ReshapePolicy } from './ReshapePolicy.js';
 import type { StorageHooks } from './StorageHooks.js';
+import type { TensorHooks } from './TensorHooks.js';
 import { StorageImpl } from './StorageImpl.js';
 import type { TensorContext } from './TensorImpl.js';
 import { TensorImpl } from './TensorImpl.js';
@@ -42,6 +43,7 @@ export interface RuntimeServices {
   readonly allocators: AllocatorRegistry;
   readonly reshapePolicy: ReshapePolicy;
   readonly storageHooks: readonly StorageHooks[];
+  readonly tensorHooks?: readonly TensorHooks[];
 }
 
 /**
@@ -53,6 +55,7 @@ export interface RuntimeServices {
 export class Runtime implements TensorContext, AsyncDisposable {
   readonly container: DependencyContainer;
   readonly reshapePolicy: ReshapePolicy;
+  readonly tensorHooks: readonly TensorHooks[];
   readonly #allocators: AllocatorRegistry;
   readonly #hooks: readonly StorageHooks[];
   readonly #live = new Set<StorageImpl>();
@@ -61,6 +64,7 @@ export class Runtime implements TensorContext, AsyncDisposable {
   constructor(services: RuntimeServices) {
     this.container = services.container;
     this.reshapePolicy = services.reshapePolicy;
+    this.tensorHooks = services.tensorHooks ?? [];
     this.#allocators = services.allocators;
     const track: StorageHooks = {
       afterCreate: (storage) => void this.#live.add(storage),

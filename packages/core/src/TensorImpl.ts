@@ -4,7 +4,9 @@ import type { DType } from './DType.js';
 import { checkDType, itemsizeOf } from './DType.js';
 import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
 import { UseAfterReleaseError } from './errors/UseAfterReleaseError.js';
+import type { DataPtr } from './DataPtr.js';
 import type { ReshapePolicy } from './ReshapePolicy.js';
+import type { TensorHooks } from './TensorHooks.js';
 import type { StorageImpl } from './StorageImpl.js';
 import { checkCount } from './internal/validate.js';
 import {
@@ -23,6 +25,8 @@ export interface TensorContext {
   /** A new storage of `nbytes` on `device`, with the runtime's hooks and LMS wiring. */
   createStorage(nbytes: number, device: Device): StorageImpl;
   readonly reshapePolicy: ReshapePolicy;
+  /** Hooks run on tensor-level reads and writes (none when absent). */
+  readonly tensorHooks?: readonly TensorHooks[];
 }
 
 export interface TensorLayout {
@@ -48,13 +52,18 @@ export class TensorImpl {
   readonly dtype: DType;
   readonly itemsize: number;
   readonly numel: number;
+  /**
+   * The view family a reshape policy assigned (the warning mode's shadow storage); null for the storage's own
+   * family. Views inherit it.
+   */
+  readonly shadow: object | null;
   readonly #context: TensorContext;
 
   /**
    * @throws InvalidArgumentError for a bad shape, stride, offset or dtype, or a layout that does not fit the storage
    * @throws UseAfterReleaseError when the storage was released
    */
-  constructor(storage: StorageImpl, layout: TensorLayout, context: TensorContext) {
+  constructor(storage: StorageImpl, layout: TensorLayout, context: TensorContext, shadow: object | null = null) {
     if (storage.isReleased) throw new UseAfterReleaseError('Cannot make a tensor over a released storage.');
     const dtype = checkDType('dtype', layout.dtype);
     const sizes = checkSizes('sizes', layout.sizes);
@@ -77,7 +86,25 @@ export class TensorImpl {
     this.dtype = dtype;
     this.itemsize = itemsize;
     this.numel = numelOf(sizes);
+    this.shadow = shadow;
     this.#context = context;
+  }
+
+  /** The storage's DataPtr for reading, after the runtime's tensor hooks. */
+  data(): DataPtr {
+    for (const hook of this.#context.tensorHooks ?? []) hook.beforeRead?.(this);
+    return this.storage.data();
+  }
+
+  /** The storage's DataPtr for writing (COW materializes), after the runtime's tensor hooks. */
+  mutableData(): DataPtr {
+    for (const hook of this.#context.tensorHooks ?? []) hook.beforeWrite?.(this);
+    return this.storage.mutableData();
+  }
+
+  /** This tensor's layout as a tensor of another view family (`shadow`), over the same storage. */
+  withShadow(shadow: object | null): TensorImpl {
+    return new TensorImpl(this.storage, { sizes: this.sizes, strides: this.strides, storageOffset: this.storageOffset, dtype: this.dtype }, this.#context, shadow);
   }
 
   get device(): Device {
@@ -104,7 +131,7 @@ export class TensorImpl {
 
   /** A tensor over the same storage with the given layout (in elements). Same errors as the constructor. */
   asStrided(sizes: readonly number[], strides: readonly number[], storageOffset: number = this.storageOffset): TensorImpl {
-    return new TensorImpl(this.storage, { sizes, strides, storageOffset, dtype: this.dtype }, this.#context);
+    return new TensorImpl(this.storage, { sizes, strides, storageOffset, dtype: this.dtype }, this.#context, this.shadow);
   }
 
   /**

@@ -9,6 +9,7 @@ import type { Plugin } from './Plugin.js';
 import { AliasReshapePolicy, ReshapePolicy } from './ReshapePolicy.js';
 import { Runtime } from './Runtime.js';
 import { StorageHooks } from './StorageHooks.js';
+import { TensorHooks } from './TensorHooks.js';
 import { resolve, resolveAll } from './Token.js';
 
 export interface RuntimeOptions {
@@ -52,6 +53,7 @@ export async function createRuntime(options: RuntimeOptions = {}): Promise<Runti
     allocators,
     reshapePolicy: resolve(container, ReshapePolicy),
     storageHooks: resolveAll(container, StorageHooks),
+    tensorHooks: resolveAll(container, TensorHooks),
   });
   container.register(Runtime, { useValue: runtime });
   return runtime;

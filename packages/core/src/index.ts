@@ -63,6 +63,7 @@ export { viewStrides } from './internal/shape.js';
 export type { RuntimeServices, StorageOptions, TensorOptions } from './Runtime.js';
 export { Runtime } from './Runtime.js';
 export { StorageHooks } from './StorageHooks.js';
+export { TensorHooks } from './TensorHooks.js';
 export type { StorageInit } from './StorageImpl.js';
 export { StorageImpl } from './StorageImpl.js';
 export type { TensorContext, TensorLayout } from './TensorImpl.js';

@@ -1,14 +1,16 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { Plugin } from '@stowage/core';
-import { AliasReshapePolicy, InvalidArgumentError, ReshapePolicy } from '@stowage/core';
+import { AliasReshapePolicy, InvalidArgumentError, ReshapePolicy, TensorHooks } from '@stowage/core';
 import { CowReshapePolicy } from './CowReshapePolicy.js';
+import { WarnReshapePolicy } from './WarnReshapePolicy.js';
 
 export interface CowOptions {
   /**
    * What `reshape` returns: `'alias'` (a view when viewable, otherwise a copy: the default, as without this
-   * plugin) or `'cow'` (always a copy, lazy when viewable). The `'warn'` mode is not implemented yet.
+   * plugin), `'cow'` (always a copy, lazy when viewable) or `'warn'` (as alias, warning where the program relies
+   * on the aliasing: Note [Shadow storages] in WarnReshapePolicy.ts).
    */
-  readonly reshape?: 'alias' | 'cow';
+  readonly reshape?: 'alias' | 'cow' | 'warn';
 }
 
 /**
@@ -19,7 +21,13 @@ export interface CowOptions {
  */
 export function registerCow(container: DependencyContainer, options: CowOptions = {}): void {
   const mode = options.reshape ?? 'alias';
-  if (mode !== 'alias' && mode !== 'cow') throw new InvalidArgumentError('options.reshape', mode, "'alias' or 'cow' ('warn' is not implemented yet)");
+  if (mode === 'warn') {
+    const policy = new WarnReshapePolicy();
+    container.register(ReshapePolicy, { useValue: policy });
+    container.register(TensorHooks, { useValue: policy });
+    return;
+  }
+  if (mode !== 'alias' && mode !== 'cow') throw new InvalidArgumentError('options.reshape', mode, "'alias', 'cow' or 'warn'");
   container.register(ReshapePolicy, { useValue: mode === 'cow' ? new CowReshapePolicy() : new AliasReshapePolicy() });
 }
 

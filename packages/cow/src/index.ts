@@ -8,3 +8,5 @@ export type { Materialization } from './materialize.js';
 export { materialize } from './materialize.js';
 export type { SharedCowStorage } from './shareCow.js';
 export { receiveCow, shareCow } from './shareCow.js';
+export type { ReshapeWarningEvents } from './WarnReshapePolicy.js';
+export { WarnReshapePolicy } from './WarnReshapePolicy.js';

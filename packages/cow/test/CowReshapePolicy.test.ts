@@ -22,7 +22,7 @@ describe('CowReshapePolicy', () => {
     const t = rt.tensor([2, 3]);
     expect(t.reshape([6]).storage).to.equal(t.storage);
     let error: unknown;
-    await createRuntime({ plugins: [cow({ reshape: 'warn' as 'cow' })] }).catch((e: unknown) => (error = e));
+    await createRuntime({ plugins: [cow({ reshape: 'bogus' as 'cow' })] }).catch((e: unknown) => (error = e));
     expect(error).to.be.instanceOf(InvalidArgumentError);
   });
 });
