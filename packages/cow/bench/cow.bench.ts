@@ -1,0 +1,99 @@
+// pnpm bench:cow — the cost of copy-on-write against eager copies, per size, on the CPU allocator.
+// One JSON line per (op, bytes): {"op","bytes","nsPerOp","ratioToPlainCopy"?}; then an environment line.
+//   lazy-clone            lazyClone(storage) and releasing the clone (the data is shared, nothing copied)
+//   materialize-copy      a write to one of two lazy copies: allocate and copy under the shared lock
+//   materialize-steal     a write to the last reference: keep the data, no copy
+//   eager-clone           allocate a new storage and copy (what reshape does without COW)
+//   plain-copy            Uint8Array#set of the same bytes between two preallocated buffers (the floor)
+import 'reflect-metadata';
+import os from 'node:os';
+import type { Runtime, StorageImpl } from '@stowage/core';
+import { cpu, createRuntime, hostBytes } from '@stowage/core';
+import { lazyClone, materialize } from '@stowage/cow';
+
+const KiB = 1024;
+const SIZES = [KiB, 16 * KiB, 256 * KiB, 4 * 1024 * KiB, 64 * 1024 * KiB, 256 * 1024 * KiB];
+/** Each measurement repeats until it has taken this long (and at least 3 times). */
+const MIN_MS = 150;
+
+function measure(run: () => void): number {
+  for (let i = 0; i < 3; i++) run(); // warm up
+  let n = 0;
+  const start = performance.now();
+  do {
+    run();
+    n++;
+  } while (performance.now() - start < MIN_MS || n < 3);
+  return ((performance.now() - start) * 1e6) / n;
+}
+
+function benchSize(rt: Runtime, bytes: number): Record<string, number> {
+  const source = rt.storage(bytes);
+  rt.write(source, new Uint8Array(bytes).fill(7));
+  const results: Record<string, number> = {};
+  results['lazy-clone'] = measure(() => lazyClone(source)!.release());
+  // A write needs a materialized side each time: time only the materialization of a fresh lazy copy.
+  results['materialize-copy'] = timedOnly(() => {
+    const copy = lazyClone(source)!;
+    return [() => void materialize(copy), () => copy.release()];
+  });
+  results['materialize-steal'] = timedOnly(() => {
+    const own = rt.storage(bytes);
+    const other = lazyClone(own)!;
+    other.release(); // `own` is the last reference
+    return [() => void materialize(own), () => own.release()];
+  });
+  results['eager-clone'] = measure(() => {
+    const copy = rt.storage(bytes);
+    rt.allocator().copyData(copy.mutableData(), source.data(), bytes);
+    copy.release();
+  });
+  const from = new Uint8Array(bytes).fill(1);
+  const to = new Uint8Array(bytes);
+  results['plain-copy'] = measure(() => to.set(from));
+  hostBytes(source.data());
+  source.release();
+  return results;
+}
+
+/** Times only the middle step of setup → step → teardown, repeated. */
+function timedOnly(prepare: () => [step: () => void, teardown: () => void]): number {
+  for (let i = 0; i < 2; i++) {
+    const [step, teardown] = prepare(); // warm up: the first copy faults in a fresh segment's pages
+    step();
+    teardown();
+  }
+  let total = 0;
+  let n = 0;
+  const wall = performance.now();
+  while (performance.now() - wall < MIN_MS * 2 || n < 5) {
+    const [step, teardown] = prepare();
+    const t = performance.now();
+    step();
+    total += performance.now() - t;
+    teardown();
+    n++;
+  }
+  return (total * 1e6) / n;
+}
+
+async function main(): Promise<void> {
+  await using rt = await createRuntime({ plugins: [cpu({ limit: '3GiB' })] });
+  const rows: { op: string; bytes: number; nsPerOp: number }[] = [];
+  for (const bytes of SIZES) {
+    const results = benchSize(rt, bytes as number);
+    for (const [op, ns] of Object.entries(results)) {
+      const row = { op, bytes, nsPerOp: Math.round(ns) };
+      rows.push(row);
+      const plain = results['plain-copy']!;
+      console.log(JSON.stringify(op === 'plain-copy' ? row : { ...row, ratioToPlainCopy: Number((ns / plain).toFixed(3)) }));
+    }
+  }
+  for (const op of ['lazy-clone', 'materialize-steal']) {
+    const ns = rows.filter((r) => r.op === op).map((r) => r.nsPerOp);
+    console.log(JSON.stringify({ op, scenario: 'flatness', maxOverMin: Number((Math.max(...ns) / Math.min(...ns)).toFixed(3)) }));
+  }
+  console.log(JSON.stringify({ scenario: 'environment', node: process.version, cpu: os.cpus()[0]?.model ?? 'unknown', cores: os.cpus().length, date: new Date().toISOString() }));
+}
+
+await main();
