@@ -7,7 +7,7 @@
 //   plain-copy            Uint8Array#set of the same bytes between two preallocated buffers (the floor)
 import 'reflect-metadata';
 import os from 'node:os';
-import type { Runtime, StorageImpl } from '@stowage/core';
+import type { Runtime } from '@stowage/core';
 import { cpu, createRuntime, hostBytes } from '@stowage/core';
 import { lazyClone, materialize } from '@stowage/cow';
 
