@@ -1,5 +1,6 @@
 // pnpm bench:cow — the cost of copy-on-write against eager copies, per size, on the CPU allocator.
-// One JSON line per (op, bytes): {"op","bytes","nsPerOp","ratioToPlainCopy"?}; then an environment line.
+// One JSON line per (op, bytes): {"op","bytes","nsPerOp","ratioToPlainCopy"?,"ratioToEagerClone"?}; then the
+// flatness of lazy clone and steal over sizes, and an environment line.
 //   lazy-clone            lazyClone(storage) and releasing the clone (the data is shared, nothing copied)
 //   materialize-copy      a write to one of two lazy copies: allocate and copy under the shared lock
 //   materialize-steal     a write to the last reference: keep the data, no copy
@@ -86,7 +87,9 @@ async function main(): Promise<void> {
       const row = { op, bytes, nsPerOp: Math.round(ns) };
       rows.push(row);
       const plain = results['plain-copy']!;
-      console.log(JSON.stringify(op === 'plain-copy' ? row : { ...row, ratioToPlainCopy: Number((ns / plain).toFixed(3)) }));
+      const eager = results['eager-clone']!;
+      const ratios = op === 'plain-copy' ? {} : { ratioToPlainCopy: Number((ns / plain).toFixed(3)), ratioToEagerClone: Number((ns / eager).toFixed(3)) };
+      console.log(JSON.stringify({ ...row, ...ratios }));
     }
   }
   for (const op of ['lazy-clone', 'materialize-steal']) {

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import type { Allocator, DataPtr, Runtime, StorageImpl } from '@stowage/core';
-import { createRuntime, ForeignPointerError, ForwardingAllocator, hostBytes, UseAfterReleaseError, wrapAllocators } from '@stowage/core';
-import { cow, isCowDataPtr, lazyClone, materialize } from '@stowage/cow';
+import { createRuntime, ForeignPointerError, ForwardingAllocator, hostBytes, InvalidArgumentError, UseAfterReleaseError, wrapAllocators } from '@stowage/core';
+import { cow, isCowDataPtr, lazyClone, materialize, receiveCow, shareCow } from '@stowage/cow';
 
 /** Counts copies made through the allocator (materialization copies with copyData). */
 class CopyCounter extends ForwardingAllocator {
@@ -155,6 +155,14 @@ describe('lazyClone', () => {
     expect(counter().copies, 'resize writes: the COW data is copied before the resize copies it again').to.equal(2);
     expect((await bytes(rt, a)).slice(0, 4)).to.deep.equal([1, 2, 3, 4]);
     expect(await bytes(rt, b)).to.deep.equal([1, 2, 3, 4]);
+  });
+
+  it('refuses to share across threads a storage that is not host shared memory', async () => {
+    const { rt } = await runtime();
+    await using _ = rt;
+    expect(() => shareCow(rt.storage(8))).to.throw(InvalidArgumentError, /SharedArrayBuffer-backed/);
+    expect(() => receiveCow(rt, { data: new ArrayBuffer(8) } as never)).to.throw(InvalidArgumentError, /shareCow/);
+    expect(() => lazyClone({} as StorageImpl)).to.throw(InvalidArgumentError, /StorageImpl/);
   });
 
   it('refuses a direct free of a COW pointer: it is released through its storage', async () => {
