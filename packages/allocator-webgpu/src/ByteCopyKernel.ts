@@ -29,8 +29,11 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
   dst[word] = value;
 }`;
 
-/** Bytes one dispatch copies at most: 65,535 workgroups of 64 words. */
-const MAX_DISPATCH_BYTES = 65_535 * 64 * 4;
+/**
+ * Bytes one dispatch copies at most: 65,535 workgroups of 64 words hold the chunk's words plus the two that a
+ * misaligned start and the spare invocation of `#dispatch` add.
+ */
+const MAX_DISPATCH_BYTES = (65_535 * 64 - 2) * 4;
 
 export class ByteCopyKernel {
   #pipeline: GPUComputePipeline | undefined;

@@ -122,9 +122,10 @@ export class StorageImpl implements Disposable {
    * @throws InvalidArgumentError when the storage is not resizable or `nbytes` is not a byte count
    */
   resize(nbytes: number): void {
-    const old = this.mutableData();
+    this.#checkLive('resize');
     checkByteCount('nbytes', nbytes);
     if (!this.resizable) throw new InvalidArgumentError('storage', 'a non-resizable storage', 'resizable to be resized');
+    const old = this.mutableData();
     const next = this.allocator.allocate(nbytes);
     try {
       this.allocator.copyData(next, old, Math.min(nbytes, old.byteLength));

@@ -28,6 +28,7 @@ import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
 import { checkByteCount } from '../internal/validate.js';
 import type { BackendEvent, MemoryBackend, StreamId } from '../MemoryBackend.js';
+import type { MemoryBlock } from '../MemoryBlock.js';
 import type { MemorySnapshot, SnapshotBlock, SnapshotSegment } from '../MemorySnapshot.js';
 import { Block, Segment } from './Block.js';
 import { BlockPool } from './BlockPool.js';
@@ -364,13 +365,14 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     let block =
       this.#newSegmentBlock(r, false) ??
       (this.#releaseAvailableCachedBlocks(r) ? this.#newSegmentBlock(r, false) : undefined) ??
-      (this.#releaseCachedBlocks() ? this.#newSegmentBlock(r, true) : undefined);
+      // Releasing the cache completes pending frees and merges quick lists: a block may fit now.
+      (this.#releaseCachedBlocks() ? (this.#findFreeBlock(r) ?? this.#newSegmentBlock(r, true)) : undefined);
     if (block) return block;
     for (const reclaimer of this.options.reclaimers()) {
       if (reclaimer.reclaim(this.device, r.size) <= 0) continue;
       // What the reclaimer freed went to this engine's cache: look there, then release the cache and retry.
       if (this.#pendingCount > 0) this.#processEvents();
-      block = this.#findFreeBlock(r) ?? (this.#releaseCachedBlocks() ? this.#newSegmentBlock(r, true) : undefined);
+      block = this.#findFreeBlock(r) ?? (this.#releaseCachedBlocks() ? (this.#findFreeBlock(r) ?? this.#newSegmentBlock(r, true)) : undefined);
       if (block) return block;
     }
     return this.#throwOutOfMemory(nbytes);
@@ -391,9 +393,13 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (isRetry) this.stats.num_alloc_retries++;
     if (this.options.expandableSegments && this.backend.pageMapping) return this.#growExpandable(r);
     const sized = this.options.segmentSize;
-    const bytes = sized ? Math.max(r.size, sized(r.size, this.reservedBytes)) : segmentSize(r.size);
-    if (this.reservedBytes + bytes > this.#allowedBytes) return undefined;
-    const memory = this.backend.malloc(bytes, { stream: r.stream, kind: r.kind });
+    let bytes = sized ? Math.max(r.size, sized(r.size, this.reservedBytes)) : segmentSize(r.size);
+    let memory = this.#mallocWithinLimit(bytes, r);
+    if (memory === null && sized && bytes > segmentSize(r.size)) {
+      // A large custom segment did not fit what is left: PyTorch's smaller size may.
+      bytes = segmentSize(r.size);
+      memory = this.#mallocWithinLimit(bytes, r);
+    }
     if (memory === null) return undefined;
     const segment = new Segment<H>(memory, r.stream, r.kind, r.pool.small, false);
     const block = new Block<H>(segment, memory.address, bytes);
@@ -403,6 +409,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     this.#countSegment(segment, bytes, 1);
     this.#history?.record('segment_alloc', memory.address, bytes, r.stream);
     return block;
+  }
+
+  #mallocWithinLimit(bytes: number, r: Request<H>): MemoryBlock<H> | null {
+    if (this.reservedBytes + bytes > this.#allowedBytes) return null;
+    return this.backend.malloc(bytes, { stream: r.stream, kind: r.kind });
   }
 
   /**
@@ -447,7 +458,10 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       if (range === null) return undefined;
       segment = new Segment<H>(range, r.stream, r.kind, r.pool.small, true);
     }
-    if (segment.extentBytes + grow > segment.memory.byteLength) return undefined;
+    if (segment.extentBytes + grow > segment.memory.byteLength) {
+      if (segment.extentBytes === 0) mapping.release(segment.memory);
+      return undefined;
+    }
     const start = segment.address + segment.extentBytes;
     if (!this.#mapPages(segment, start, grow)) {
       if (segment.extentBytes === 0) mapping.release(segment.memory);
@@ -462,6 +476,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (tailFree) {
       r.pool.remove(tail);
       tail.size += grow;
+      this.emitter.safeEmit('segmentReserved', { address: start, bytes: grow });
       return tail;
     }
     const block = new Block<H>(segment, start, grow);
@@ -470,6 +485,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       block.prev = tail;
     } else segment.head = block;
     segment.tail = block;
+    this.emitter.safeEmit('segmentReserved', { address: start, bytes: grow });
     return block;
   }
 
@@ -510,12 +526,17 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       segment.gaps.insert(best);
     } else segment.gaps.remove(best);
     mapped.mapped = true;
+    const address = mapped.address;
     this.#coalesceIntoPool(mapped);
     r.pool.remove(mapped);
+    this.emitter.safeEmit('segmentReserved', { address, bytes: mapBytes });
     return mapped;
   }
 
-  /** Maps `bytes` of pages at `address` of an expandable segment and counts them as reserved. */
+  /**
+   * Maps `bytes` of pages at `address` of an expandable segment and counts them as reserved. The caller emits
+   * `segmentReserved` once the segment is registered.
+   */
   #mapPages(segment: Segment<H>, address: number, bytes: number): boolean {
     const offset = segment.memory.byteOffset + (address - segment.address);
     if (!this.backend.pageMapping!.map(segment.memory, offset, bytes)) return false;
@@ -523,7 +544,6 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     this.stats.reserved_bytes.add(segment.small, bytes);
     this.stats.num_device_alloc++;
     this.#history?.record('segment_map', address, bytes, segment.stream);
-    this.emitter.safeEmit('segmentReserved', { address, bytes });
     return true;
   }
 
@@ -846,8 +866,16 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   #returnToBackend(segment: Segment<H>): void {
     const bytes = segment.mappedBytes;
     if (segment.expandable) {
-      for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; b; b = b.next) {
-        if (b.mapped) this.backend.pageMapping!.unmap(segment.memory, segment.memory.byteOffset + (b.address - segment.address), b.size);
+      // Unmap each run of mapped blocks at once: runs start and end on page boundaries, blocks need not.
+      let run: Block<H> | null = null;
+      for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; ; b = b.next) {
+        if (b?.mapped) run ??= b;
+        else if (run) {
+          const end = b ? b.address : segment.address + segment.extentBytes;
+          this.backend.pageMapping!.unmap(segment.memory, segment.memory.byteOffset + (run.address - segment.address), end - run.address);
+          run = null;
+        }
+        if (!b) break;
       }
       this.backend.pageMapping!.release(segment.memory);
       this.#history?.record('segment_unmap', segment.address, bytes, segment.stream);
@@ -916,7 +944,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       b.size -= front.size;
       pool.insert(front);
     }
-    if (end < offset + b.size) {
+    if (end < b.address - segment.address + b.size) {
       const back = new Block<H>(segment, segment.address + end, b.address + b.size - (segment.address + end));
       back.next = b.next;
       if (back.next) back.next.prev = back;
