@@ -190,12 +190,14 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     try {
       await staging.mapAsync(1 /* GPUMapMode.READ */, 0, length);
     } catch (error) {
+      staging.destroy(); // its map failed: never pooled again
       this.#checkUsable();
       throw new DeviceError(`Reading ${formatBytes(byteLength)} back from the WebGPU device failed: ${(error as Error).message}`, { cause: error });
     }
     const out = new Uint8Array(staging.getMappedRange(0, length), srcOffset - start, byteLength).slice();
     staging.unmap();
-    this.#readback.give(staging);
+    if (this.#disposed) staging.destroy(); // the pool went away while this read was in flight
+    else this.#readback.give(staging);
     return out;
   }
 

@@ -185,9 +185,17 @@ export class Runtime implements TensorContext, AsyncDisposable {
   async dispose(): Promise<void> {
     if (this.#disposed) return;
     this.#disposed = true;
-    for (const storage of [...this.#live]) storage.release();
+    const errors: unknown[] = [];
+    for (const storage of [...this.#live]) {
+      try {
+        storage.release();
+      } catch (error) {
+        errors.push(error); // a throwing hook must not keep the allocators from freeing their memory
+      }
+    }
     this.#allocators.dispose();
     await this.container.dispose();
+    if (errors.length > 0) throw new AggregateError(errors, `Releasing ${errors.length} storage(s) failed while the runtime was disposed; its memory was freed anyway.`);
   }
 
   [Symbol.asyncDispose](): Promise<void> {

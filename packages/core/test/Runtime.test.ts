@@ -176,3 +176,26 @@ describe('wrapAllocators', () => {
     expect(rt.allocator('cpu')).to.equal(allocator);
   });
 });
+
+describe('Runtime#dispose with a failing hook', () => {
+  it('still frees every allocator and reports the failure', async () => {
+    const plugin: Plugin = {
+      name: 'faulty',
+      register: (c) =>
+        void c.register(StorageHooks, {
+          useValue: {
+            beforeRelease: () => {
+              throw new Error('hook bug');
+            },
+          },
+        }),
+    };
+    const rt = await createRuntime({ plugins: [plugin] });
+    const allocator = rt.allocator();
+    rt.storage(100);
+    let error: unknown;
+    await rt.dispose().catch((e: unknown) => (error = e));
+    expect(error).to.be.instanceOf(AggregateError);
+    expect(() => allocator.allocate(8)).to.throw(DisposedError);
+  });
+});
