@@ -19,7 +19,7 @@ import 'reflect-metadata'; // an application entry point: first, before tsyringe
 import os from 'node:os';
 import type { TraceFile } from '@stowage/core/replay';
 import { findTraceRoot, listTraces, readTraceFile } from '@stowage/core/replay';
-import { BenchReporter } from './BenchReporter.js';
+import { BenchReporter } from '@stowage/bench-kit';
 import { compareWithTfjs } from './compareWithTfjs.js';
 import { DeviceSource } from './DeviceSource.js';
 import { BENCH_USAGE, BenchUsageError, parseBenchArgs } from './parseBenchArgs.js';
@@ -58,7 +58,7 @@ async function main(): Promise<void> {
 
   const devices = new DeviceSource();
   const first = await devices.open();
-  const reporter = new BenchReporter(traces.length * kinds.length * PASSES.length);
+  const reporter = new BenchReporter('webgpu bench', traces.length * kinds.length * PASSES.length);
   try {
     reporter.emit({
       scenario: 'environment',

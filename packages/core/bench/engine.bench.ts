@@ -15,7 +15,7 @@ import type { TraceEvent, TraceFile } from '@stowage/core/replay';
 import { findTraceRoot, listTraces, readTraceFile, traceSummary } from '@stowage/core/replay';
 import type { BenchAllocator } from './benchAllocators.js';
 import { benchAllocators } from './benchAllocators.js';
-import { BenchReporter } from './BenchReporter.js';
+import { BenchReporter } from '@stowage/bench-kit';
 import { checkExactSizePool } from './checkExactSizePool.js';
 import { runPairsScenario } from './pairsScenario.js';
 import { BENCH_USAGE, BenchUsageError, parseBenchArgs } from './parseBenchArgs.js';
@@ -51,7 +51,7 @@ async function main(): Promise<void> {
   const onTraces = baseline && !selected.includes(baseline) ? [baseline, ...selected] : selected;
 
   const steps = traces.length * onTraces.length + (args.quick ? 0 : selected.length * (2 * SCALING_LIVE_BLOCKS.length + 2));
-  const reporter = new BenchReporter(steps);
+  const reporter = new BenchReporter('engine bench', steps);
   try {
     for (const trace of traces) replayOneTrace(trace, await readTraceFile(trace), onTraces, selected, pytorchRatios, reporter);
     if (!args.quick) {

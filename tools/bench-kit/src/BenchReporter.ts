@@ -10,11 +10,14 @@ export type BenchRecord = Readonly<Record<string, unknown>>;
 export class BenchReporter {
   readonly #bar: cliProgress.SingleBar | undefined;
 
-  /** @param totalSteps the number of `step` calls the run will make */
-  constructor(totalSteps: number) {
+  /**
+   * @param label names the bench on its progress bar
+   * @param totalSteps the number of steps (`step(count)` counts) the run will make
+   */
+  constructor(label: string, totalSteps: number) {
     if (!process.stderr.isTTY) return;
     this.#bar = new cliProgress.SingleBar(
-      { stream: process.stderr, format: 'engine bench [{bar}] {value}/{total} {task}', clearOnComplete: true, hideCursor: true },
+      { stream: process.stderr, format: `${label} [{bar}] {value}/{total} {task}`, clearOnComplete: true, hideCursor: true },
       cliProgress.Presets.shades_classic,
     );
     this.#bar.start(totalSteps, 0, { task: '' });
@@ -31,9 +34,9 @@ export class BenchReporter {
     this.#bar?.update({ task });
   }
 
-  /** Marks one unit of work done. */
-  step(): void {
-    this.#bar?.increment(1);
+  /** Marks `count` units of work done. */
+  step(count = 1): void {
+    this.#bar?.increment(count);
   }
 
   /** Removes the progress bar. */

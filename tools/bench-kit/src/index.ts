@@ -1,0 +1,2 @@
+export type { BenchRecord } from './BenchReporter.js';
+export { BenchReporter } from './BenchReporter.js';
