@@ -257,7 +257,10 @@ describe('WebGpuAllocator', function () {
     });
 
     it('refuses allocations with a DeviceError after the device is lost, and nothing hangs', async function () {
-      const own = await openWebGpuDevice().catch(() => undefined);
+      const own = await openWebGpuDevice().catch((error: Error) => {
+        console.log(`    skipped: no WebGPU adapter for a device of its own — ${error.message}`);
+        return undefined;
+      });
       if (!own) this.skip();
       const allocator = createWebGpuAllocator(own!, { limit: '64MiB' });
       const ptr = allocator.allocate(64);
