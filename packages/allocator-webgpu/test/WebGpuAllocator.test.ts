@@ -4,6 +4,7 @@ import {
   createCpuAllocator,
   createRuntime,
   DeviceError,
+  makeDirectAllocator,
   DeviceMismatchError,
   InvalidArgumentError,
   OutOfMemoryError,
@@ -11,7 +12,7 @@ import {
 } from '@stowage/core';
 import { patternBytes } from '@stowage/core/testing';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { createWebGpuAllocator, fromGpuBuffer, openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
+import { createWebGpuAllocator, fromGpuBuffer, openWebGpuDevice, webgpu, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
 import { allocatorOn, deviceOrSkip } from './testDevice.js';
 
 const MAP_READ = 0x0001;
@@ -102,6 +103,26 @@ describe('WebGpuAllocator', function () {
       expect([...(await readBuffer(device, out, 0, 4))]).to.deep.equal([0xaa, 0xaa, 0xaa, 0xaa]);
       const c = allocator.allocate(256);
       expect(c.address, 'after the submit the block is reused').to.equal(a.address);
+      out.destroy();
+    });
+  });
+
+  describe('makeDirectAllocator over the WebGPU backend', () => {
+    it('keeps a freed buffer alive until the next submit, so recorded work can still read it', async () => {
+      const backend = new WebGpuMemoryBackend({ device: context.device, capacityBytes: 64 << 20 });
+      using direct = makeDirectAllocator(backend);
+      const a = direct.allocate(256);
+      direct.writeBytes(a, new Uint8Array(256).fill(0x5a));
+      const out = context.device.createBuffer({ size: 256, usage: COPY_SRC | COPY_DST });
+      const encoder = context.device.createCommandEncoder();
+      encoder.copyBufferToBuffer(a.handle as GPUBuffer, 0, out, 0, 256);
+      direct.free(a);
+      direct.allocate(64); // does not destroy the freed buffer: no submit happened yet
+      expect(backend.reservedBytes).to.equal(256 + 64);
+      context.device.queue.submit([encoder.finish()]);
+      expect([...(await readBuffer(context.device, out, 0, 4))]).to.deep.equal([0x5a, 0x5a, 0x5a, 0x5a]);
+      direct.allocate(64); // after the submit the freed buffer goes back
+      expect(backend.reservedBytes).to.equal(64 + 64);
       out.destroy();
     });
   });

@@ -7,7 +7,7 @@ import { AllocatorBase } from './internal/AllocatorBase.js';
 import { isSmallPool } from './internal/StatsBook.js';
 import { checkByteCount } from './internal/validate.js';
 import type { LmsStorage } from './LmsStorage.js';
-import type { MemoryBackend } from './MemoryBackend.js';
+import type { BackendEvent, MemoryBackend } from './MemoryBackend.js';
 import type { MemoryBlock } from './MemoryBlock.js';
 import type { MemorySnapshot, SnapshotSegment } from './MemorySnapshot.js';
 import type { StorageImpl } from './StorageImpl.js';
@@ -75,17 +75,40 @@ export function makeAllocator<H>(core: MinimalAllocator<H>): Allocator {
  * baseline the caching engine is measured against, and a correct allocator for any backend.
  */
 export function makeDirectAllocator<H>(backend: MemoryBackend<H>): Allocator {
+  // A backend whose freed memory may still be read by unsubmitted work (deferredFree) gets its frees back
+  // only once an event recorded at free time completes; until then the memory stays held.
+  const pending: { block: MemoryBlock<H>; event: BackendEvent }[] = [];
+  const settle = (force: boolean): void => {
+    let done = 0;
+    while (done < pending.length && (force || backend.isEventComplete(pending[done]!.event))) {
+      const { block, event } = pending[done]!;
+      if (force) backend.synchronizeEvent(event);
+      backend.free(block);
+      done++;
+    }
+    pending.splice(0, done);
+  };
   return new ManagedAllocator<H>({
     device: backend.device,
     alignment: backend.alignment,
     capacityBytes: backend.capacityBytes,
-    allocate: (nbytes, options) => backend.malloc(nbytes, { ...(options.stream === undefined ? {} : { stream: options.stream }), kind: backend.segmentKind?.(options) ?? 0 }),
-    free: (block) => backend.free(block),
+    allocate: (nbytes, options) => {
+      if (pending.length > 0) settle(false);
+      return backend.malloc(nbytes, { ...(options.stream === undefined ? {} : { stream: options.stream }), kind: backend.segmentKind?.(options) ?? 0 });
+    },
+    free: (block) => {
+      if (backend.deferredFree) pending.push({ block, event: backend.recordEvent(backend.defaultStream) });
+      else backend.free(block);
+    },
     copy: (dst, dstOffset, src, srcOffset, n) => backend.copy(dst, dstOffset, src, srcOffset, n),
     write: (dst, dstOffset, bytes) => backend.write(dst, dstOffset, bytes),
     read: (src, srcOffset, n) => backend.read(src, srcOffset, n),
+    emptyCache: () => settle(true),
     settings: { kind: 'direct' },
-    dispose: () => backend.dispose?.(),
+    dispose: () => {
+      settle(true);
+      backend.dispose?.();
+    },
   });
 }
 
