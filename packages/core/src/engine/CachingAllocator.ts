@@ -547,14 +547,13 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     return true;
   }
 
-  /** Unmaps `bytes` of pages at `address` of an expandable segment and counts them as released. */
+  /** Unmaps `bytes` of pages at `address` of an expandable segment and counts them; the caller emits. */
   #unmapPages(segment: Segment<H>, address: number, bytes: number): void {
     this.backend.pageMapping!.unmap(segment.memory, segment.memory.byteOffset + (address - segment.address), bytes);
     segment.mappedBytes -= bytes;
     this.stats.reserved_bytes.add(segment.small, -bytes);
     this.stats.num_device_free++;
     this.#history?.record('segment_unmap', address, bytes, segment.stream);
-    this.emitter.safeEmit('segmentReleased', { address, bytes });
   }
 
   /** Splits `block` for the request when worth it, marks it allocated, counts it and wraps it in a DataPtr. */
@@ -955,10 +954,12 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       pool.insert(back);
     }
     const bytes = b.size;
-    this.#unmapPages(segment, b.address, bytes);
+    const address = b.address;
+    this.#unmapPages(segment, address, bytes);
     b.mapped = false;
     segment.gaps.insert(b);
     this.#mergeGaps(segment, b);
+    this.emitter.safeEmit('segmentReleased', { address, bytes }); // once the gap is in place
     return bytes;
   }
 

@@ -124,3 +124,22 @@ describe('CachingAllocator events (expandable segments)', () => {
     for (const [snapshotBytes, reservedBytes] of seen) expect(snapshotBytes).to.equal(reservedBytes);
   });
 });
+
+describe('CachingAllocator segmentReleased (expandable)', () => {
+  it('is emitted once the unmapped gap is in place, so a snapshot in the listener is consistent', () => {
+    const { allocator } = engine({ preset: 'best' });
+    const a = allocator.allocate(3 * MiB);
+    const b = allocator.allocate(6 * MiB);
+    allocator.allocate(3 * MiB);
+    allocator.free(b);
+    const seen: number[] = [];
+    allocator.events.on('segmentReleased', () => {
+      allocator.assertInvariants();
+      for (const s of allocator.snapshot().segments) seen.push(s.total_size - s.blocks.reduce((n, x) => n + x.size, 0));
+    });
+    allocator.emptyCache();
+    expect(seen.length).to.be.greaterThan(0);
+    expect(seen.every((d) => d === 0), 'mapped blocks add up to the mapped size in every listener call').to.equal(true);
+    allocator.free(a);
+  });
+});
