@@ -1,4 +1,3 @@
-export type { ByteCopyKernel } from './ByteCopyKernel.js';
 export type { NodeBackend, OpenWebGpuOptions, WebGpuContext } from './openWebGpuDevice.js';
 export { openWebGpuDevice } from './openWebGpuDevice.js';
 export { fromGpuBuffer } from './fromGpuBuffer.js';
