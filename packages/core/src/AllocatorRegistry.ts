@@ -1,20 +1,14 @@
 import type { Allocator } from './Allocator.js';
-import { inject, injectable, injectAll } from 'tsyringe';
-import { AllocatorContext, AllocatorDecorator, AllocatorFactory } from './AllocatorFactory.js';
+import type { AllocatorContext, AllocatorDecorator, AllocatorFactory } from './AllocatorFactory.js';
 import type { Device, DeviceLike } from './Device.js';
 import { formatDevice, parseDevice } from './Device.js';
-import type { Token } from './Token.js';
 import { BackendUnavailableError } from './errors/BackendUnavailableError.js';
 import { DeviceMismatchError } from './errors/DeviceMismatchError.js';
-
-/** Every registered AllocatorDecorator (possibly none), resolved once per runtime. */
-export const AllocatorDecorators: Token<readonly AllocatorDecorator[]> = Symbol('stowage.AllocatorDecorators');
 
 /**
  * One runtime's allocators, one per device, made on first use by the registered factories.
  * Invariant: every allocator in `created` came from this registry's factories and is not disposed.
  */
-@injectable()
 export class AllocatorRegistry implements Disposable {
   readonly #factories = new Map<string, AllocatorFactory>();
   readonly #created = new Map<string, Allocator>();
@@ -22,11 +16,7 @@ export class AllocatorRegistry implements Disposable {
   readonly #context: AllocatorContext;
   readonly #decorators: readonly AllocatorDecorator[];
 
-  constructor(
-    @injectAll(AllocatorFactory) factories: readonly AllocatorFactory[],
-    @inject(AllocatorContext) context: AllocatorContext,
-    @inject(AllocatorDecorators) decorators: readonly AllocatorDecorator[],
-  ) {
+  constructor(factories: readonly AllocatorFactory[], context: AllocatorContext, decorators: readonly AllocatorDecorator[]) {
     this.#context = context;
     this.#decorators = decorators;
     for (const factory of factories) this.#factories.set(factory.deviceType, factory);

@@ -1,7 +1,7 @@
-import { container as emptyRoot, Lifecycle, type DependencyContainer } from 'tsyringe';
+import type { DependencyContainer } from 'tsyringe';
 import { Allocator } from './Allocator.js';
-import { AllocatorContext, AllocatorDecorator } from './AllocatorFactory.js';
-import { AllocatorDecorators, AllocatorRegistry } from './AllocatorRegistry.js';
+import { AllocatorContext, AllocatorDecorator, AllocatorFactory } from './AllocatorFactory.js';
+import { AllocatorRegistry } from './AllocatorRegistry.js';
 import { IpcCollector, LmsReclaimer } from './MemoryReclaimer.js';
 import { registerCpuAllocator } from './cpu.js';
 import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
@@ -30,7 +30,10 @@ export interface RuntimeOptions {
 export async function createRuntime(options: RuntimeOptions = {}): Promise<Runtime> {
   const plugins = options.plugins ?? [];
   if (!Array.isArray(plugins)) throw new InvalidArgumentError('plugins', plugins, 'an array of plugins');
-  const container = (options.parent ?? emptyRoot).createChildContainer();
+  // tsyringe is loaded here, not at import: it needs the reflect-metadata polyfill, which only applications
+  // load, and users of core's allocators alone should not need it.
+  const parent = options.parent ?? (await import('tsyringe')).container;
+  const container = parent.createChildContainer();
   registerCpuAllocator(container);
   container.register(ReshapePolicy, { useValue: new AliasReshapePolicy() });
   for (const [i, plugin] of plugins.entries()) {
@@ -44,9 +47,8 @@ export async function createRuntime(options: RuntimeOptions = {}): Promise<Runti
     reclaimers: () => [...resolveAll(container, IpcCollector), ...resolveAll(container, LmsReclaimer)],
   };
   container.register(AllocatorContext, { useValue: context });
-  container.register(AllocatorDecorators, { useValue: resolveAll(container, AllocatorDecorator) });
-  container.register(AllocatorRegistry, { useClass: AllocatorRegistry }, { lifecycle: Lifecycle.ContainerScoped });
-  const allocators = container.resolve(AllocatorRegistry);
+  const allocators = new AllocatorRegistry(resolveAll(container, AllocatorFactory), context, resolveAll(container, AllocatorDecorator));
+  container.register(AllocatorRegistry, { useValue: allocators });
   container.register(Allocator, { useFactory: () => allocators.get('cpu') });
   const runtime = new Runtime({
     container,
