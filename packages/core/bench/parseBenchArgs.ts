@@ -1,3 +1,7 @@
+import { allocatorNames, parseBenchFlags } from '@stowage/bench-kit';
+
+export { BenchUsageError } from '@stowage/bench-kit';
+
 /** What the engine benchmark was asked to run. */
 export interface BenchArgs {
   /** Run only traces whose name contains this. */
@@ -15,46 +19,11 @@ export const BENCH_USAGE = `Usage: node dist-bench/engine.bench.js [--trace <sub
   --quick               replay traces only: skip the scaling, pairs and static-shape scenarios
 JSON lines go to stdout; a progress bar goes to stderr when it is a terminal.`;
 
-/** Thrown for a command line the bench does not understand; the message says what was wrong. */
-export class BenchUsageError extends Error {
-  override readonly name = 'BenchUsageError';
-}
-
 /**
  * Parses the bench's command line (`process.argv.slice(2)`); `--flag value` and `--flag=value` both work.
  * @throws BenchUsageError for an unknown flag or a flag missing its value
  */
 export function parseBenchArgs(argv: readonly string[]): BenchArgs {
-  let trace: string | undefined;
-  let allocators: string[] | undefined;
-  let quick = false;
-  let help = false;
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    const eq = arg.indexOf('=');
-    const flag = eq >= 0 ? arg.slice(0, eq) : arg;
-    const value = (): string => {
-      const v = eq >= 0 ? arg.slice(eq + 1) : argv[++i];
-      if (v === undefined || v === '') throw new BenchUsageError(`${flag} needs a value.\n${BENCH_USAGE}`);
-      return v;
-    };
-    switch (flag) {
-      case '--trace':
-        trace = value();
-        break;
-      case '--allocator':
-        allocators = [...(allocators ?? []), ...value().split(',').filter((s) => s !== '')];
-        break;
-      case '--quick':
-        quick = true;
-        break;
-      case '--help':
-      case '-h':
-        help = true;
-        break;
-      default:
-        throw new BenchUsageError(`Unknown argument ${JSON.stringify(arg)}.\n${BENCH_USAGE}`);
-    }
-  }
-  return { trace, allocators, quick, help };
+  const v = parseBenchFlags(argv, { trace: { type: 'string' }, allocator: { type: 'string', multiple: true }, quick: { type: 'boolean' } }, BENCH_USAGE);
+  return { trace: v.trace, allocators: allocatorNames(v.allocator), quick: v.quick ?? false, help: v.help ?? false };
 }

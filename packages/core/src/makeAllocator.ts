@@ -4,7 +4,7 @@ import type { DeviceLike } from './Device.js';
 import { parseDevice } from './Device.js';
 import { OutOfMemoryError } from './errors/OutOfMemoryError.js';
 import { AllocatorBase } from './internal/AllocatorBase.js';
-import { isSmallPool } from './internal/StatsBook.js';
+import { isSmallRequest } from './engine/SizeClass.js';
 import { checkByteCount } from './internal/validate.js';
 import type { LmsStorage } from './LmsStorage.js';
 import type { BackendEvent, MemoryBackend } from './MemoryBackend.js';
@@ -200,7 +200,7 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
 
   /** Counts one allocation in (sign 1) or out (sign -1); each block is its own segment unless the core reports them. */
   #count(blockBytes: number, requestedBytes: number, sign: 1 | -1): void {
-    const small = isSmallPool(blockBytes);
+    const small = isSmallRequest(blockBytes);
     const s = this.stats;
     if (sign > 0) s.num_device_alloc++;
     else s.num_device_free++;
@@ -216,7 +216,7 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
   }
 
   #segmentChanged(segment: { readonly address: number; readonly byteLength: number }, sign: 1 | -1): void {
-    const small = isSmallPool(segment.byteLength);
+    const small = isSmallRequest(segment.byteLength);
     this.stats.segment.add(small, sign);
     this.stats.reserved_bytes.add(small, sign * segment.byteLength);
     const event = { address: segment.address, bytes: segment.byteLength };
@@ -234,7 +234,7 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
       active_size: size,
       requested_size: a.requestedBytes,
       stream: 0,
-      segment_type: isSmallPool(size) ? 'small' : 'large',
+      segment_type: isSmallRequest(size) ? 'small' : 'large',
       segment_pool_id: [0, 0],
       is_expandable: false,
       frames: [],

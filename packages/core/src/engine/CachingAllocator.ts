@@ -965,26 +965,20 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
 
   /** Merges an unmapped gap with unmapped neighbours. */
   #mergeGaps(segment: Segment<H>, gap: Block<H>): void {
-    const next = gap.next;
-    if (next && !next.mapped) {
-      segment.gaps.remove(next);
-      segment.gaps.remove(gap);
-      gap.size += next.size;
-      gap.next = next.next;
-      if (gap.next) gap.next.prev = gap;
-      else segment.tail = gap;
-      segment.gaps.insert(gap);
-    }
-    const prev = gap.prev;
-    if (prev && !prev.mapped) {
-      segment.gaps.remove(gap);
-      segment.gaps.remove(prev);
-      prev.size += gap.size;
-      prev.next = gap.next;
-      if (prev.next) prev.next.prev = prev;
-      else segment.tail = prev;
-      segment.gaps.insert(prev);
-    }
+    if (gap.next && !gap.next.mapped) this.#absorbNextGap(segment, gap);
+    if (gap.prev && !gap.prev.mapped) this.#absorbNextGap(segment, gap.prev);
+  }
+
+  /** Folds the gap after `gap` into it, keeping the size-ordered gap tree right. */
+  #absorbNextGap(segment: Segment<H>, gap: Block<H>): void {
+    const next = gap.next!;
+    segment.gaps.remove(next);
+    segment.gaps.remove(gap);
+    gap.size += next.size;
+    gap.next = next.next;
+    if (gap.next) gap.next.prev = gap;
+    else segment.tail = gap;
+    segment.gaps.insert(gap);
   }
 
   #countSegment(segment: Segment<H>, bytes: number, sign: 1 | -1): void {

@@ -41,11 +41,6 @@ export class PooledStat {
   }
 }
 
-/** Which pool a block of `bytes` belongs to: PyTorch's small pool holds blocks up to 1 MiB. */
-export const SMALL_POOL_MAX_BYTES = 1 << 20;
-export function isSmallPool(bytes: number): boolean {
-  return bytes <= SMALL_POOL_MAX_BYTES;
-}
 
 const STAT_NAMES: readonly StatName[] = [
   'allocation',
