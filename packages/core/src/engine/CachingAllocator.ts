@@ -36,7 +36,7 @@ import type { CachingAllocatorOptions, ResolvedCachingOptions } from './CachingA
 import { resolveCachingOptions } from './CachingAllocatorOptions.js';
 import type { HistoryOptions } from './History.js';
 import { History } from './History.js';
-import { isSmallRequest, LARGE_SEGMENT_BYTES, MIN_BLOCK_BYTES, roundSize, segmentSize, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
+import { isSmallRequest, LARGE_SEGMENT_BYTES, MIN_BLOCK_BYTES, ROUNDUP_INTERVALS, roundSize, segmentSize, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
 
 /** The context of a zero-byte pointer: no block, nothing to free but the count. */
 const ZERO_BYTES = Symbol('zero-byte allocation');
@@ -1027,7 +1027,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   #settings(): Record<string, unknown> {
     const o = this.options;
     const divisions: Record<string, number> = {};
-    for (let i = 0; i < 16; i++) divisions[String(2 ** i)] = o.roundupPower2Divisions[i] ?? 0;
+    for (let i = 0; i < ROUNDUP_INTERVALS; i++) divisions[String(2 ** i)] = o.roundupPower2Divisions[i] ?? 0;
     return {
       PYTORCH_CUDA_ALLOC_CONF: '',
       preset: o.preset,
