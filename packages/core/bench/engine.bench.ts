@@ -5,7 +5,9 @@
 //                     "opsPerSecVsNoCache","pytorchRatio"?}   ratio = peakReserved / peakAllocated
 //   scaling          {"allocator","scenario":"scaling","liveBlocks","nsPerOp"} and one "scaling-summary" per allocator
 //                    (random replacement over all live blocks), then the same as "scaling-churn" (replacing only
-//                    recent blocks while the others stay live: the allocator's own cost)
+//                    recent blocks while the others stay live: the allocator's own cost). Summaries give
+//                    ratioMaxOverMin and, when no-cache ran, ratioOverNoCacheRatio (growth beyond the baseline's,
+//                    whose own growth is the memory hierarchy's: it only bumps an address and keeps a Set of live blocks)
 //   pairs            {"allocator","scenario":"pairs","pairsPerSec"}
 //   static-shape     {"allocator","scenario":"static-shape","iterations","backendMallocsFirst","backendMallocsAfterFirst"}
 //   environment      {"scenario":"environment","node","cpu","cores","date"}   (last)
@@ -119,6 +121,7 @@ function replayOneTrace(
 function runScaling(selected: readonly BenchAllocator[], reporter: BenchReporter): void {
   for (const mode of ['random', 'churn'] as const) {
     const scenario = mode === 'random' ? 'scaling' : 'scaling-churn';
+    let baselineRatio: number | undefined; // no-cache runs first: its growth is the machine's, not an allocator's
     for (const allocator of selected) {
       const nsPerOp: number[] = [];
       for (const liveBlocks of SCALING_LIVE_BLOCKS) {
@@ -128,7 +131,14 @@ function runScaling(selected: readonly BenchAllocator[], reporter: BenchReporter
         reporter.emit({ allocator: allocator.name, scenario, liveBlocks, nsPerOp: round(ns, 1) });
         reporter.step();
       }
-      reporter.emit({ allocator: allocator.name, scenario: `${scenario}-summary`, ratioMaxOverMin: round(Math.max(...nsPerOp) / Math.min(...nsPerOp), 3) });
+      const ratio = Math.max(...nsPerOp) / Math.min(...nsPerOp);
+      if (allocator.name === BASELINE) baselineRatio = ratio;
+      reporter.emit({
+        allocator: allocator.name,
+        scenario: `${scenario}-summary`,
+        ratioMaxOverMin: round(ratio, 3),
+        ...(baselineRatio === undefined ? {} : { ratioOverNoCacheRatio: round(ratio / baselineRatio, 3) }),
+      });
     }
   }
 }

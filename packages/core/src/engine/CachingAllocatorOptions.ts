@@ -30,8 +30,9 @@ export interface CachingAllocatorOptions {
   /** Grow one expandable segment per stream and pool by mapping pages, where the backend can. */
   readonly expandableSegments?: boolean;
   /**
-   * With expandable segments: before growing a segment, unmap its free pages when reserved bytes would exceed
-   * allocated bytes by more than this fraction (Note [Expandable segments]). Default: 0.005 in the best preset,
+   * With expandable segments: before growing a segment, unmap the free pages of every expandable segment (all
+   * streams, pools and kinds share the device's memory) when reserved bytes would exceed allocated bytes by more
+   * than this fraction (Note [Expandable segments]). Default: 0.001 in the best preset,
    * off (Infinity) in the pytorch preset.
    */
   readonly fragmentationLimit?: number;
@@ -113,7 +114,7 @@ export function resolveCachingOptions(options: CachingAllocatorOptions): Resolve
     garbageCollectionThreshold: gc,
     memoryLimit,
     expandableSegments: options.expandableSegments ?? preset === 'best',
-    fragmentationLimit: checkFragmentationLimit(options.fragmentationLimit ?? (preset === 'best' ? 0.005 : Number.POSITIVE_INFINITY)),
+    fragmentationLimit: checkFragmentationLimit(options.fragmentationLimit ?? (preset === 'best' ? 0.001 : Number.POSITIVE_INFINITY)),
     deferCoalescing: options.deferCoalescing ?? preset === 'best',
     segmentSize: options.segmentSize,
     unifiedPools: options.unifiedPools ?? false,

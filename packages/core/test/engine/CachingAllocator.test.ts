@@ -319,6 +319,38 @@ describe('CachingAllocator expandable segments', () => {
     allocator.assertInvariants();
   });
 
+  it('unmaps free pages before growing when reserved would pass the fragmentation limit', () => {
+    const { allocator, backend } = engine({ preset: 'best', fragmentationLimit: 0 });
+    const a = allocator.allocate(8 * MiB);
+    allocator.allocate(2 * MiB);
+    allocator.free(a); // 8 MiB of free pages at the start: a 10 MiB request does not fit there
+    allocator.allocate(10 * MiB);
+    expect(backend.reservedBytes).to.equal(12 * MiB);
+    allocator.assertInvariants();
+  });
+
+  it('keeps free pages mapped while reserved stays within the fragmentation limit', () => {
+    const { allocator, backend } = engine({ preset: 'best', fragmentationLimit: 1 });
+    const a = allocator.allocate(8 * MiB);
+    allocator.allocate(2 * MiB);
+    allocator.free(a);
+    allocator.allocate(10 * MiB);
+    expect(backend.reservedBytes).to.equal(20 * MiB);
+    allocator.assertInvariants();
+  });
+
+  it("unmaps another stream's free pages too before growing past the fragmentation limit", () => {
+    const { allocator, backend } = engine({ preset: 'best', fragmentationLimit: 0 }, { streams: 2 });
+    const other = allocator.allocate(8 * MiB, { stream: 1 });
+    allocator.allocate(2 * MiB, { stream: 1 });
+    allocator.free(other);
+    allocator.allocate(4 * MiB, { stream: 0 });
+    expect(backend.reservedBytes).to.equal(6 * MiB);
+    const streams = allocator.snapshot().segments.map((s) => [s.stream, s.total_size]);
+    expect(streams).to.have.deep.members([[0, 4 * MiB], [1, 2 * MiB]]);
+    allocator.assertInvariants();
+  });
+
   it('falls back to fixed segments on a backend that cannot map pages', () => {
     const { allocator } = engine({ preset: 'best' }, { pageBytes: 0 });
     allocator.allocate(3 * MiB);

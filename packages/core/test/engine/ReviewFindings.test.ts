@@ -123,6 +123,30 @@ describe('CachingAllocator events (expandable segments)', () => {
     expect(seen).to.have.length(2);
     for (const [snapshotBytes, reservedBytes] of seen) expect(snapshotBytes).to.equal(reservedBytes);
   });
+
+  for (const [name, options] of [
+    ['expandable', { preset: 'best' }],
+    ['fixed', { preset: 'pytorch' }],
+  ] as const) {
+    it(`never hands a listener that allocates from segmentReserved the block being reserved (${name} segments)`, () => {
+      const { allocator } = engine(options);
+      const fromListener: DataPtr[] = [];
+      let calls = 0;
+      allocator.events.on('segmentReserved', () => {
+        if (calls++ < 3) fromListener.push(allocator.allocate(3 * MiB));
+      });
+      const outer = allocator.allocate(3 * MiB); // new segment; the listener allocates, growing it again
+      const more = allocator.allocate(5 * MiB); // and a free tail being extended
+      const all = [outer, more, ...fromListener];
+      expect(fromListener).to.not.be.empty;
+      const ranges = all.map((p) => [p.address, p.address + p.byteLength] as const).sort((x, y) => x[0] - y[0]);
+      for (let i = 1; i < ranges.length; i++) expect(ranges[i]![0], 'overlapping allocations').to.be.at.least(ranges[i - 1]![1]);
+      allocator.assertInvariants();
+      for (const p of all) allocator.free(p);
+      allocator.emptyCache();
+      expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(0);
+    });
+  }
 });
 
 describe('CachingAllocator segmentReleased (expandable)', () => {
