@@ -138,7 +138,7 @@ describe('CachingAllocator events (expandable segments)', () => {
       const outer = allocator.allocate(3 * MiB); // new segment; the listener allocates, growing it again
       const more = allocator.allocate(5 * MiB); // and a free tail being extended
       const all = [outer, more, ...fromListener];
-      expect(fromListener).to.not.be.empty;
+      expect(fromListener.length).to.be.greaterThan(0);
       const ranges = all.map((p) => [p.address, p.address + p.byteLength] as const).sort((x, y) => x[0] - y[0]);
       for (let i = 1; i < ranges.length; i++) expect(ranges[i]![0], 'overlapping allocations').to.be.at.least(ranges[i - 1]![1]);
       allocator.assertInvariants();
