@@ -44,9 +44,9 @@ const ZERO_BYTES = Symbol('zero-byte allocation');
 /** Quick lists hold at most this many blocks per size, and at most 1/QUICK_SHARE_DIVISOR of reserved bytes. */
 const QUICK_LIST_MAX = 32;
 const QUICK_SHARE_DIVISOR = 32;
-/** An expandable segment reserves this many times the device capacity in address space (gaps fragment it). */
 /** Gaps that need their free neighbours to fit a request, examined at most per request (Note [Expandable segments]). */
 const GAP_SCAN_LIMIT = 64;
+/** An expandable segment reserves this many times the device capacity in address space (gaps fragment it). */
 const EXPANDABLE_RESERVE_FACTOR = 8;
 
 /** A numeric key for (kind < 16, stream < 1024, size < 512 GiB), or -1 when out of that range. */
