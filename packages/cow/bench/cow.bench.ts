@@ -5,7 +5,10 @@
 //   materialize-copy      a write to one of two lazy copies: allocate and copy under the shared lock
 //   materialize-steal     a write to the last reference: keep the data, no copy
 //   eager-clone           allocate a new storage and copy (what reshape does without COW)
-//   plain-copy            Uint8Array#set of the same bytes between two preallocated buffers (the floor)
+//   plain-copy            Uint8Array#set of the same bytes between two preallocated buffers (the floor: no
+//                         allocation)
+//   plain-slice           Uint8Array#slice of the same bytes (JavaScript's own allocate-and-copy)
+// Rows other than the baselines carry ratioToPlainCopy, ratioToPlainSlice and ratioToEagerClone.
 import 'reflect-metadata';
 import os from 'node:os';
 import type { Runtime } from '@stowage/core';
@@ -52,6 +55,7 @@ function benchSize(rt: Runtime, bytes: number): Record<string, number> {
   const from = new Uint8Array(bytes).fill(1);
   const to = new Uint8Array(bytes);
   results['plain-copy'] = measure(() => to.set(from));
+  results['plain-slice'] = measure(() => void from.slice());
   hostBytes(source.data());
   source.release();
   return results;
@@ -86,9 +90,11 @@ async function main(): Promise<void> {
     for (const [op, ns] of Object.entries(results)) {
       const row = { op, bytes, nsPerOp: Math.round(ns) };
       rows.push(row);
-      const plain = results['plain-copy']!;
-      const eager = results['eager-clone']!;
-      const ratios = op === 'plain-copy' ? {} : { ratioToPlainCopy: Number((ns / plain).toFixed(3)), ratioToEagerClone: Number((ns / eager).toFixed(3)) };
+      const ratio = (baseline: string): number => Number((ns / results[baseline]!).toFixed(3));
+      const ratios =
+        op === 'plain-copy' || op === 'plain-slice'
+          ? {}
+          : { ratioToPlainCopy: ratio('plain-copy'), ratioToPlainSlice: ratio('plain-slice'), ratioToEagerClone: ratio('eager-clone') };
       console.log(JSON.stringify({ ...row, ...ratios }));
     }
   }

@@ -29,6 +29,8 @@ export class CowContext implements WriteGuard {
   readonly originalDeleter: Deleter | null;
   readonly originalContext: unknown;
   readonly #materialize: (storage: StorageImpl) => void;
+  /** The state lives in a SharedArrayBuffer: other threads may hold the lock, so waits and wake-ups are real. */
+  readonly #shared: boolean;
 
   /**
    * A context with one reference, or (with `state`) a handle on the state another thread made: then the
@@ -46,6 +48,7 @@ export class CowContext implements WriteGuard {
       this.state = new Int32Array(init.shared ? new SharedArrayBuffer(8) : new ArrayBuffer(8));
       Atomics.store(this.state, REFCOUNT, 1);
     }
+    this.#shared = typeof SharedArrayBuffer !== 'undefined' && this.state.buffer instanceof SharedArrayBuffer;
     this.originalDeleter = init.originalDeleter;
     this.originalContext = init.originalContext;
     this.#materialize = init.materialize;
@@ -100,7 +103,7 @@ export class CowContext implements WriteGuard {
   }
 
   #wait(seen: number): void {
-    if (!(this.state.buffer instanceof SharedArrayBuffer)) return; // one thread: nothing else can hold the lock
+    if (!this.#shared) return; // one thread: nothing else can hold the lock
     try {
       Atomics.wait(this.state, LOCK, seen, 1);
     } catch {
@@ -109,6 +112,6 @@ export class CowContext implements WriteGuard {
   }
 
   #notify(): void {
-    if (this.state.buffer instanceof SharedArrayBuffer) Atomics.notify(this.state, LOCK);
+    if (this.#shared) Atomics.notify(this.state, LOCK);
   }
 }
