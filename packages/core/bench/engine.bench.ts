@@ -9,7 +9,8 @@
 //                    ratioMaxOverMin and, when no-cache ran, ratioOverNoCacheRatio (growth beyond the baseline's,
 //                    whose own growth is the memory hierarchy's: it only bumps an address and keeps a Set of live blocks)
 //   pairs            {"allocator","scenario":"pairs","pairsPerSec"}
-//   static-shape     {"allocator","scenario":"static-shape","iterations","backendMallocsFirst","backendMallocsAfterFirst"}
+//   static-shape     {"allocator","scenario":"static-shape","iterations","backendMallocsFirst","backendMallocsAfterFirst",
+//                    "backendMallocsPerIteration"}
 //   environment      {"scenario":"environment","node","cpu","cores","date"}   (last)
 import 'reflect-metadata'; // an application entry point: first, before tsyringe loads (STYLE.md §5)
 import os from 'node:os';

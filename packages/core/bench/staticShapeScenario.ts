@@ -10,6 +10,8 @@ export interface StaticShapeRun {
   readonly backendMallocsFirst: number;
   /** Backend mallocs during all later iterations together; 0 for an allocator that reuses what it cached. */
   readonly backendMallocsAfterFirst: number;
+  /** Backend mallocs of each iteration, first to last: where an allocator settles. */
+  readonly backendMallocsPerIteration: number[];
 }
 
 /**
@@ -19,10 +21,14 @@ export interface StaticShapeRun {
 export function runStaticShapeScenario(allocator: BenchAllocator, events: readonly TraceEvent[], iterations: number): StaticShapeRun {
   const backend = new VirtualMemoryBackend({ storeData: false });
   using instance = allocator.make(backend);
-  replayTrace(instance, events);
-  const backendMallocsFirst = backend.mallocCount;
-  for (let i = 1; i < iterations; i++) replayTrace(instance, events);
-  return { backendMallocsFirst, backendMallocsAfterFirst: backend.mallocCount - backendMallocsFirst };
+  const perIteration: number[] = [];
+  for (let i = 0; i < iterations; i++) {
+    const before = backend.mallocCount;
+    replayTrace(instance, events);
+    perIteration.push(backend.mallocCount - before);
+  }
+  const backendMallocsFirst = perIteration[0] ?? 0;
+  return { backendMallocsFirst, backendMallocsAfterFirst: backend.mallocCount - backendMallocsFirst, backendMallocsPerIteration: perIteration };
 }
 
 /**

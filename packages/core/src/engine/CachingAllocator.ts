@@ -46,6 +46,8 @@ const QUICK_LIST_MAX = 32;
 const QUICK_SHARE_DIVISOR = 32;
 /** Gaps that need their free neighbours to fit a request, examined at most per request (Note [Expandable segments]). */
 const GAP_SCAN_LIMIT = 64;
+/** Mapping within this fraction above the most ever mapped is not a new peak (Note [Expandable segments]). */
+const RESERVED_PEAK_SLACK = 0.01;
 /** An expandable segment reserves this many times the device capacity in address space (gaps fragment it). */
 const EXPANDABLE_RESERVE_FACTOR = 8;
 
@@ -98,6 +100,10 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   /** Per stream, events recorded at free time and the blocks waiting on them, oldest first. */
   readonly #pendingEvents = new Map<StreamId, { event: BackendEvent; block: Block<H> }[]>();
   /** `segmentReserved` events held until the request that reserved the memory has its block (#emitReserved). */
+  /** The most bytes ever allocated at once; unlike the peak statistic, never reset (Note [Expandable segments]). */
+  #peakLiveBytes = 0;
+  /** The most bytes of pages ever mapped at once; never reset (Note [Expandable segments]). */
+  #peakReservedBytes = 0;
   readonly #reservedForRequest: { address: number; bytes: number }[] = [];
   #pendingCount = 0;
   /** Bytes the limit allows; Infinity without a limit. */
@@ -428,34 +434,34 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * end, so their memory goes back to the device while the address range stays. To serve a request the engine
    * first remaps a gap that, with its free neighbours, is large enough, then grows the segment at its end
    * (extending a free last block). Mapping is page-granular: requests are placed exactly, pages are not.
-   * With a `fragmentationLimit`, growing first unmaps the free pages of every expandable segment whenever
-   * reserved bytes would otherwise exceed allocated bytes by more than that fraction (free pages of another
-   * stream's or pool's segment cost the device as much as this one's): peak reserved memory then stays within
-   * the limit of peak allocated memory plus partial pages, for about 15 % more map calls (measured on the traces).
+   * With a `fragmentationLimit`, a request that makes a new peak of live bytes first unmaps the free pages of
+   * every expandable segment when growing would otherwise leave more than that fraction of allocated bytes free
+   * (free pages of another stream's or pool's segment cost the device as much as this one's): peak reserved
+   * memory then stays within the limit of peak live memory plus partial pages. Only at a new live peak: below
+   * it, a loop that allocates the same shapes every step would unmap at its peak and map again later, every
+   * step; so the pages a first step unmapped are mapped again at most once and later steps map nothing
+   * (measured on the traces: the static-shape scenario of bench/engine.bench.ts).
    */
   #growExpandable(r: Request<H>): Block<H> | undefined {
     const key = expandableKey(r.kind, r.stream, r.pool.small);
     let segment = this.#expandable.get(key);
-    if (segment && segment.gaps.size > 0) {
-      const remapped = this.#remapGap(segment, r);
-      if (remapped !== null) return remapped;
-    }
-    // Growing would leave more than the allowed share of reserved memory free: give back free pages first,
-    // from every expandable segment.
+    const gap = segment ? this.#findGap(segment, r) : undefined;
+    if (segment && gap) return this.#mapGap(segment, gap, r);
+    // Growing to a new peak would leave more than the allowed share of reserved memory free: give back free
+    // pages first, from every expandable segment.
     const allocated = this.stats.allocated_bytes.all.current + r.size;
-    if (this.reservedBytes + r.size - allocated > this.options.fragmentationLimit * allocated) {
+    let grow = this.#tailGrowth(segment, r);
+    if (this.#atNewPeak(allocated, grow) && this.reservedBytes + grow - allocated > this.options.fragmentationLimit * allocated) {
       for (const other of [...this.#expandable.values()]) this.#unmapFreePages(other);
       segment = this.#expandable.get(key);
-      if (segment && segment.gaps.size > 0) {
-        const remapped = this.#remapGap(segment, r);
-        if (remapped !== null) return remapped;
-      }
+      const freed = segment ? this.#findGap(segment, r) : undefined;
+      if (segment && freed) return this.#mapGap(segment, freed, r);
+      grow = this.#tailGrowth(segment, r);
     }
     const mapping = this.backend.pageMapping!;
     const page = mapping.pageBytes;
     const tail = segment && segment.extentBytes > 0 ? segment.tail : undefined;
     const tailFree = tail !== undefined && isPooledFree(tail);
-    const grow = Math.ceil((tailFree ? r.size - tail.size : r.size) / page) * page;
     if (this.reservedBytes + grow > this.#allowedBytes) return undefined;
     if (!segment) {
       // Address space is cheap and gaps fragment it: reserve several times the memory that can be mapped.
@@ -495,50 +501,66 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     return block;
   }
 
+  /** Bytes of pages to map at the end of `segment` for `r`: less the free last block, when there is one. */
+  #tailGrowth(segment: Segment<H> | undefined, r: Request<H>): number {
+    const tail = segment && segment.extentBytes > 0 ? segment.tail : undefined;
+    const need = tail !== undefined && isPooledFree(tail) ? r.size - tail.size : r.size;
+    return Math.ceil(need / this.backend.pageMapping!.pageBytes) * this.backend.pageMapping!.pageBytes;
+  }
+
   /**
-   * Maps pages at the start of the smallest gap that, with its free neighbours, can hold `r`, merges them and
-   * takes the result from the pool. Null when no gap is large enough; undefined when the device said no.
+   * A new peak (Note [Expandable segments]): of live bytes, or of mapped bytes beyond RESERVED_PEAK_SLACK of the
+   * most ever mapped, were `mapBytes` more mapped now.
    */
-  #remapGap(segment: Segment<H>, r: Request<H>): Block<H> | undefined | null {
-    // Gaps in size order from the smallest that could fit: its free neighbours are usually partial pages. The
-    // scan is bounded (many small gaps next to live blocks would make it linear); past the bound, the smallest
-    // gap that fits on its own.
+  #atNewPeak(allocatedBytes: number, mapBytes: number): boolean {
+    return allocatedBytes > this.#peakLiveBytes || this.reservedBytes + mapBytes > this.#peakReservedBytes * (1 + RESERVED_PEAK_SLACK);
+  }
+
+  /**
+   * The smallest gap of `segment` that, with its free neighbours, can hold `r` (its free neighbours are usually
+   * partial pages), and the bytes of pages to map at its start. The scan is bounded (many small gaps next to
+   * live blocks would make it linear); past the bound, the smallest gap that fits on its own.
+   */
+  #findGap(segment: Segment<H>, r: Request<H>): { gap: Block<H>; mapBytes: number } | undefined {
+    if (segment.gaps.size === 0) return undefined;
     const page = this.backend.pageMapping!.pageBytes;
+    const freeBefore = (gap: Block<H>): number => (gap.prev && isPooledFree(gap.prev) ? gap.prev.size : 0);
     let best: Block<H> | undefined;
-    let bestPrev = 0;
     let gap = segment.gaps.lowerBound(segment.stream, r.size - 2 * page);
     for (let scanned = 0; gap !== undefined && gap.size < r.size && scanned < GAP_SCAN_LIMIT; scanned++) {
-      const prev = gap.prev && isPooledFree(gap.prev) ? gap.prev.size : 0;
       const next = gap.next && isPooledFree(gap.next) ? gap.next.size : 0;
-      if (prev + gap.size + next >= r.size) {
+      if (freeBefore(gap) + gap.size + next >= r.size) {
         best = gap;
-        bestPrev = prev;
         break;
       }
       gap = segment.gaps.higher(gap);
     }
-    if (best === undefined) {
-      best = gap !== undefined && gap.size >= r.size ? gap : segment.gaps.lowerBound(segment.stream, r.size);
-      if (best === undefined) return null;
-      bestPrev = best.prev && isPooledFree(best.prev) ? best.prev.size : 0;
-    }
-    const need = r.size - bestPrev;
-    const mapBytes = need >= best.size ? best.size : Math.ceil(need / page) * page;
+    best ??= gap !== undefined && gap.size >= r.size ? gap : segment.gaps.lowerBound(segment.stream, r.size);
+    if (best === undefined) return undefined;
+    const need = r.size - freeBefore(best);
+    return { gap: best, mapBytes: need >= best.size ? best.size : Math.ceil(need / page) * page };
+  }
+
+  /**
+   * Maps the start of a gap found by #findGap, merges it with its free neighbours and takes the result from the
+   * pool. Undefined when the limit or the device said no.
+   */
+  #mapGap(segment: Segment<H>, { gap, mapBytes }: { gap: Block<H>; mapBytes: number }, r: Request<H>): Block<H> | undefined {
     if (this.reservedBytes + mapBytes > this.#allowedBytes) return undefined;
-    if (!this.#mapPages(segment, best.address, mapBytes)) return undefined;
-    let mapped = best;
-    if (mapBytes < best.size) {
-      mapped = new Block<H>(segment, best.address, mapBytes);
-      mapped.prev = best.prev;
+    if (!this.#mapPages(segment, gap.address, mapBytes)) return undefined;
+    let mapped = gap;
+    if (mapBytes < gap.size) {
+      mapped = new Block<H>(segment, gap.address, mapBytes);
+      mapped.prev = gap.prev;
       if (mapped.prev) mapped.prev.next = mapped;
       else segment.head = mapped;
-      mapped.next = best;
-      best.prev = mapped;
-      segment.gaps.remove(best);
-      best.address += mapBytes;
-      best.size -= mapBytes;
-      segment.gaps.insert(best);
-    } else segment.gaps.remove(best);
+      mapped.next = gap;
+      gap.prev = mapped;
+      segment.gaps.remove(gap);
+      gap.address += mapBytes;
+      gap.size -= mapBytes;
+      segment.gaps.insert(gap);
+    } else segment.gaps.remove(gap);
     mapped.mapped = true;
     const address = mapped.address;
     this.#coalesceIntoPool(mapped);
@@ -557,6 +579,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     segment.mappedBytes += bytes;
     this.stats.reserved_bytes.add(segment.small, bytes);
     this.stats.num_device_alloc++;
+    if (this.reservedBytes > this.#peakReservedBytes) this.#peakReservedBytes = this.reservedBytes;
     this.#history?.record('segment_map', address, bytes, segment.stream);
     return true;
   }
@@ -603,6 +626,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     block.requestedSize = nbytes;
     s.allocation.add(small, 1);
     s.allocated_bytes.add(small, block.size);
+    if (s.allocated_bytes.all.current > this.#peakLiveBytes) this.#peakLiveBytes = s.allocated_bytes.all.current;
     s.active.add(small, 1);
     s.active_bytes.add(small, block.size);
     s.requested_bytes.add(small, nbytes);

@@ -30,9 +30,9 @@ export interface CachingAllocatorOptions {
   /** Grow one expandable segment per stream and pool by mapping pages, where the backend can. */
   readonly expandableSegments?: boolean;
   /**
-   * With expandable segments: before growing a segment, unmap the free pages of every expandable segment (all
-   * streams, pools and kinds share the device's memory) when reserved bytes would exceed allocated bytes by more
-   * than this fraction (Note [Expandable segments]). Default: 0.001 in the best preset,
+   * With expandable segments: before growing a segment for a new peak of live bytes, unmap the free pages of
+   * every expandable segment (all streams, pools and kinds share the device's memory) when reserved bytes would
+   * exceed allocated bytes by more than this fraction (Note [Expandable segments]). Default: 0.005 in the best preset,
    * off (Infinity) in the pytorch preset.
    */
   readonly fragmentationLimit?: number;
@@ -44,7 +44,8 @@ export interface CachingAllocatorOptions {
   readonly segmentSize?: (roundedBytes: number, reservedBytes: number) => number;
   /**
    * Serve every request from one pool per stream and kind, splitting down to 512 bytes, instead of PyTorch's
-   * small and large pools: small tensors then live in the large segments. Default false.
+   * small and large pools: small tensors then live in the large segments. Default: on in the best preset (one
+   * expandable segment per stream: free pages of either kind of tensor serve both), off in the pytorch preset.
    */
   readonly unifiedPools?: boolean;
   /**
@@ -114,10 +115,10 @@ export function resolveCachingOptions(options: CachingAllocatorOptions): Resolve
     garbageCollectionThreshold: gc,
     memoryLimit,
     expandableSegments: options.expandableSegments ?? preset === 'best',
-    fragmentationLimit: checkFragmentationLimit(options.fragmentationLimit ?? (preset === 'best' ? 0.001 : Number.POSITIVE_INFINITY)),
+    fragmentationLimit: checkFragmentationLimit(options.fragmentationLimit ?? (preset === 'best' ? 0.005 : Number.POSITIVE_INFINITY)),
     deferCoalescing: options.deferCoalescing ?? preset === 'best',
     segmentSize: options.segmentSize,
-    unifiedPools: options.unifiedPools ?? false,
+    unifiedPools: options.unifiedPools ?? preset === 'best',
     reclaimers: options.reclaimers ?? NO_RECLAIMERS,
   };
 }

@@ -344,10 +344,41 @@ describe('CachingAllocator expandable segments', () => {
     const other = allocator.allocate(8 * MiB, { stream: 1 });
     allocator.allocate(2 * MiB, { stream: 1 });
     allocator.free(other);
-    allocator.allocate(4 * MiB, { stream: 0 });
-    expect(backend.reservedBytes).to.equal(6 * MiB);
+    allocator.allocate(10 * MiB, { stream: 0 }); // 12 MiB live: a new peak
+    expect(backend.reservedBytes).to.equal(12 * MiB);
     const streams = allocator.snapshot().segments.map((s) => [s.stream, s.total_size]);
-    expect(streams).to.have.deep.members([[0, 4 * MiB], [1, 2 * MiB]]);
+    expect(streams).to.have.deep.members([[0, 10 * MiB], [1, 2 * MiB]]);
+    allocator.assertInvariants();
+  });
+
+  it('unmaps before mapping past the most ever mapped, even below the peak of live bytes', () => {
+    const { allocator, backend } = engine({ preset: 'best', fragmentationLimit: 0 });
+    allocator.free(allocator.allocate(100 * MiB)); // 100 MiB mapped, all free
+    const x = allocator.allocate(60 * MiB);
+    allocator.allocate(2 * MiB);
+    allocator.free(x); // free: 60 MiB below the 2 MiB block, 38 MiB above it
+    allocator.allocate(70 * MiB); // 72 MiB live: no new live peak, but 132 MiB mapped would be
+    expect(backend.reservedBytes).to.equal(72 * MiB);
+    allocator.assertInvariants();
+  });
+
+  it('unmaps only at a new peak, so a loop of static shapes stops mapping after its second step', () => {
+    const { allocator, backend } = engine({ preset: 'best', fragmentationLimit: 0 });
+    const step = (): void => {
+      const a = allocator.allocate(8 * MiB);
+      const b = allocator.allocate(2 * MiB);
+      allocator.free(a);
+      const c = allocator.allocate(10 * MiB); // the step's peak: 12 MiB live
+      allocator.free(b);
+      allocator.free(c);
+    };
+    step(); // the first step unmaps a's pages at its peak
+    expect(backend.reservedBytes).to.equal(12 * MiB);
+    step(); // maps them again: 12 MiB live is no new peak, so nothing else is unmapped for it
+    const mapsAfterSecond = backend.mallocCount;
+    for (let i = 0; i < 5; i++) step();
+    expect(backend.mallocCount, 'page maps after the second step').to.equal(mapsAfterSecond);
+    expect(backend.reservedBytes).to.equal(20 * MiB); // what PyTorch's 20 MiB segment holds for this loop
     allocator.assertInvariants();
   });
 
