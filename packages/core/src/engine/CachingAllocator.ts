@@ -677,6 +677,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (block.streamUses !== null && block.streamUses.size > 0) this.#insertEvents(block, block.streamUses);
     else if (this.backend.deferredFree) this.#insertEvents(block, [block.stream]);
     else this.#freeBlock(block);
+    // Nothing live: merge what the quick lists held back, so the next step starts from whole free blocks.
+    if (s.allocated_bytes.all.current === 0) this.#flushQuickLists();
     this.emitter.safeEmit('freed', { ptr });
   }
 
@@ -770,7 +772,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * them changes placement enough to raise peak reserved bytes by up to 9 %, while deferring small ones leaves
    * every trace's peak unchanged. Before the engine reserves memory, releases memory or answers that nothing fits,
    * it flushes every quick list into the pools (merging as usual), so deferral never makes the engine reserve a
-   * segment that merging would have avoided. The lists are bounded (per size and in total bytes).
+   * segment that merging would have avoided, and when nothing is left allocated (a static-shape loop then starts
+   * each step from the same whole free blocks). The lists are bounded (per size and in total bytes).
    */
   #deferToQuickList(block: Block<H>): boolean {
     if (!this.options.deferCoalescing || block.size > SMALL_REQUEST_MAX_BYTES) return false;

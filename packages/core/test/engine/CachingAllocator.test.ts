@@ -390,6 +390,30 @@ describe('CachingAllocator expandable segments', () => {
   });
 });
 
+describe('CachingAllocator deferred coalescing (best preset)', () => {
+  it('hands freed small blocks back, last first, for requests of their size without merging them', () => {
+    const { allocator } = engine({ preset: 'best' });
+    const [, a, b] = [64 * KiB, 4 * KiB, 4 * KiB, 64 * KiB].map((n) => allocator.allocate(n));
+    allocator.free(a!);
+    allocator.free(b!); // neighbours: merged at once they would make one 8 KiB block
+    const free = allocator.snapshot().segments.flatMap((s) => s.blocks.filter((x) => x.state === 'inactive' && x.size < 64 * KiB));
+    expect(free.map((x) => x.size)).to.deep.equal([4 * KiB, 4 * KiB]);
+    expect(allocator.allocate(4 * KiB).address).to.equal(b!.address);
+    expect(allocator.allocate(4 * KiB).address).to.equal(a!.address);
+    allocator.assertInvariants();
+  });
+
+  it('merges every held-back block once nothing is allocated', () => {
+    const { allocator } = engine({ preset: 'best' });
+    const ptrs = [4 * KiB, 8 * KiB, 4 * KiB].map((n) => allocator.allocate(n));
+    for (const p of ptrs) allocator.free(p);
+    const blocks = allocator.snapshot().segments.flatMap((s) => s.blocks);
+    expect(blocks).to.have.length(1);
+    expect(blocks[0]!.state).to.equal('inactive');
+    allocator.assertInvariants();
+  });
+});
+
 describe('CachingAllocator segment sizing options', () => {
   it('sizes new segments with segmentSize, never below the request', () => {
     const sizes: [number, number][] = [];
