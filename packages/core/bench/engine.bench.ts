@@ -10,7 +10,8 @@
 //                    whose own growth is the memory hierarchy's: it only bumps an address and keeps a Set of live blocks)
 //   pairs            {"allocator","scenario":"pairs","pairsPerSec"}
 //   static-shape     {"allocator","scenario":"static-shape","iterations","backendMallocsFirst","backendMallocsAfterFirst",
-//                    "backendMallocsPerIteration"}
+//                    "backendMallocsPerIteration"}, then "static-shape-all": the same on the first allocations of every
+//                    PyTorch trace {"sequences","withMallocsAfterFirst","backendMallocsAfterFirst","lastIterationWithMallocs"}
 //   environment      {"scenario":"environment","node","cpu","cores","date"}   (last)
 import 'reflect-metadata'; // an application entry point: first, before tsyringe loads (STYLE.md §5)
 import os from 'node:os';
@@ -53,7 +54,7 @@ async function main(): Promise<void> {
   // The baseline runs on every trace, unseen when it was filtered out, so that opsPerSecVsNoCache is always there.
   const onTraces = baseline && !selected.includes(baseline) ? [baseline, ...selected] : selected;
 
-  const steps = traces.length * onTraces.length + (args.quick ? 0 : selected.length * (2 * SCALING_LIVE_BLOCKS.length + 2));
+  const steps = traces.length * onTraces.length + (args.quick ? 0 : selected.length * (2 * SCALING_LIVE_BLOCKS.length + 3));
   const reporter = new BenchReporter('engine bench', steps);
   try {
     for (const trace of traces) replayOneTrace(trace, await readTraceFile(trace), onTraces, selected, pytorchRatios, reporter);
@@ -76,6 +77,14 @@ async function main(): Promise<void> {
           iterations: STATIC_SHAPE_ITERATIONS,
           ...run,
         });
+        reporter.step();
+      }
+      const sequences: TraceEvent[][] = [];
+      for (const trace of traces.filter((t) => t.kind === 'pytorch')) sequences.push(firstAllocations(await readTraceFile(trace), STATIC_SHAPE_ALLOCS));
+      for (const allocator of selected) {
+        if (sequences.length === 0) break;
+        reporter.task(`static-shape on every trace: ${allocator.name}`);
+        reporter.emit({ allocator: allocator.name, scenario: 'static-shape-all', iterations: STATIC_SHAPE_ITERATIONS, ...summarizeStaticShape(allocator, sequences) });
         reporter.step();
       }
     }
@@ -142,6 +151,28 @@ function runScaling(selected: readonly BenchAllocator[], reporter: BenchReporter
       });
     }
   }
+}
+
+/**
+ * The static-shape scenario on the first allocations of every PyTorch trace: on how many sequences the allocator
+ * still calls the backend after the first iteration, how often in all, and the last iteration that did.
+ */
+function summarizeStaticShape(
+  allocator: BenchAllocator,
+  sequences: readonly TraceEvent[][],
+): { sequences: number; withMallocsAfterFirst: number; backendMallocsAfterFirst: number; lastIterationWithMallocs: number } {
+  let withMallocsAfterFirst = 0;
+  let backendMallocsAfterFirst = 0;
+  let lastIterationWithMallocs = 1;
+  for (const sequence of sequences) {
+    const run = runStaticShapeScenario(allocator, sequence, STATIC_SHAPE_ITERATIONS);
+    if (run.backendMallocsAfterFirst > 0) withMallocsAfterFirst++;
+    backendMallocsAfterFirst += run.backendMallocsAfterFirst;
+    run.backendMallocsPerIteration.forEach((n, i) => {
+      if (n > 0) lastIterationWithMallocs = Math.max(lastIterationWithMallocs, i + 1);
+    });
+  }
+  return { sequences: sequences.length, withMallocsAfterFirst, backendMallocsAfterFirst, lastIterationWithMallocs };
 }
 
 function round(value: number, digits: number): number {
