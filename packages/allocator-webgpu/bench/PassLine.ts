@@ -2,8 +2,11 @@
 export interface PassLine {
   readonly allocator: string;
   readonly trace: string;
-  /** 'cold' pays for buffer creation; 'warm' replays again on the same allocator (its own cost). */
-  readonly pass: 'cold' | 'warm';
+  /**
+   * 'cold' pays for buffer creation; 'warm' replays again on the same allocator (its own cost); 'steady' is the
+   * best of several more (caching allocators only).
+   */
+  readonly pass: 'cold' | 'warm' | 'steady';
   readonly ops: number;
   readonly opsPerSec: number;
   readonly createBufferCalls: number;

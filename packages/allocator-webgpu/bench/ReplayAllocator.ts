@@ -28,6 +28,8 @@ export interface ReplayAllocator<H = unknown> {
 /** An allocator kind: its name and how to build one over an open device. */
 export interface ReplayAllocatorKind {
   readonly name: string;
+  /** Replayed further for a 'steady' line (allocators that cache; raw createBuffer per allocation is too slow). */
+  readonly steady?: boolean;
   create(context: WebGpuContext): ReplayAllocator;
 }
 

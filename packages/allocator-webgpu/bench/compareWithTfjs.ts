@@ -20,7 +20,7 @@ export const TARGETS = {
  * the next submit, over peak live bytes.
  */
 export function compareWithTfjs(trace: string, plan: ReplayPlan, lines: readonly PassLine[]): Record<string, unknown> {
-  const line = (allocator: string, pass: 'cold' | 'warm'): PassLine | undefined =>
+  const line = (allocator: string, pass: PassLine['pass']): PassLine | undefined =>
     lines.find((l) => l.allocator === allocator && l.pass === pass && l.failed === undefined);
   const both = (allocator: string): PassLine[] => lines.filter((l) => l.allocator === allocator);
   const ratio = (a: number | undefined, b: number | undefined): number | null => (a === undefined || b === undefined || b === 0 ? null : round(a / b));
@@ -41,6 +41,7 @@ export function compareWithTfjs(trace: string, plan: ReplayPlan, lines: readonly
   const tfjsRss = worst('tfjs', (l) => l.rssAboveBaseline);
   const opsPerSecRatioCold = ratio(line('stowage', 'cold')?.opsPerSec, line('tfjs', 'cold')?.opsPerSec);
   const opsPerSecRatioWarm = ratio(line('stowage', 'warm')?.opsPerSec, line('tfjs', 'warm')?.opsPerSec);
+  const opsPerSecRatioSteady = ratio(line('stowage', 'steady')?.opsPerSec, line('tfjs', 'steady')?.opsPerSec);
   return {
     scenario: 'summary',
     trace,
@@ -53,6 +54,7 @@ export function compareWithTfjs(trace: string, plan: ReplayPlan, lines: readonly
     rssRatio: ratio(stowageRss, tfjsRss),
     opsPerSecRatioCold,
     opsPerSecRatioWarm,
+    opsPerSecRatioSteady, // information: no target
     targetsMet: {
       createBufferCalls: createBufferCallsRatio !== null && createBufferCallsRatio <= TARGETS.createBufferCallsRatio,
       reserved: stowageReserved !== undefined && stowageReserved <= TARGETS.reservedOverAllocated,

@@ -6,8 +6,8 @@ import { TfjsReplayAllocator } from './TfjsReplayAllocator.js';
 /** The allocators the WebGPU bench compares, Stowage first. */
 export function replayAllocatorKinds(): ReplayAllocatorKind[] {
   return [
-    { name: 'stowage', create: (context) => new StowageReplayAllocator(context) },
-    { name: 'tfjs', create: (context) => new TfjsReplayAllocator(context) },
+    { name: 'stowage', steady: true, create: (context) => new StowageReplayAllocator(context) },
+    { name: 'tfjs', steady: true, create: (context) => new TfjsReplayAllocator(context) },
     { name: 'raw', create: (context) => new RawReplayAllocator(context) },
   ];
 }
