@@ -99,12 +99,18 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   #quickBytes = 0;
   /** Per stream, events recorded at free time and the blocks waiting on them, oldest first. */
   readonly #pendingEvents = new Map<StreamId, { event: BackendEvent; block: Block<H> }[]>();
-  /** `segmentReserved` events held until the request that reserved the memory has its block (#emitReserved). */
+  /**
+   * Note [Segment events]: `segmentReserved` and `segmentReleased` are queued while the engine works and emitted
+   * by #emitSegmentEvents once its state is whole: after the request that reserved memory has its block (until
+   * then the new block is free but outside the pool, and a listener that allocates must not be handed it), and
+   * after a sweep or release loop has finished (a listener that allocates or frees mid-loop would change the
+   * blocks and segments the loop is walking).
+   */
   /** The most bytes ever allocated at once; unlike the peak statistic, never reset (Note [Expandable segments]). */
   #peakLiveBytes = 0;
   /** The most bytes of pages ever mapped at once; never reset (Note [Expandable segments]). */
   #peakReservedBytes = 0;
-  readonly #reservedForRequest: { address: number; bytes: number }[] = [];
+  readonly #segmentEvents: { reserved: boolean; address: number; bytes: number }[] = [];
   #pendingCount = 0;
   /** Bytes the limit allows; Infinity without a limit. */
   readonly #allowedBytes: number;
@@ -143,11 +149,17 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const small = !this.options.unifiedPools && isSmallRequest(size);
     const kind = this.backend.segmentKind?.(options) ?? 0;
     const request: Request<H> = { stream, kind, size, pool: this.#poolsOf(kind)[small ? 0 : 1] };
-    const block =
-      this.#takeQuick(request) ??
-      this.#findFreeBlock(request) ??
-      (this.#flushQuickLists() ? this.#findFreeBlock(request) : undefined) ??
-      this.#reserveBlock(request, nbytes);
+    let block: Block<H>;
+    try {
+      block =
+        this.#takeQuick(request) ??
+        this.#findFreeBlock(request) ??
+        (this.#flushQuickLists() ? this.#findFreeBlock(request) : undefined) ??
+        this.#reserveBlock(request, nbytes);
+    } catch (error) {
+      this.#emitSegmentEvents(); // out of memory: what was released on the way is still reported
+      throw error;
+    }
     return this.#allocateFound(block, request, nbytes);
   }
 
@@ -194,6 +206,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   emptyCache(): void {
     this.checkOpen('emptyCache');
     this.#releaseCachedBlocks();
+    this.#emitSegmentEvents();
   }
 
   /**
@@ -212,6 +225,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       this.#releaseSegment(block);
     }
     if (this.reservedBytes > targetBytes) for (const segment of [...this.#expandable.values()]) this.#unmapFreePages(segment);
+    this.#emitSegmentEvents();
     return this.reservedBytes;
   }
 
@@ -309,6 +323,15 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (s.allocated_bytes.all.current !== allocated) fail(`allocated_bytes ${s.allocated_bytes.all.current} != recount ${allocated}`);
     if (s.active_bytes.all.current !== active) fail(`active_bytes ${s.active_bytes.all.current} != recount ${active}`);
     if (s.requested_bytes.all.current !== requested) fail(`requested_bytes ${s.requested_bytes.all.current} != recount ${requested}`);
+    if (s.segment.all.current !== this.#segments.size) fail(`segment count ${s.segment.all.current} != ${this.#segments.size} segments`);
+    for (const [key, segment] of this.#expandable) {
+      if (!this.#segments.has(segment)) fail(`the expandable segment for ${key} was returned`);
+    }
+    for (const segment of this.#segments) {
+      if (segment.expandable && this.#expandable.get(expandableKey(segment.kind, segment.stream, segment.small)) !== segment) {
+        fail(`the expandable segment at 0x${segment.address.toString(16)} is not listed`);
+      }
+    }
   }
 
   protected releaseAllocation(context: unknown): void {
@@ -332,6 +355,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     this.#pendingCount = 0;
     this.#quick.clear();
     this.#quickBytes = 0;
+    this.#emitSegmentEvents();
   }
 
   // ---- allocation path ------------------------------------------------------------------------------------
@@ -488,7 +512,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (tailFree) {
       r.pool.remove(tail);
       tail.size += grow;
-      this.#reservedForRequest.push({ address: start, bytes: grow });
+      this.#segmentEvents.push({ reserved: true, address: start, bytes: grow });
       return tail;
     }
     const block = new Block<H>(segment, start, grow);
@@ -497,7 +521,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       block.prev = tail;
     } else segment.head = block;
     segment.tail = block;
-    this.#reservedForRequest.push({ address: start, bytes: grow });
+    this.#segmentEvents.push({ reserved: true, address: start, bytes: grow });
     return block;
   }
 
@@ -565,13 +589,13 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const address = mapped.address;
     this.#coalesceIntoPool(mapped);
     r.pool.remove(mapped);
-    this.#reservedForRequest.push({ address, bytes: mapBytes });
+    this.#segmentEvents.push({ reserved: true, address, bytes: mapBytes });
     return mapped;
   }
 
   /**
    * Maps `bytes` of pages at `address` of an expandable segment and counts them as reserved. The caller queues
-   * `segmentReserved` (#emitReserved), once the segment is registered.
+   * `segmentReserved` (Note [Segment events]), once the segment is registered.
    */
   #mapPages(segment: Segment<H>, address: number, bytes: number): boolean {
     const offset = segment.memory.byteOffset + (address - segment.address);
@@ -642,18 +666,15 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     });
     block.ptr = ptr;
     this.#history?.record('alloc', block.address, nbytes, block.stream);
-    if (this.#reservedForRequest.length > 0) this.#emitReserved();
+    if (this.#segmentEvents.length > 0) this.#emitSegmentEvents();
     this.emitter.safeEmit('allocated', { ptr, requestedBytes: nbytes });
     return ptr;
   }
 
-  /**
-   * Emits `segmentReserved` for the memory reserved while serving a request, once its block is allocated: until
-   * then the new block is free but outside the pool, and a listener that allocates must not be handed it.
-   */
-  #emitReserved(): void {
-    const events = this.#reservedForRequest.splice(0);
-    for (const event of events) this.emitter.safeEmit('segmentReserved', event);
+  /** Emits the queued segment events, in order (Note [Segment events]). */
+  #emitSegmentEvents(): void {
+    const events = this.#segmentEvents.splice(0);
+    for (const { reserved, address, bytes } of events) this.emitter.safeEmit(reserved ? 'segmentReserved' : 'segmentReleased', { address, bytes });
   }
 
   #shouldSplit(block: Block<H>, size: number): boolean {
@@ -944,6 +965,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * drops a trailing gap, and returns the segment's address range when nothing is left in it.
    */
   #unmapFreePages(segment: Segment<H>): void {
+    if (!this.#segments.has(segment)) return; // returned since the caller listed it
     // Walk the segment's pool from the largest free block down to the page size: smaller blocks hold no whole
     // page, and what a sweep leaves behind is smaller than a page, so each sweep visits only blocks freed (or
     // merged) since the last one, never the live blocks.
@@ -966,7 +988,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     }
     if (segment.extentBytes === 0) {
       this.#segments.delete(segment);
-      this.#expandable.delete(expandableKey(segment.kind, segment.stream, segment.small));
+      const key = expandableKey(segment.kind, segment.stream, segment.small);
+      if (this.#expandable.get(key) === segment) this.#expandable.delete(key);
       this.#returnToBackend(segment);
     }
   }
@@ -1010,7 +1033,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     b.mapped = false;
     segment.gaps.insert(b);
     this.#mergeGaps(segment, b);
-    this.emitter.safeEmit('segmentReleased', { address, bytes }); // once the gap is in place
+    this.#segmentEvents.push({ reserved: false, address, bytes }); // once the gap is in place
     return bytes;
   }
 
@@ -1039,9 +1062,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (sign > 0) s.num_device_alloc++;
     else s.num_device_free++;
     if (bytes >= this.options.maxSplitSize) s.oversize_segments.add(sign);
-    const event = { address: segment.address, bytes };
-    if (sign > 0) this.#reservedForRequest.push(event);
-    else this.emitter.safeEmit('segmentReleased', event);
+    this.#segmentEvents.push({ reserved: sign > 0, address: segment.address, bytes });
   }
 
   // ---- snapshots ------------------------------------------------------------------------------------------
