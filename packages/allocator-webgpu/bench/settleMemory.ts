@@ -1,13 +1,4 @@
-import { runInNewContext } from 'node:vm';
-import { setFlagsFromString } from 'node:v8';
-
-/** The garbage collector: `globalThis.gc` under `node --expose-gc`, else exposed through V8's flags. */
-function collector(): () => void {
-  const exposed = (globalThis as { gc?: () => void }).gc;
-  if (exposed) return exposed;
-  setFlagsFromString('--expose-gc');
-  return runInNewContext('gc') as () => void;
-}
+import { collectGarbage } from '@stowage/bench-kit';
 
 /** Milliseconds to let Dawn's device thread finish and reclaim destroyed buffers. */
 const SETTLE_MS = 50;
@@ -18,12 +9,11 @@ const SETTLE_MS = 50;
  * the replay's handle arrays).
  */
 export async function settleMemory(device: GPUDevice): Promise<void> {
-  const gc = collector();
   device.queue.submit([]);
   await device.queue.onSubmittedWorkDone();
   await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
   device.queue.submit([]);
   await device.queue.onSubmittedWorkDone();
-  gc();
-  gc();
+  collectGarbage();
+  collectGarbage();
 }

@@ -8,7 +8,7 @@
 //                    recent blocks while the others stay live: the allocator's own cost). Summaries give
 //                    ratioMaxOverMin and, when no-cache ran, ratioOverNoCacheRatio (growth beyond the baseline's,
 //                    whose own growth is the memory hierarchy's: it only bumps an address and keeps a Set of live blocks)
-//   pairs            {"allocator","scenario":"pairs","pairsPerSec"}
+//   pairs            {"allocator","scenario":"pairs","pairsPerSec"} (each allocator in a worker thread of its own)
 //   static-shape     {"allocator","scenario":"static-shape","iterations","backendMallocsFirst","backendMallocsAfterFirst",
 //                    "backendMallocsPerIteration"}, then "static-shape-all": the same on the first allocations of every
 //                    PyTorch trace {"sequences","withMallocsAfterFirst","backendMallocsAfterFirst","lastIterationWithMallocs"}
@@ -21,7 +21,7 @@ import type { BenchAllocator } from './benchAllocators.js';
 import { benchAllocators } from './benchAllocators.js';
 import { BenchReporter } from '@stowage/bench-kit';
 import { checkExactSizePool } from './checkExactSizePool.js';
-import { runPairsScenario } from './pairsScenario.js';
+import { runPairsInWorker } from './pairsScenario.js';
 import { BENCH_USAGE, BenchUsageError, parseBenchArgs } from './parseBenchArgs.js';
 import { readPytorchRatios } from './readPytorchRatios.js';
 import { runScalingScenario } from './scalingScenario.js';
@@ -62,7 +62,7 @@ async function main(): Promise<void> {
       runScaling(selected, reporter);
       for (const allocator of selected) {
         reporter.task(`pairs: ${allocator.name}`);
-        reporter.emit({ allocator: allocator.name, scenario: 'pairs', pairsPerSec: Math.round(runPairsScenario(allocator)) });
+        reporter.emit({ allocator: allocator.name, scenario: 'pairs', pairsPerSec: Math.round(await runPairsInWorker(allocator.name)) });
         reporter.step();
       }
       const source = traces.find((t) => t.kind === 'pytorch') ?? traces[0];

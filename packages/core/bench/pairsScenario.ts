@@ -1,3 +1,4 @@
+import { Worker } from 'node:worker_threads';
 import type { DataPtr } from '@stowage/core';
 import { VirtualMemoryBackend } from '@stowage/core';
 import type { BenchAllocator } from './benchAllocators.js';
@@ -34,4 +35,20 @@ export function runPairsScenario(allocator: BenchAllocator): number {
   } while (seconds < MIN_SECONDS);
   for (const ptr of resident) instance.free(ptr);
   return pairs / seconds;
+}
+
+/**
+ * {@link runPairsScenario} for the bench allocator `name` in a worker thread of its own. In one isolate the
+ * loop's call sites would have seen every allocator measured before (megamorphic calls, slower for the later
+ * ones); a fresh isolate per allocator measures each alone.
+ */
+export function runPairsInWorker(name: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const worker = new Worker(new URL('./pairsWorker.js', import.meta.url), { workerData: { allocator: name } });
+    worker.once('message', (pairsPerSec: number) => resolve(pairsPerSec));
+    worker.once('error', reject);
+    worker.once('exit', (code) => {
+      if (code !== 0) reject(new Error(`the pairs worker for ${name} exited with code ${code}`));
+    });
+  });
 }

@@ -14,21 +14,39 @@ import os from 'node:os';
 import type { Runtime } from '@stowage/core';
 import { cpu, createRuntime, hostBytes } from '@stowage/core';
 import { lazyClone, materialize } from '@stowage/cow';
+import { collectGarbage } from '@stowage/bench-kit';
 
 const KiB = 1024;
 const SIZES = [KiB, 16 * KiB, 256 * KiB, 4 * 1024 * KiB, 64 * 1024 * KiB, 256 * 1024 * KiB];
-/** Each measurement repeats until it has taken this long (and at least 3 times). */
-const MIN_MS = 150;
+/** Each measurement repeats until it has taken this long (and at least 3 times), in ROUNDS rounds. */
+const MIN_MS = 270;
+const ROUNDS = 9;
 
+/** The median of {@link ROUNDS} timings (a collection landing in one of them moves the median little). */
 function measure(run: () => void): number {
+  collectGarbage(); // no measurement pays for another's garbage (a 256 MiB buffer, say)
   for (let i = 0; i < 3; i++) run(); // warm up
+  const rounds: number[] = [];
+  for (let r = 0; r < ROUNDS; r++) rounds.push(timeRound(run, MIN_MS / ROUNDS));
+  return median(rounds);
+}
+
+/** Nanoseconds per call of `run`, over at least `ms` milliseconds and 3 calls. */
+function timeRound(run: () => void, ms: number): number {
   let n = 0;
+  let batch = 1; // calls between reads of the clock, doubling while a batch is short: the clock costs ~100 ns
   const start = performance.now();
   do {
-    run();
-    n++;
-  } while (performance.now() - start < MIN_MS || n < 3);
+    for (let i = 0; i < batch; i++) run();
+    n += batch;
+    if (performance.now() - start < ms / 100) batch *= 2;
+  } while (performance.now() - start < ms || n < 3);
   return ((performance.now() - start) * 1e6) / n;
+}
+
+function median(values: readonly number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)]!;
 }
 
 function benchSize(rt: Runtime, bytes: number): Record<string, number> {
@@ -61,25 +79,30 @@ function benchSize(rt: Runtime, bytes: number): Record<string, number> {
   return results;
 }
 
-/** Times only the middle step of setup → step → teardown, repeated. */
+/** Times only the middle step of setup → step → teardown, repeated: the median of {@link ROUNDS} rounds. */
 function timedOnly(prepare: () => [step: () => void, teardown: () => void]): number {
+  collectGarbage();
   for (let i = 0; i < 2; i++) {
     const [step, teardown] = prepare(); // warm up: the first copy faults in a fresh segment's pages
     step();
     teardown();
   }
-  let total = 0;
-  let n = 0;
-  const wall = performance.now();
-  while (performance.now() - wall < MIN_MS * 2 || n < 5) {
-    const [step, teardown] = prepare();
-    const t = performance.now();
-    step();
-    total += performance.now() - t;
-    teardown();
-    n++;
+  const rounds: number[] = [];
+  for (let r = 0; r < ROUNDS; r++) {
+    let total = 0;
+    let n = 0;
+    const wall = performance.now();
+    while (performance.now() - wall < (MIN_MS * 2) / ROUNDS || n < 3) {
+      const [step, teardown] = prepare();
+      const t = performance.now();
+      step();
+      total += performance.now() - t;
+      teardown();
+      n++;
+    }
+    rounds.push((total * 1e6) / n);
   }
-  return (total * 1e6) / n;
+  return median(rounds);
 }
 
 async function main(): Promise<void> {
