@@ -99,6 +99,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   #quickBytes = 0;
   /** Per stream, events recorded at free time and the blocks waiting on them, oldest first. */
   readonly #pendingEvents = new Map<StreamId, { event: BackendEvent; block: Block<H> }[]>();
+  #pendingCount = 0;
+  /** The most bytes ever allocated at once; unlike the peak statistic, never reset (Note [Expandable segments]). */
+  #peakLiveBytes = 0;
+  /** The most bytes of pages ever mapped at once; never reset (Note [Expandable segments]). */
+  #peakReservedBytes = 0;
   /**
    * Note [Segment events]: `segmentReserved` and `segmentReleased` are queued while the engine works and emitted
    * by #emitSegmentEvents once its state is whole: after the request that reserved memory has its block (until
@@ -106,12 +111,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * after a sweep or release loop has finished (a listener that allocates or frees mid-loop would change the
    * blocks and segments the loop is walking).
    */
-  /** The most bytes ever allocated at once; unlike the peak statistic, never reset (Note [Expandable segments]). */
-  #peakLiveBytes = 0;
-  /** The most bytes of pages ever mapped at once; never reset (Note [Expandable segments]). */
-  #peakReservedBytes = 0;
   readonly #segmentEvents: { reserved: boolean; address: number; bytes: number }[] = [];
-  #pendingCount = 0;
   /** Bytes the limit allows; Infinity without a limit. */
   readonly #allowedBytes: number;
   #history: History | null = null;
@@ -458,13 +458,14 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * end, so their memory goes back to the device while the address range stays. To serve a request the engine
    * first remaps a gap that, with its free neighbours, is large enough, then grows the segment at its end
    * (extending a free last block). Mapping is page-granular: requests are placed exactly, pages are not.
-   * With a `fragmentationLimit`, a request that makes a new peak of live bytes first unmaps the free pages of
-   * every expandable segment when growing would otherwise leave more than that fraction of allocated bytes free
-   * (free pages of another stream's or pool's segment cost the device as much as this one's): peak reserved
-   * memory then stays within the limit of peak live memory plus partial pages. Only at a new live peak: below
-   * it, a loop that allocates the same shapes every step would unmap at its peak and map again later, every
-   * step; so the pages a first step unmapped are mapped again at most once and later steps map nothing
-   * (measured on the traces: the static-shape scenario of bench/engine.bench.ts).
+   * With a `fragmentationLimit`, growing to a new peak first unmaps the free pages of every expandable segment
+   * when growing would otherwise leave more than that fraction of allocated bytes free (free pages of another
+   * stream's or pool's segment cost the device as much as this one's): peak reserved memory then stays within
+   * the limit of peak live memory plus partial pages. A new peak is one of live bytes, or of mapped bytes more
+   * than RESERVED_PEAK_SLACK above the most ever mapped (#atNewPeak). Only then: a loop that allocates the same
+   * shapes every step would otherwise unmap at every step's peak and map again later; this way the pages a
+   * first step unmapped are mapped again once, placement settles within the slack, and later steps map nothing
+   * (the static-shape scenarios of bench/engine.bench.ts: every PyTorch trace settles, most by the third step).
    */
   #growExpandable(r: Request<H>): Block<H> | undefined {
     const key = expandableKey(r.kind, r.stream, r.pool.small);
