@@ -799,6 +799,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    */
   #deferToQuickList(block: Block<H>): boolean {
     if (!this.options.deferCoalescing || block.size > SMALL_REQUEST_MAX_BYTES) return false;
+    if (this.stats.allocated_bytes.all.current === 0) return false; // nothing live: merge (a late pending free)
     const key = quickKey(block.segment.kind, block.stream, block.size);
     if (key < 0 || this.#quickBytes + block.size > this.reservedBytes / QUICK_SHARE_DIVISOR) return false;
     let list = this.#quick.get(key);

@@ -403,6 +403,19 @@ describe('CachingAllocator deferred coalescing (best preset)', () => {
     allocator.assertInvariants();
   });
 
+  it('merges a block whose free completes after nothing is left allocated', () => {
+    const { allocator, backend } = engine({ preset: 'best' }, { streams: 2 });
+    const [a, b] = [4 * KiB, 4 * KiB].map((n) => allocator.allocate(n));
+    allocator.recordStream(a!, 1);
+    backend.holdStream(1);
+    allocator.free(b!);
+    allocator.free(a!); // waits for stream 1
+    backend.completeStream(1);
+    const c = allocator.allocate(16 * KiB); // completes a's free first, with nothing allocated
+    expect(c.address).to.equal(a!.address); // a and b merged with the rest: the new block starts where a did
+    allocator.assertInvariants();
+  });
+
   it('merges every held-back block once nothing is allocated', () => {
     const { allocator } = engine({ preset: 'best' });
     const ptrs = [4 * KiB, 8 * KiB, 4 * KiB].map((n) => allocator.allocate(n));
