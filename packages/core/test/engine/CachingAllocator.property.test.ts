@@ -1,18 +1,13 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import type { AllocatorStats, CachingAllocatorOptions, DataPtr } from '@stowage/core';
-import { DoubleFreeError, InvalidArgumentError, OutOfMemoryError, UseAfterReleaseError } from '@stowage/core';
-import { engine, MiB } from './helpers.js';
+import { DoubleFreeError, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
+import type { EngineStep } from './helpers.js';
+import { applyEngineStep, engine, MiB } from './helpers.js';
 
 /** One step of a random program against the engine. */
 type Op =
-  | { kind: 'alloc'; bytes: number; stream: number }
-  | { kind: 'free'; pick: number }
-  | { kind: 'recordStream'; pick: number; stream: number }
-  | { kind: 'hold'; stream: number }
-  | { kind: 'complete'; stream: number }
-  | { kind: 'emptyCache' }
-  | { kind: 'trim'; target: number }
+  | EngineStep
   | { kind: 'doubleFree' }
   | { kind: 'badAlloc'; value: unknown }
   | { kind: 'badStream' };
@@ -59,35 +54,6 @@ function runProgram(options: CachingAllocatorOptions, ops: readonly Op[]): void 
   for (const o of ops) {
     const before = allocator.memoryStats();
     switch (o.kind) {
-      case 'alloc':
-        try {
-          live.push(allocator.allocate(o.bytes, { stream: o.stream }));
-        } catch (error) {
-          expect(error).to.be.instanceOf(OutOfMemoryError);
-        }
-        break;
-      case 'free':
-        if (live.length > 0) {
-          const ptr = live.splice(o.pick % live.length, 1)[0]!;
-          allocator.free(ptr);
-          freed.push(ptr);
-        }
-        break;
-      case 'recordStream':
-        if (live.length > 0) allocator.recordStream(live[o.pick % live.length]!, o.stream);
-        break;
-      case 'hold':
-        backend.holdStream(o.stream);
-        break;
-      case 'complete':
-        backend.completeStream(o.stream);
-        break;
-      case 'emptyCache':
-        allocator.emptyCache();
-        break;
-      case 'trim':
-        expect(allocator.trim(o.target)).to.equal(allocator.reservedBytes);
-        break;
       case 'doubleFree':
         if (freed.length > 0) {
           expect(() => allocator.free(freed[freed.length - 1]!)).to.throw(DoubleFreeError);
@@ -103,6 +69,10 @@ function runProgram(options: CachingAllocatorOptions, ops: readonly Op[]): void 
         expect(() => allocator.allocate(64, { stream: 7 })).to.throw(InvalidArgumentError);
         expect(allocator.memoryStats()).to.deep.equal(before);
         break;
+      default: {
+        const released = applyEngineStep(allocator, backend, live, o);
+        if (released) freed.push(released);
+      }
     }
     allocator.assertInvariants();
     checkAgainstRecount(live, allocator.memoryStats());

@@ -2,7 +2,8 @@ import { expect } from 'chai';
 import fc from 'fast-check';
 import type { CachingAllocatorOptions, DataPtr } from '@stowage/core';
 import { OutOfMemoryError } from '@stowage/core';
-import { engine, MiB } from './helpers.js';
+import type { EngineStep } from './helpers.js';
+import { applyEngineStep, engine, MiB } from './helpers.js';
 
 /** Live pointers never overlap. */
 function expectDisjoint(ptrs: readonly DataPtr[]): void {
@@ -108,13 +109,7 @@ describe('CachingAllocator fragmentation sweep at a new peak (re-entrant listene
 /** One step of a random program; `onEvent` arms a one-shot listener that allocates or frees. */
 type ListenedEvent = 'allocated' | 'freed' | 'segmentReserved' | 'segmentReleased';
 type Op =
-  | { kind: 'alloc'; bytes: number; stream: number }
-  | { kind: 'free'; pick: number }
-  | { kind: 'emptyCache' }
-  | { kind: 'trim'; target: number }
-  | { kind: 'recordStream'; pick: number; stream: number }
-  | { kind: 'hold'; stream: number }
-  | { kind: 'complete'; stream: number }
+  | EngineStep
   | { kind: 'onEvent'; event: ListenedEvent; action: 'alloc' | 'free'; bytes: number; pick: number };
 
 const sizes = fc.oneof(
@@ -163,31 +158,6 @@ function runWithListeners(options: CachingAllocatorOptions, ops: readonly Op[], 
   let done = false;
   for (const o of ops) {
     switch (o.kind) {
-      case 'alloc':
-        try {
-          live.push(allocator.allocate(o.bytes, { stream: o.stream }));
-        } catch (error) {
-          expect(error).to.be.instanceOf(OutOfMemoryError);
-        }
-        break;
-      case 'free':
-        if (live.length > 0) allocator.free(live.splice(o.pick % live.length, 1)[0]!);
-        break;
-      case 'emptyCache':
-        allocator.emptyCache();
-        break;
-      case 'trim':
-        allocator.trim(o.target);
-        break;
-      case 'recordStream':
-        if (live.length > 0) allocator.recordStream(live[o.pick % live.length]!, o.stream);
-        break;
-      case 'hold':
-        backend.holdStream(o.stream);
-        break;
-      case 'complete':
-        backend.completeStream(o.stream);
-        break;
       case 'onEvent':
         allocator.events.once(o.event, () => {
           if (inListener || done) return;
@@ -202,6 +172,8 @@ function runWithListeners(options: CachingAllocatorOptions, ops: readonly Op[], 
           }
         });
         break;
+      default:
+        applyEngineStep(allocator, backend, live, o);
     }
     expect(errors, 'listeners never see an engine error').to.deep.equal([]);
     allocator.assertInvariants();

@@ -1,5 +1,6 @@
+import { expect } from 'chai';
 import type { CachingAllocatorOptions, DataPtr } from '@stowage/core';
-import { CachingAllocator, VirtualMemoryBackend } from '@stowage/core';
+import { CachingAllocator, OutOfMemoryError, VirtualMemoryBackend } from '@stowage/core';
 
 export const KiB = 1 << 10;
 export const MiB = 1 << 20;
@@ -20,4 +21,56 @@ export function blockOf(allocator: CachingAllocator<number>, ptr: DataPtr) {
     if (block) return { segment, block };
   }
   throw new Error(`no block at 0x${ptr.address.toString(16)}`);
+}
+
+/** A step of a random program against the engine that every property test shares. */
+export type EngineStep =
+  | { kind: 'alloc'; bytes: number; stream: number }
+  | { kind: 'free'; pick: number }
+  | { kind: 'recordStream'; pick: number; stream: number }
+  | { kind: 'hold'; stream: number }
+  | { kind: 'complete'; stream: number }
+  | { kind: 'emptyCache' }
+  | { kind: 'trim'; target: number };
+
+/**
+ * Applies `step`, keeping `live` (the caller's live pointers) current. An allocation may run out of memory;
+ * `trim` must return the reserved bytes. Returns the pointer a `free` released.
+ */
+export function applyEngineStep(
+  allocator: CachingAllocator<number>,
+  backend: VirtualMemoryBackend,
+  live: DataPtr[],
+  step: EngineStep,
+): DataPtr | undefined {
+  switch (step.kind) {
+    case 'alloc':
+      try {
+        live.push(allocator.allocate(step.bytes, { stream: step.stream }));
+      } catch (error) {
+        expect(error).to.be.instanceOf(OutOfMemoryError);
+      }
+      return undefined;
+    case 'free': {
+      if (live.length === 0) return undefined;
+      const ptr = live.splice(step.pick % live.length, 1)[0]!;
+      allocator.free(ptr);
+      return ptr;
+    }
+    case 'recordStream':
+      if (live.length > 0) allocator.recordStream(live[step.pick % live.length]!, step.stream);
+      return undefined;
+    case 'hold':
+      backend.holdStream(step.stream);
+      return undefined;
+    case 'complete':
+      backend.completeStream(step.stream);
+      return undefined;
+    case 'emptyCache':
+      allocator.emptyCache();
+      return undefined;
+    case 'trim':
+      expect(allocator.trim(step.target)).to.equal(allocator.reservedBytes);
+      return undefined;
+  }
 }
