@@ -699,8 +699,6 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (block.streamUses !== null && block.streamUses.size > 0) this.#insertEvents(block, block.streamUses);
     else if (this.backend.deferredFree) this.#insertEvents(block, [block.stream]);
     else this.#freeBlock(block);
-    // Nothing live: merge what the quick lists held back, so the next step starts from whole free blocks.
-    if (s.allocated_bytes.all.current === 0) this.#flushQuickLists();
     this.emitter.safeEmit('freed', { ptr });
   }
 
@@ -759,7 +757,13 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     s.active_bytes.add(small, -size);
     s.requested_bytes.add(small, -requested);
     if (size >= this.options.maxSplitSize) s.oversize_allocations.add(-1);
-    if (!this.#deferToQuickList(block)) this.#coalesceIntoPool(block);
+    if (s.allocated_bytes.all.current === 0) {
+      // Nothing live (the last free, or a late one it waited for): merge what the quick lists held back too, so
+      // the next step starts from whole free blocks (Note [Deferred coalescing]). The block first: until it is
+      // in its pool it looks free to a neighbour merging into it.
+      this.#coalesceIntoPool(block);
+      this.#flushQuickLists();
+    } else if (!this.#deferToQuickList(block)) this.#coalesceIntoPool(block);
     this.#history?.record('free_completed', block.address, requested, block.stream);
   }
 
@@ -794,12 +798,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * them changes placement enough to raise peak reserved bytes by up to 9 %, while deferring small ones leaves
    * every trace's peak unchanged. Before the engine reserves memory, releases memory or answers that nothing fits,
    * it flushes every quick list into the pools (merging as usual), so deferral never makes the engine reserve a
-   * segment that merging would have avoided, and when nothing is left allocated (a static-shape loop then starts
-   * each step from the same whole free blocks). The lists are bounded (per size and in total bytes).
+   * segment that merging would have avoided, and when a free leaves nothing allocated (a static-shape loop then
+   * starts each step from the same whole free blocks; #freeBlock). The lists are bounded (per size and in total bytes).
    */
   #deferToQuickList(block: Block<H>): boolean {
     if (!this.options.deferCoalescing || block.size > SMALL_REQUEST_MAX_BYTES) return false;
-    if (this.stats.allocated_bytes.all.current === 0) return false; // nothing live: merge (a late pending free)
     const key = quickKey(block.segment.kind, block.stream, block.size);
     if (key < 0 || this.#quickBytes + block.size > this.reservedBytes / QUICK_SHARE_DIVISOR) return false;
     let list = this.#quick.get(key);
@@ -967,7 +970,6 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * drops a trailing gap, and returns the segment's address range when nothing is left in it.
    */
   #unmapFreePages(segment: Segment<H>): void {
-    if (!this.#segments.has(segment)) return; // returned since the caller listed it
     // Walk the segment's pool from the largest free block down to the page size: smaller blocks hold no whole
     // page, and what a sweep leaves behind is smaller than a page, so each sweep visits only blocks freed (or
     // merged) since the last one, never the live blocks.
@@ -990,8 +992,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     }
     if (segment.extentBytes === 0) {
       this.#segments.delete(segment);
-      const key = expandableKey(segment.kind, segment.stream, segment.small);
-      if (this.#expandable.get(key) === segment) this.#expandable.delete(key);
+      this.#expandable.delete(expandableKey(segment.kind, segment.stream, segment.small));
       this.#returnToBackend(segment);
     }
   }
