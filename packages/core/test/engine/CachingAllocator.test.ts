@@ -319,25 +319,20 @@ describe('CachingAllocator expandable segments', () => {
     allocator.assertInvariants();
   });
 
-  it('unmaps free pages before growing when reserved would pass the fragmentation limit', () => {
-    const { allocator, backend } = engine({ preset: 'best', fragmentationLimit: 0 });
-    const a = allocator.allocate(8 * MiB);
-    allocator.allocate(2 * MiB);
-    allocator.free(a); // 8 MiB of free pages at the start: a 10 MiB request does not fit there
-    allocator.allocate(10 * MiB);
-    expect(backend.reservedBytes).to.equal(12 * MiB);
-    allocator.assertInvariants();
-  });
-
-  it('keeps free pages mapped while reserved stays within the fragmentation limit', () => {
-    const { allocator, backend } = engine({ preset: 'best', fragmentationLimit: 1 });
-    const a = allocator.allocate(8 * MiB);
-    allocator.allocate(2 * MiB);
-    allocator.free(a);
-    allocator.allocate(10 * MiB);
-    expect(backend.reservedBytes).to.equal(20 * MiB);
-    allocator.assertInvariants();
-  });
+  for (const [limit, reservedMiB, behaviour] of [
+    [0, 12, 'unmaps free pages before growing when reserved would pass the fragmentation limit'],
+    [1, 20, 'keeps free pages mapped while reserved stays within the fragmentation limit'],
+  ] as const) {
+    it(behaviour, () => {
+      const { allocator, backend } = engine({ preset: 'best', fragmentationLimit: limit });
+      const a = allocator.allocate(8 * MiB);
+      allocator.allocate(2 * MiB);
+      allocator.free(a); // 8 MiB of free pages at the start: a 10 MiB request does not fit there
+      allocator.allocate(10 * MiB);
+      expect(backend.reservedBytes).to.equal(reservedMiB * MiB);
+      allocator.assertInvariants();
+    });
+  }
 
   it("unmaps another stream's free pages too before growing past the fragmentation limit", () => {
     const { allocator, backend } = engine({ preset: 'best', fragmentationLimit: 0 }, { streams: 2 });
