@@ -20,7 +20,7 @@ import 'reflect-metadata'; // an application entry point: first, before tsyringe
 import os from 'node:os';
 import type { TraceFile } from '@stowage/core/replay';
 import { findTraceRoot, listTraces, readTraceFile } from '@stowage/core/replay';
-import { BenchReporter } from '@stowage/bench-kit';
+import { BenchReporter, runBench, selectByName } from '@stowage/bench-kit';
 import { compareWithTfjs } from './compareWithTfjs.js';
 import { DeviceSource } from './DeviceSource.js';
 import { BENCH_USAGE, BenchUsageError, parseBenchArgs } from './parseBenchArgs.js';
@@ -54,9 +54,7 @@ async function main(): Promise<void> {
   }
   if (!withMallocSettings()) return; // the run happened in a child process under the settings
   const all = replayAllocatorKinds();
-  const unknown = (args.allocators ?? []).filter((name) => !all.some((a) => a.name === name));
-  if (unknown.length > 0) throw new BenchUsageError(`Unknown allocator ${unknown.join(', ')}; known: ${all.map((a) => a.name).join(', ')}.`);
-  const kinds = args.allocators ? all.filter((a) => args.allocators!.includes(a.name)) : all;
+  const kinds = selectByName(all, args.allocators);
   const root = findTraceRoot();
   if (root === undefined) throw new BenchUsageError('No trace directory found (shared/traces above the working directory, or $STOWAGE_TRACES).');
   const traces = selectTraces(listTraces(root), args);
@@ -192,7 +190,4 @@ function prewarmBytes(plan: ReplayPlan): number {
   return Math.min(STOP_RESERVED_BYTES, Math.max(MAX_PEAK_LIVE_BYTES, 2 * plan.peakLiveAndPendingBytes));
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof BenchUsageError ? error.message : error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  process.exitCode = error instanceof BenchUsageError ? 2 : 1;
-});
+runBench(main);

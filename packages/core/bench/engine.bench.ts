@@ -19,10 +19,10 @@ import type { TraceEvent, TraceFile } from '@stowage/core/replay';
 import { findTraceRoot, listTraces, readTraceFile, traceSummary } from '@stowage/core/replay';
 import type { BenchAllocator } from './benchAllocators.js';
 import { benchAllocators } from './benchAllocators.js';
-import { BenchReporter } from '@stowage/bench-kit';
+import { BenchReporter, runBench, selectByName } from '@stowage/bench-kit';
 import { checkExactSizePool } from './checkExactSizePool.js';
 import { runPairsInWorker } from './pairsScenario.js';
-import { BENCH_USAGE, BenchUsageError, parseBenchArgs } from './parseBenchArgs.js';
+import { BENCH_USAGE, parseBenchArgs } from './parseBenchArgs.js';
 import { readPytorchRatios } from './readPytorchRatios.js';
 import { runScalingScenario } from './scalingScenario.js';
 import { firstAllocations, runStaticShapeScenario, syntheticAllocations } from './staticShapeScenario.js';
@@ -42,9 +42,7 @@ async function main(): Promise<void> {
   }
   checkExactSizePool();
   const all = benchAllocators();
-  const unknown = (args.allocators ?? []).filter((name) => !all.some((a) => a.name === name));
-  if (unknown.length > 0) throw new BenchUsageError(`Unknown allocator ${unknown.join(', ')}; known: ${all.map((a) => a.name).join(', ')}.`);
-  const selected = args.allocators ? all.filter((a) => args.allocators!.includes(a.name)) : all;
+  const selected = selectByName(all, args.allocators);
   const baseline = all.find((a) => a.name === BASELINE);
 
   const root = findTraceRoot();
@@ -179,7 +177,4 @@ function round(value: number, digits: number): number {
   return Number(value.toFixed(digits));
 }
 
-main().catch((error: unknown) => {
-  process.stderr.write(`${error instanceof BenchUsageError ? error.message : error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
-  process.exitCode = error instanceof BenchUsageError ? 2 : 1;
-});
+runBench(main);

@@ -3,3 +3,4 @@ export { BenchReporter } from './BenchReporter.js';
 export type { BenchFlagOptions, BenchFlags } from './parseBenchFlags.js';
 export { allocatorNames, BenchUsageError, parseBenchFlags } from './parseBenchFlags.js';
 export { collectGarbage } from './collectGarbage.js';
+export { runBench, selectByName } from './runBench.js';
