@@ -204,11 +204,11 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
     const s = this.stats;
     if (sign > 0) s.num_device_alloc++;
     else s.num_device_free++;
-    s.allocation.add(small, sign);
-    s.active.add(small, sign);
-    s.allocated_bytes.add(small, sign * blockBytes);
-    s.active_bytes.add(small, sign * blockBytes);
-    s.requested_bytes.add(small, sign * requestedBytes);
+    if (sign > 0) s.countAllocated(small, blockBytes, requestedBytes);
+    else {
+      s.countFreed(small, blockBytes);
+      s.countInactive(small, blockBytes, requestedBytes);
+    }
     if (!this.#countsSegments) {
       s.segment.add(small, sign);
       s.reserved_bytes.add(small, sign * blockBytes);

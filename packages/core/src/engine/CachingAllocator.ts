@@ -27,13 +27,14 @@ import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
 import { checkByteCount } from '../internal/validate.js';
-import type { BackendEvent, MemoryBackend, StreamId } from '../MemoryBackend.js';
+import type { MemoryBackend, StreamId } from '../MemoryBackend.js';
 import type { MemoryBlock } from '../MemoryBlock.js';
 import type { MemorySnapshot, SnapshotBlock, SnapshotSegment } from '../MemorySnapshot.js';
 import { Block, Segment } from './Block.js';
 import { BlockPool } from './BlockPool.js';
 import type { CachingAllocatorOptions, ResolvedCachingOptions } from './CachingAllocatorOptions.js';
 import { resolveCachingOptions } from './CachingAllocatorOptions.js';
+import { EventQueue } from './EventQueue.js';
 import type { HistoryOptions } from './History.js';
 import { History } from './History.js';
 import { isSmallRequest, LARGE_SEGMENT_BYTES, MIN_BLOCK_BYTES, ROUNDUP_INTERVALS, roundSize, segmentSize, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
@@ -98,7 +99,9 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   readonly #quick = new Map<number, Block<H>[]>();
   #quickBytes = 0;
   /** Per stream, events recorded at free time and the blocks waiting on them, oldest first. */
-  readonly #pendingEvents = new Map<StreamId, { event: BackendEvent; block: Block<H> }[]>();
+  readonly #pendingEvents = new Map<StreamId, EventQueue<H>>();
+  /** The queues of #pendingEvents, for the hot path's loop (no Map iterator). */
+  readonly #eventQueues: EventQueue<H>[] = [];
   #pendingCount = 0;
   /** The most bytes ever allocated at once; unlike the peak statistic, never reset (Note [Expandable segments]). */
   #peakLiveBytes = 0;
@@ -352,6 +355,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     this.#segments.clear();
     this.#expandable.clear();
     this.#pendingEvents.clear();
+    this.#eventQueues.length = 0;
     this.#pendingCount = 0;
     this.#quick.clear();
     this.#quickBytes = 0;
@@ -649,12 +653,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     }
     block.allocated = true;
     block.requestedSize = nbytes;
-    s.allocation.add(small, 1);
-    s.allocated_bytes.add(small, block.size);
+    s.countAllocated(small, block.size, nbytes);
     if (s.allocated_bytes.all.current > this.#peakLiveBytes) this.#peakLiveBytes = s.allocated_bytes.all.current;
-    s.active.add(small, 1);
-    s.active_bytes.add(small, block.size);
-    s.requested_bytes.add(small, nbytes);
     if (block.size >= this.options.maxSplitSize) s.oversize_allocations.add(1);
     const ptr = new DataPtr<H>({
       device: this.device,
@@ -693,8 +693,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     block.allocated = false;
     const ptr = block.ptr!;
     block.ptr = null;
-    s.allocation.add(small, -1);
-    s.allocated_bytes.add(small, -block.size);
+    s.countFreed(small, block.size);
     this.#history?.record('free_requested', block.address, block.requestedSize, block.stream);
     if (block.streamUses !== null && block.streamUses.size > 0) this.#insertEvents(block, block.streamUses);
     else if (this.backend.deferredFree) this.#insertEvents(block, [block.stream]);
@@ -715,31 +714,38 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       const event = this.backend.recordEvent(stream);
       block.eventCount++;
       let queue = this.#pendingEvents.get(stream);
-      if (!queue) this.#pendingEvents.set(stream, (queue = []));
-      queue.push({ event, block });
+      if (!queue) {
+        this.#pendingEvents.set(stream, (queue = new EventQueue<H>()));
+        this.#eventQueues.push(queue);
+      }
+      queue.push(event, block);
       this.#pendingCount++;
     }
   }
 
+  /** Completes, per stream in order, the events that have completed; stops at a stream's first incomplete one. */
   #processEvents(): void {
-    for (const queue of this.#pendingEvents.values()) {
-      if (queue.length === 0 || !this.backend.isEventComplete(queue[0]!.event)) continue;
-      let done = 1;
-      while (done < queue.length && this.backend.isEventComplete(queue[done]!.event)) done++;
-      for (const { block } of queue.splice(0, done)) this.#eventCompleted(block);
-      this.#pendingCount -= done;
+    const queues = this.#eventQueues;
+    for (let i = 0; i < queues.length; i++) {
+      const queue = queues[i]!;
+      for (let event = queue.peek(); event !== undefined && this.backend.isEventComplete(event); event = queue.peek()) {
+        const block = queue.shift();
+        this.#pendingCount--;
+        this.#eventCompleted(block);
+      }
     }
   }
 
   #synchronizeEvents(): void {
     if (this.#pendingCount === 0) return;
-    for (const queue of this.#pendingEvents.values()) {
-      for (const { event, block } of queue.splice(0)) {
+    for (const queue of this.#eventQueues) {
+      for (let event = queue.peek(); event !== undefined; event = queue.peek()) {
+        const block = queue.shift();
+        this.#pendingCount--;
         this.backend.synchronizeEvent(event);
         this.#eventCompleted(block);
       }
     }
-    this.#pendingCount = 0;
   }
 
   #eventCompleted(block: Block<H>): void {
@@ -753,9 +759,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const size = block.size;
     const requested = block.requestedSize;
     block.requestedSize = 0;
-    s.active.add(small, -1);
-    s.active_bytes.add(small, -size);
-    s.requested_bytes.add(small, -requested);
+    s.countInactive(small, size, requested);
     if (size >= this.options.maxSplitSize) s.oversize_allocations.add(-1);
     if (s.allocated_bytes.all.current === 0) {
       // Nothing live (the last free, or a late one it waited for): merge what the quick lists held back too, so
@@ -772,12 +776,15 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const pool = this.#poolOf(block);
     let inactiveSplitBlocks = 0;
     let inactiveSplitBytes = 0;
-    for (const neighbour of [block.prev, block.next]) {
-      const subsumed = this.#tryMerge(block, neighbour, pool);
-      if (subsumed > 0) {
-        inactiveSplitBlocks--;
-        inactiveSplitBytes -= subsumed;
-      }
+    const before = this.#tryMerge(block, block.prev, pool);
+    const after = this.#tryMerge(block, block.next, pool);
+    if (before > 0) {
+      inactiveSplitBlocks--;
+      inactiveSplitBytes -= before;
+    }
+    if (after > 0) {
+      inactiveSplitBlocks--;
+      inactiveSplitBytes -= after;
     }
     pool.insert(block);
     if (block.isSplit) {

@@ -18,6 +18,19 @@ export class Stat {
     }
   }
 
+  /** `add` for a known non-negative amount (the hot path's increments). */
+  inc(amount: number): void {
+    this.current += amount;
+    this.allocated += amount;
+    if (this.current > this.peak) this.peak = this.current;
+  }
+
+  /** `add(-amount)` for a known non-negative amount. */
+  dec(amount: number): void {
+    this.current -= amount;
+    this.freed += amount;
+  }
+
   resetPeak(): void {
     this.peak = this.current;
   }
@@ -32,6 +45,16 @@ export class PooledStat {
   add(small: boolean, amount: number): void {
     this.all.add(amount);
     (small ? this.small : this.large).add(amount);
+  }
+
+  inc(small: boolean, amount: number): void {
+    this.all.inc(amount);
+    (small ? this.small : this.large).inc(amount);
+  }
+
+  dec(small: boolean, amount: number): void {
+    this.all.dec(amount);
+    (small ? this.small : this.large).dec(amount);
   }
 
   resetPeak(): void {
@@ -76,6 +99,28 @@ export class StatsBook {
   num_device_free = 0;
   num_sync_all_streams = 0;
   max_split_size = 0;
+
+  /** A block of `blockBytes` was handed out for a request of `requestedBytes`: it is allocated and active. */
+  countAllocated(small: boolean, blockBytes: number, requestedBytes: number): void {
+    this.allocation.inc(small, 1);
+    this.allocated_bytes.inc(small, blockBytes);
+    this.active.inc(small, 1);
+    this.active_bytes.inc(small, blockBytes);
+    this.requested_bytes.inc(small, requestedBytes);
+  }
+
+  /** The caller freed a block: no longer allocated (still active until it is reusable). */
+  countFreed(small: boolean, blockBytes: number): void {
+    this.allocation.dec(small, 1);
+    this.allocated_bytes.dec(small, blockBytes);
+  }
+
+  /** A freed block became reusable: no longer active. */
+  countInactive(small: boolean, blockBytes: number, requestedBytes: number): void {
+    this.active.dec(small, 1);
+    this.active_bytes.dec(small, blockBytes);
+    this.requested_bytes.dec(small, requestedBytes);
+  }
 
   resetPeak(): void {
     for (const name of STAT_NAMES) this[name].resetPeak();

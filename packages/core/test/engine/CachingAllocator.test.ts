@@ -186,6 +186,39 @@ describe('CachingAllocator#recordStream', () => {
     allocator.assertInvariants();
   });
 
+  it('returns held blocks once their events complete and no sooner, however many wait', () => {
+    const { allocator, backend } = engine(undefined, { streams: 2 });
+    const pendingBytes = (): number => {
+      const s = allocator.memoryStats();
+      return s['active_bytes.all.current'] - s['allocated_bytes.all.current'];
+    };
+    const freeOnStream1 = (ptrs: readonly DataPtr[]): void => {
+      for (const ptr of ptrs) {
+        allocator.recordStream(ptr, 1);
+        allocator.free(ptr);
+      }
+    };
+    // Each round: a batch whose events complete, then one recorded after that stays held; the next allocation
+    // returns exactly the first batch and the previous round's held one, and stops at this round's held one:
+    // thousands of entries wait behind a moving head while new ones arrive.
+    for (const [completed, held] of [[1500, 300], [40, 2000], [2500, 1], [0, 700], [3, 3]] as const) {
+      const first = Array.from({ length: completed }, () => allocator.allocate(512));
+      const second = Array.from({ length: held }, () => allocator.allocate(512));
+      backend.holdStream(1);
+      freeOnStream1(first);
+      backend.completeStream(1);
+      backend.holdStream(1);
+      freeOnStream1(second);
+      allocator.free(allocator.allocate(512)); // processes what completed
+      expect(pendingBytes(), `after ${completed} completed and ${held} held`).to.equal(held * 512);
+      allocator.assertInvariants();
+    }
+    backend.completeStream(1);
+    allocator.free(allocator.allocate(512));
+    expect(pendingBytes()).to.equal(0);
+    allocator.assertInvariants();
+  });
+
   it('rejects a freed pointer, a foreign pointer and an unknown stream', () => {
     const { allocator } = engine(undefined, { streams: 2 });
     const { allocator: other } = engine(undefined, { streams: 2 });
