@@ -791,7 +791,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       inactiveSplitBlocks++;
       inactiveSplitBytes += block.size;
     }
-    if (!block.segment.expandable) {
+    if ((inactiveSplitBlocks !== 0 || inactiveSplitBytes !== 0) && !block.segment.expandable) {
       this.stats.inactive_split.add(block.small, inactiveSplitBlocks);
       this.stats.inactive_split_bytes.add(block.small, inactiveSplitBytes);
     }
