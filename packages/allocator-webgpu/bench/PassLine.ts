@@ -15,6 +15,12 @@ export interface PassLine {
   readonly peakReserved: number;
   /** Peak resident memory during the pass above the level before the cold pass. */
   readonly rssAboveBaseline: number;
+  /** The main thread's time on a CPU during the timed loop (Linux only; CpuClock.ts). */
+  readonly mainThreadCpuMs?: number;
+  /** Time the main thread was runnable but other threads of the machine had the CPUs (Linux only). */
+  readonly mainThreadWaitMs?: number;
+  /** CPU time of all the process's threads during the timed loop: the JIT's and the driver's threads too. */
+  readonly processCpuMs: number;
   /** Why the pass stopped early, when it did. */
   readonly failed?: string;
 }

@@ -1,3 +1,5 @@
+import type { MeasuredCpuTimes } from './CpuClock.js';
+import { CpuClock } from './CpuClock.js';
 import type { ReplayAllocator } from './ReplayAllocator.js';
 import type { ReplayPlan } from './ReplayPlan.js';
 import { ALLOC } from './ReplayPlan.js';
@@ -16,6 +18,8 @@ export interface PassResult {
   readonly peakReservedBytes: number;
   /** Peak resident memory above the sampler's baseline during the pass. */
   readonly rssAboveBaselineBytes: number;
+  /** Where the timed loop's time went (CpuClock.ts); the main thread's fields only on Linux. */
+  readonly cpu: MeasuredCpuTimes;
   /** Why the pass stopped early, when it did. */
   readonly failed?: string;
 }
@@ -47,6 +51,8 @@ export function replayPass(allocator: ReplayAllocator, plan: ReplayPlan, options
   let frees = 0;
   let pausedMs = 0;
   let i = 0;
+  const clock = new CpuClock();
+  clock.start();
   const start = performance.now();
   try {
     for (; i < length; i++) {
@@ -73,6 +79,7 @@ export function replayPass(allocator: ReplayAllocator, plan: ReplayPlan, options
     failed = `${allocator.name} threw at op ${i}: ${error instanceof Error ? error.message : String(error)}`;
   }
   const seconds = (performance.now() - start - pausedMs) / 1000;
+  const cpu = clock.stop();
   const peakReservedBytes = allocator.peakReservedBytes;
   const rssAboveBaselineBytes = rss.takeMaxAboveBaseline();
   for (const handle of handles) if (handle !== undefined) allocator.free(handle);
@@ -84,6 +91,7 @@ export function replayPass(allocator: ReplayAllocator, plan: ReplayPlan, options
     createBufferCalls: allocator.createBufferCalls - createdBefore,
     peakReservedBytes,
     rssAboveBaselineBytes,
+    cpu,
   };
   return failed === undefined ? result : { ...result, failed };
 }
