@@ -740,9 +740,9 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (this.#pendingCount === 0) return;
     for (const queue of this.#eventQueues) {
       for (let event = queue.peek(); event !== undefined; event = queue.peek()) {
+        this.backend.synchronizeEvent(event); // first: should it throw, the entry is still queued and counted
         const block = queue.shift();
         this.#pendingCount--;
-        this.backend.synchronizeEvent(event);
         this.#eventCompleted(block);
       }
     }
