@@ -20,8 +20,9 @@ const EXCLUSIVE = -1;
  * live in an Int32Array over a SharedArrayBuffer when the data itself is shared memory, so workers holding
  * storages of one context use the same words through Atomics.
  *
- * Invariants: refcount == number of live COW DataPtrs over the data; the original deleter runs exactly once,
- * when refcount reaches 0 without a steal.
+ * Invariants: refcount == number of live COW DataPtrs over the data, plus descriptors shared but not yet
+ * received, plus one while this thread holds a sharing pin; the original deleter runs exactly once, when
+ * refcount reaches 0 without a steal (through the pin's release when there is one).
  */
 export class CowContext implements WriteGuard {
   /** [refcount, lock]: lock > 0 is the number of copies in flight, EXCLUSIVE a steal, 0 free. */
@@ -31,6 +32,10 @@ export class CowContext implements WriteGuard {
   readonly #materialize: (storage: StorageImpl) => void;
   /** The state lives in a SharedArrayBuffer: other threads may hold the lock, so waits and wake-ups are real. */
   readonly #shared: boolean;
+  /** Bytes of the data while this thread holds a sharing pin on it (Note [COW across threads]); 0 without one. */
+  #pinnedBytes = 0;
+  /** The contexts of this thread with a sharing pin: `collectShared` frees those whose receivers are done. */
+  static readonly #pinned = new Set<CowContext>();
 
   /**
    * A context with one reference, or (with `state`) a handle on the state another thread made: then the
@@ -54,8 +59,55 @@ export class CowContext implements WriteGuard {
     this.#materialize = init.materialize;
   }
 
+  /** References on the data, a sharing pin included. */
   get refcount(): number {
     return Atomics.load(this.state, REFCOUNT);
+  }
+
+  /** References held by storages (here or in other threads) and descriptors not yet received: the pin left out. */
+  get references(): number {
+    return this.refcount - (this.#pinnedBytes > 0 ? 1 : 0);
+  }
+
+  /** True when the caller's reference is the only one: the data may be kept without copying (a steal). */
+  get isSoleReference(): boolean {
+    return this.references === 1;
+  }
+
+  /**
+   * Takes, once, the sharing pin of data this thread owns and hands to other threads (Note [COW across
+   * threads]): one extra reference that only this thread drops, so the data outlives every receiver even when
+   * this thread's storages go first, and is freed here once the receivers are done.
+   */
+  pinForSharing(byteLength: number): void {
+    if (this.#pinnedBytes > 0) return;
+    if (this.originalDeleter === null) throw new Error('CowContext: only the owner of the data can pin it');
+    this.incref();
+    this.#pinnedBytes = Math.max(byteLength, 1);
+    CowContext.#pinned.add(this);
+  }
+
+  /**
+   * Frees the data if the sharing pin is the last reference (every receiver and storage is done); returns the
+   * bytes freed, 0 when it is not pinned or still referenced.
+   */
+  releasePinIfLast(): number {
+    const bytes = this.#pinnedBytes;
+    if (bytes === 0 || Atomics.compareExchange(this.state, REFCOUNT, 1, 0) !== 1) return 0;
+    this.#unpin();
+    this.originalDeleter?.(this.originalContext);
+    return bytes;
+  }
+
+  /**
+   * Frees the data of every context of this thread whose sharing pin is its last reference; returns the bytes
+   * freed. Runs at each `shareCow`, from the cow plugin's out-of-memory reclaimer, and when called
+   * (`collectSharedCow`).
+   */
+  static collectShared(): number {
+    let bytes = 0;
+    for (const context of [...CowContext.#pinned]) bytes += context.releasePinIfLast();
+    return bytes;
   }
 
   incref(): void {
@@ -67,9 +119,19 @@ export class CowContext implements WriteGuard {
     return Atomics.sub(this.state, REFCOUNT, 1) - 1;
   }
 
-  /** Marks the data as taken by a steal: no reference is left and the original deleter moved with the data. */
+  /**
+   * Marks the data as taken by a steal: no reference is left (a sharing pin with it, since every receiver is
+   * done) and the original deleter moved with the data.
+   */
   release(): void {
     Atomics.store(this.state, REFCOUNT, 0);
+    this.#unpin();
+  }
+
+  #unpin(): void {
+    if (this.#pinnedBytes === 0) return;
+    this.#pinnedBytes = 0;
+    CowContext.#pinned.delete(this);
   }
 
   lockShared(): void {

@@ -14,6 +14,11 @@ interface Physical {
   lastWriter: ShadowStorage;
   /** The storage's own family: tensors without a shadow. */
   readonly own: ShadowStorage;
+  /**
+   * For the copy a non-viewable reshape made of a family that had missed another family's write: that writer,
+   * whose data the copy holds while a copy under copy semantics would not (Note [Shadow storages]).
+   */
+  readonly inherited?: ShadowStorage;
 }
 
 export interface ReshapeWarningEvents {
@@ -26,12 +31,15 @@ export interface ReshapeWarningEvents {
  * alias policy does, but warns wherever the program relies on that aliasing, i.e. wherever copy semantics
  * would give a different result.
  *
- * Note [Shadow storages]: a viewable reshape gives its output a new shadow storage; views inherit their base's,
+ * Note [Shadow storages]: a viewable reshape gives its output a new shadow storage, at the generation its
+ * input's family is at (what a copy would hold); views inherit their base's,
  * so a view family is the set of tensors sharing one (tensors with none form the storage's own family). The
  * physical storage and each shadow carry a generation number; a write through a tensor bumps the physical
  * generation and sets its family's to it. A read or write whose family's generation differs from the physical
  * one sees a write made through another family after the reshape: it warns, once per pair of families, as an
- * `aliasingObserved` event and `process.emitWarning` (code STOWAGE_RESHAPE_ALIASING) where Node has it. Only
+ * `aliasingObserved` event and `process.emitWarning` (code STOWAGE_RESHAPE_ALIASING) where Node has it. A
+ * non-viewable reshape of a family that missed another family's write copies that write: the copy starts
+ * stale with respect to it (#copy). Only
  * tensor-level access (`TensorImpl#data`, `#mutableData`) is tracked, not Runtime#read/#write on storages.
  */
 export class WarnReshapePolicy implements ReshapePolicy, TensorHooks {
@@ -47,9 +55,10 @@ export class WarnReshapePolicy implements ReshapePolicy, TensorHooks {
 
   reshape(tensor: TensorImpl, sizes: readonly number[]): TensorImpl {
     const strides = viewStrides(tensor.sizes, tensor.strides, sizes);
-    if (strides === null) return tensor.clone().view(sizes); // a copy already: nothing aliases
+    if (strides === null) return this.#copy(tensor, sizes);
     const physical = this.#physicalOf(tensor.storage);
-    return tensor.asStrided(sizes, strides).withShadow(new ShadowStorage(physical.generation));
+    // The new family sees what `tensor`'s family sees: under copy semantics it would be a copy of that.
+    return tensor.asStrided(sizes, strides).withShadow(new ShadowStorage(this.#familyOf(tensor, physical).generation));
   }
 
   beforeRead(tensor: TensorImpl): void {
@@ -65,12 +74,28 @@ export class WarnReshapePolicy implements ReshapePolicy, TensorHooks {
     physical.lastWriter = family;
   }
 
+  /**
+   * A non-viewable reshape: a real copy, so nothing aliases afterwards. But if `tensor`'s family had missed
+   * another family's write, the copy holds that write where a copy under copy semantics would not: the copy
+   * starts stale, so a read of it before it is written warns (a write is its own: it does not).
+   */
+  #copy(tensor: TensorImpl, sizes: readonly number[]): TensorImpl {
+    const copy = tensor.clone().view(sizes);
+    const physical = this.#physical.get(tensor.storage);
+    if (physical && this.#familyOf(tensor, physical).generation !== physical.generation) {
+      const inherited = physical.lastWriter;
+      this.#physical.set(copy.storage, { generation: 1, lastWriter: inherited, own: new ShadowStorage(0), inherited });
+    }
+    return copy;
+  }
+
   #check(tensor: TensorImpl, access: 'read' | 'write'): void {
     const physical = this.#physical.get(tensor.storage);
     if (!physical) return; // never reshaped: one family, nothing to compare
     const family = this.#familyOf(tensor, physical);
     if (family.generation === physical.generation) return;
     const writer = physical.lastWriter;
+    if (access === 'write' && writer === physical.inherited) return; // overwriting what the copy inherited
     if (this.#warned.get(family)?.has(writer)) return;
     for (const [a, b] of [[family, writer], [writer, family]] as const) {
       let set = this.#warned.get(a);

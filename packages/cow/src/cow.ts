@@ -1,6 +1,7 @@
 import type { DependencyContainer } from 'tsyringe';
-import type { Plugin } from '@stowage/core';
-import { AliasReshapePolicy, InvalidArgumentError, ReshapePolicy, TensorHooks } from '@stowage/core';
+import type { MemoryReclaimer, Plugin } from '@stowage/core';
+import { AliasReshapePolicy, InvalidArgumentError, IpcCollector, ReshapePolicy, TensorHooks } from '@stowage/core';
+import { collectSharedCow } from './shareCow.js';
 import { CowReshapePolicy } from './CowReshapePolicy.js';
 import { WarnReshapePolicy } from './WarnReshapePolicy.js';
 
@@ -14,24 +15,40 @@ export interface CowOptions {
 }
 
 /**
- * Registers the COW reshape policy. Lazy clones themselves need no registration: `lazyClone` works on any
+ * Registers the COW reshape policy, and the collection of storages shared with other threads in the host
+ * allocators' out-of-memory path (under IpcCollector). Lazy clones themselves need no registration: `lazyClone` works on any
  * storage whose allocator owns its data, and writes materialize through the DataPtr context
  * (core's WriteGuard), with or without this plugin.
- * @throws InvalidArgumentError for an unknown reshape mode
+ * @throws InvalidArgumentError for options that are not an object or an unknown reshape mode
  */
 export function registerCow(container: DependencyContainer, options: CowOptions = {}): void {
-  const mode = options.reshape ?? 'alias';
+  const mode = checkOptions(options).reshape ?? 'alias';
+  if (mode !== 'alias' && mode !== 'cow' && mode !== 'warn') throw new InvalidArgumentError('options.reshape', mode, "'alias', 'cow' or 'warn'");
+  container.register(IpcCollector, { useValue: sharedCowCollector });
   if (mode === 'warn') {
     const policy = new WarnReshapePolicy();
     container.register(ReshapePolicy, { useValue: policy });
     container.register(TensorHooks, { useValue: policy });
     return;
   }
-  if (mode !== 'alias' && mode !== 'cow') throw new InvalidArgumentError('options.reshape', mode, "'alias', 'cow' or 'warn'");
   container.register(ReshapePolicy, { useValue: mode === 'cow' ? new CowReshapePolicy() : new AliasReshapePolicy() });
 }
 
-/** The COW plugin: `createRuntime({ plugins: [cow({ reshape: 'cow' })] })`. */
+/**
+ * The COW plugin: `createRuntime({ plugins: [cow({ reshape: 'cow' })] })`.
+ * @throws InvalidArgumentError for options that are not an object or an unknown reshape mode
+ */
 export function cow(options: CowOptions = {}): Plugin {
+  checkOptions(options);
   return { name: 'cow', register: (container) => registerCow(container, options) };
+}
+
+/** In the out-of-memory path of host allocators: frees shared storages whose receivers are done. */
+const sharedCowCollector: MemoryReclaimer = {
+  reclaim: (device) => (device.type === 'cpu' ? collectSharedCow() : 0),
+};
+
+function checkOptions(options: CowOptions): CowOptions {
+  if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', options, "an object such as { reshape: 'cow' }");
+  return options;
 }

@@ -2,10 +2,15 @@ import type { Deleter } from '@stowage/core';
 import { DataPtr } from '@stowage/core';
 import type { CowContext } from './CowContext.js';
 
-/** The deleter of every COW DataPtr: drops its context reference and frees the data with the last one. */
+/**
+ * The deleter of every COW DataPtr: drops its context reference and frees the data with the last one, or, in
+ * the thread that shared the data, when only its sharing pin is left (Note [COW across threads]).
+ */
 export const cowDeleter: Deleter = (context) => {
   const cow = context as CowContext;
-  if (cow.decref() === 0) cow.originalDeleter?.(cow.originalContext);
+  const left = cow.decref();
+  if (left === 0) cow.originalDeleter?.(cow.originalContext);
+  else if (left === 1) cow.releasePinIfLast();
 };
 
 /** True when `ptr` shares its data through a COW context (it, or a storage over it, was lazily cloned). */

@@ -7,6 +7,6 @@ export { lazyClone } from './lazyClone.js';
 export type { Materialization } from './materialize.js';
 export { materialize } from './materialize.js';
 export type { SharedCowStorage } from './shareCow.js';
-export { receiveCow, shareCow } from './shareCow.js';
+export { collectSharedCow, receiveCow, shareCow } from './shareCow.js';
 export type { ReshapeWarningEvents } from './WarnReshapePolicy.js';
 export { WarnReshapePolicy } from './WarnReshapePolicy.js';

@@ -21,10 +21,10 @@ export function materialize(storage: StorageImpl): Materialization {
   const ptr = storage.peekDataPtr();
   if (ptr.deleter !== cowDeleter) return 'none';
   const context = ptr.context as CowContext;
-  if (context.refcount === 1) {
+  if (context.isSoleReference) {
     context.lockExclusive();
     try {
-      if (context.refcount === 1) {
+      if (context.isSoleReference) {
         const owned = new DataPtr({
           device: ptr.device,
           byteLength: ptr.byteLength,

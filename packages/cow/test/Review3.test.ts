@@ -1,0 +1,137 @@
+import { expect } from 'chai';
+import type { Runtime, TensorImpl } from '@stowage/core';
+import { container } from 'tsyringe';
+import { cpu, createRuntime, hostBytes, ReshapePolicy, StowageError } from '@stowage/core';
+import type { WarnReshapePolicy } from '@stowage/cow';
+import { collectSharedCow, cow, receiveCow, registerCow, shareCow } from '@stowage/cow';
+
+const read = (t: TensorImpl): number => hostBytes(t.data())[t.byteOffset]!;
+const write = (t: TensorImpl, value: number): void => void (hostBytes(t.mutableData())[t.byteOffset] = value);
+
+async function warnRuntime(): Promise<{ rt: Runtime; warnings: string[] }> {
+  const rt = await createRuntime({ plugins: [cow({ reshape: 'warn' })] });
+  const warnings: string[] = [];
+  (rt.container.resolve(ReshapePolicy) as WarnReshapePolicy).events.on('aliasingObserved', (e) => warnings.push(`${e.access} ${e.tensor.sizes.join('x')}`));
+  return { rt, warnings };
+}
+
+describe('Review3: WarnReshapePolicy', () => {
+  const silence = (): void => {};
+  beforeEach(() => void process.on('warning', silence));
+  afterEach(() => void process.off('warning', silence));
+
+  it('warns when a reshape of a family that missed another family\'s write reads that write', async () => {
+    const { rt, warnings } = await warnRuntime();
+    await using _ = rt;
+    const t = rt.tensor([2, 3], { dtype: 'uint8' });
+    const r = t.reshape([6]);
+    write(r, 7); // t's family does not see this under copy semantics
+    const s = t.reshape([3, 2]); // under copy semantics: a copy of t, which still holds 0
+    expect(read(s), 'aliasing: s reads r\'s write').to.equal(7);
+    expect(warnings, 'copy semantics would read 0 here').to.deep.equal(['read 3x2']);
+  });
+
+  it('warns when a non-viewable reshape copies data another family wrote after the reshape', async () => {
+    const { rt, warnings } = await warnRuntime();
+    await using _ = rt;
+    const t = rt.tensor([2, 3], { dtype: 'uint8' });
+    const r = t.reshape([6]);
+    write(r, 9); // t's family does not see this under copy semantics
+    const copy = t.asStrided([3, 2], [1, 3]).reshape([6]); // not viewable: reshape copies t's elements now
+    expect(read(copy), 'the copy holds r\'s write').to.equal(9);
+    expect(warnings.length, 'copy semantics would have copied 0: the copy read should warn').to.be.greaterThan(0);
+  });
+});
+
+describe('Review3: shareCow / receiveCow', () => {
+  it('frees the original data when the sender wrote its storage (dropping its reference) before the receiver released', async () => {
+    await using rt = await createRuntime({ plugins: [cpu({ shared: true })] });
+    const count = (): number => rt.allocator().memoryStats()['allocation.all.current'];
+    const baseline = count();
+    const s = rt.storage(64, { shared: true });
+    const handle = shareCow(s);
+    const received = receiveCow(rt, handle); // as a worker would
+    rt.write(s, new Uint8Array([1])); // the sender keeps s but writes it: s copies, dropping its COW reference
+    received.release(); // the receiver is done (in a worker, it cannot free the sender's allocation)
+    s.release();
+    expect(count() - baseline, 'the shared original waits for the sender to collect it').to.equal(1);
+    expect(collectSharedCow(), 'the original 64 bytes are freed by the sender').to.equal(64);
+    expect(count() - baseline, 'every storage released: nothing stays allocated').to.equal(0);
+    expect(collectSharedCow(), 'freed once').to.equal(0);
+  });
+
+  it('never lets the sender steal data a receiver still reads when one handle is received twice (or refuses the second receive)', async () => {
+    await using rt = await createRuntime({ plugins: [cpu({ shared: true })] });
+    const s = rt.storage(8, { shared: true });
+    rt.write(s, new Uint8Array(8).fill(5));
+    const handle = shareCow(s); // e.g. posted to two workers
+    const r1 = receiveCow(rt, handle);
+    let r2;
+    try {
+      r2 = receiveCow(rt, handle);
+    } catch (error) {
+      expect(error, 'a refused second receive must be a typed error').to.be.instanceOf(StowageError);
+      return;
+    }
+    r1.release();
+    rt.write(s, new Uint8Array(8).fill(9)); // refcount reads 1 although r2 is live: s steals and writes in place
+    expect([...hostBytes(r2.data())], 'r2 must not see the sender\'s write').to.deep.equal(new Array(8).fill(5));
+  });
+
+  it('frees a shared original in the out-of-memory path when the cow plugin is registered', async () => {
+    await using rt = await createRuntime({ plugins: [cpu({ shared: true, limit: '64MiB' }), cow()] });
+    const s = rt.storage(40 * 2 ** 20, { shared: true });
+    const received = receiveCow(rt, shareCow(s));
+    s.release(); // the receiver still reads the original
+    received.release(); // done: only the sender's pin is left, and nothing in this thread collects it yet
+    const big = rt.storage(30 * 2 ** 20, { shared: true }); // fits only once the original is freed
+    expect(big.byteLength).to.equal(30 * 2 ** 20);
+    expect(collectSharedCow(), 'already collected by the allocator').to.equal(0);
+  });
+
+  it('forwards a received storage to a third thread without taking ownership: the original outlives both', async () => {
+    await using rt = await createRuntime({ plugins: [cpu({ shared: true })] });
+    const count = (): number => rt.allocator().memoryStats()['allocation.all.current'];
+    const baseline = count();
+    const s = rt.storage(16, { shared: true });
+    rt.write(s, new Uint8Array(16).fill(4));
+    const first = receiveCow(rt, shareCow(s));
+    const second = receiveCow(rt, shareCow(first)); // as the first worker would, to another
+    s.release();
+    first.release();
+    expect([...hostBytes(second.data())], 'the original is still there').to.deep.equal(new Array(16).fill(4));
+    expect(collectSharedCow(), 'still referenced').to.equal(0);
+    second.release();
+    expect(collectSharedCow()).to.equal(16);
+    expect(count() - baseline).to.equal(0);
+  });
+
+  it('rejects a descriptor whose range runs past its data with a typed error', async () => {
+    await using rt = await createRuntime({ plugins: [cpu({ shared: true })] });
+    const valid = shareCow(rt.storage(8, { shared: true }));
+    const bad = [
+      { ...valid, byteOffset: valid.data.byteLength - 4, byteLength: 16 },
+      { ...valid, byteOffset: -4, byteLength: 4 },
+      { ...valid, byteOffset: 0, byteLength: 1.5 },
+      { ...valid, state: new SharedArrayBuffer(10) },
+    ];
+    for (const d of bad) {
+      let error: unknown;
+      try {
+        const s = receiveCow(rt, d);
+        hostBytes(s.data()); // if accepted, a read must work
+      } catch (e) {
+        error = e;
+      }
+      expect(error, JSON.stringify({ byteOffset: d.byteOffset, byteLength: d.byteLength, state: d.state.byteLength })).to.be.instanceOf(StowageError);
+    }
+    expect(() => receiveCow(rt, valid).release(), 'the refused descriptors claimed nothing').not.to.throw();
+  });
+});
+
+describe('Review3: registerCow', () => {
+  it('rejects null options with a typed error', () => {
+    const c = container.createChildContainer();
+    expect(() => registerCow(c, null as never)).to.throw(StowageError);
+  });
+});
