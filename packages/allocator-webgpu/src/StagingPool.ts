@@ -15,15 +15,20 @@ export class StagingPool {
     private readonly device: GPUDevice,
     /** Pooled bytes kept at most; beyond it returned buffers are destroyed. */
     private readonly maxPooledBytes: number,
+    /** The largest buffer the device makes (its maxBufferSize, need not be a power of two). */
+    private readonly maxBufferSize: number = device.limits.maxBufferSize,
   ) {}
 
   get pooledBytes(): number {
     return this.#pooledBytes;
   }
 
-  /** An unmapped readback buffer of at least `bytes` (a power of two, 256 B minimum). */
+  /**
+   * An unmapped readback buffer of at least `bytes`: a power of two (256 B minimum), or the device's largest
+   * buffer when that power of two would pass it.
+   */
   take(bytes: number): GPUBuffer {
-    const size = Math.max(256, 2 ** Math.ceil(Math.log2(Math.max(bytes, 1))));
+    const size = roundedBufferSize(bytes, 256, this.maxBufferSize);
     const pooled = this.#free.get(size)?.pop();
     if (pooled) {
       this.#pooledBytes -= size;
@@ -49,4 +54,13 @@ export class StagingPool {
     this.#free.clear();
     this.#pooledBytes = 0;
   }
+}
+
+/**
+ * `bytes` rounded up to a power of two of at least `min`, capped at `maxBufferSize` rounded down to whole
+ * 4-byte words (WebGPU allows any maxBufferSize; a buffer over it fails validation).
+ */
+export function roundedBufferSize(bytes: number, min: number, maxBufferSize: number): number {
+  const pow2 = Math.max(min, 2 ** Math.ceil(Math.log2(Math.max(bytes, 1))));
+  return Math.max(Math.ceil(bytes / 4) * 4, Math.min(pow2, Math.floor(maxBufferSize / 4) * 4));
 }

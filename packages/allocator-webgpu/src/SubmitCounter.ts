@@ -1,6 +1,12 @@
 /**
- * Counts `queue.submit` calls on one GPUQueue (Note [Submit epochs] in WebGpuMemoryBackend.ts). One counting
- * wrapper per queue however many allocators share the device; it is removed when the last one lets go.
+ * Counts `queue.submit` calls on one GPUQueue (Note [Submit epochs] in WebGpuMemoryBackend.ts) and lets the
+ * backends run what they batched before anything the program puts on the queue: one wrapper of `submit` and of
+ * `writeBuffer` per queue however many allocators share the device, taken off when the last one lets go.
+ *
+ * Note [Queue wrappers]: the wrappers are own properties of the queue object, installed over whatever was there
+ * (the prototype's methods, or a program's own wrappers). When the last allocator lets go, each is put back as
+ * it was if it is still the one on the queue; if the program wrapped it again in between, ours stays under the
+ * program's wrapper and just passes calls through, so neither wrapper is lost.
  */
 export class SubmitCounter {
   static readonly #byQueue = new WeakMap<GPUQueue, SubmitCounter>();
@@ -8,22 +14,30 @@ export class SubmitCounter {
   count = 0;
   /** The queue's own submit, which starts no epoch. */
   readonly submitUncounted: (buffers: Iterable<GPUCommandBuffer>) => undefined;
-  #users = 0;
-  /** Called before every counted submit: backends submit the copies they batched, so they run first. */
+  /** Called before every counted submit and every `writeBuffer` by the program: batched copies run first. */
   readonly beforeSubmit = new Set<() => void>();
+  #users = 0;
+  #active = true;
+  readonly #restore: (() => void)[] = [];
 
   private constructor(private readonly queue: GPUQueue) {
     const submit = queue.submit.bind(queue);
     this.submitUncounted = submit;
-    queue.submit = (buffers: Iterable<GPUCommandBuffer>): undefined => {
-      for (const flush of this.beforeSubmit) flush();
+    this.#wrap('submit', (buffers: Iterable<GPUCommandBuffer>): undefined => {
+      if (this.#active) this.#flushBatched();
       submit(buffers);
-      this.count++;
+      if (this.#active) this.count++;
       return undefined;
-    };
+    });
+    const writeBuffer = queue.writeBuffer.bind(queue);
+    this.#wrap('writeBuffer', ((...args: Parameters<GPUQueue['writeBuffer']>): undefined => {
+      if (this.#active) this.#flushBatched();
+      writeBuffer(...args);
+      return undefined;
+    }) as GPUQueue['writeBuffer']);
   }
 
-  /** The counter of `queue`, installing its wrapper on first use; pair with `release()`. */
+  /** The counter of `queue`, installing its wrappers on first use; pair with `release()`. */
   static acquire(queue: GPUQueue): SubmitCounter {
     let counter = SubmitCounter.#byQueue.get(queue);
     if (!counter) SubmitCounter.#byQueue.set(queue, (counter = new SubmitCounter(queue)));
@@ -33,7 +47,25 @@ export class SubmitCounter {
 
   release(): void {
     if (--this.#users > 0) return;
-    delete (this.queue as { submit?: unknown }).submit; // the prototype's submit shows through again
+    this.#active = false;
+    for (const restore of this.#restore) restore();
     SubmitCounter.#byQueue.delete(this.queue);
+  }
+
+  #flushBatched(): void {
+    for (const flush of this.beforeSubmit) flush();
+  }
+
+  /** Installs `wrapper` as the queue's own `name`, remembering how to put back what was there (Note [Queue wrappers]). */
+  #wrap<K extends 'submit' | 'writeBuffer'>(name: K, wrapper: GPUQueue[K]): void {
+    const queue = this.queue as unknown as Record<string, unknown>;
+    const hadOwn = Object.prototype.hasOwnProperty.call(queue, name);
+    const previous = queue[name];
+    queue[name] = wrapper;
+    this.#restore.push(() => {
+      if (queue[name] !== wrapper) return; // wrapped again since: ours stays, passing through
+      if (hadOwn) queue[name] = previous;
+      else delete queue[name]; // the prototype's shows through again
+    });
   }
 }

@@ -38,9 +38,13 @@ export class WebGpuAllocator extends CachingAllocator<GPUBuffer> {
   /**
    * Wraps a caller's GPUBuffer (or a range of it) as a pointer without copying. Stowage never frees or destroys
    * it; releasing the pointer only forgets it. Wrap it in a storage with `runtime.adopt(ptr)`.
-   * @throws InvalidArgumentError for a range outside the buffer or not 4-byte aligned
+   * @throws InvalidArgumentError for a range outside the buffer's whole 4-byte words or an offset not 4-byte
+   * aligned; DisposedError after dispose; DeviceError after the device was lost
    */
   importBuffer(buffer: GPUBuffer, options: ImportOptions = {}): DataPtr<GPUBuffer> {
+    this.checkOpen('importBuffer');
+    const lost = this.backend.lostError;
+    if (lost) throw lost;
     if (typeof buffer !== 'object' || buffer === null || typeof (buffer as GPUBuffer).size !== 'number') {
       throw new InvalidArgumentError('buffer', buffer, 'a GPUBuffer of this device');
     }
@@ -49,8 +53,11 @@ export class WebGpuAllocator extends CachingAllocator<GPUBuffer> {
     if (!Number.isSafeInteger(byteOffset) || byteOffset < 0 || byteOffset % 4 !== 0) {
       throw new InvalidArgumentError('options.byteOffset', byteOffset, 'a non-negative multiple of 4');
     }
-    if (!Number.isSafeInteger(byteLength) || byteLength < 0 || byteOffset + byteLength > buffer.size) {
-      throw new InvalidArgumentError('options.byteLength', byteLength, `a length within the buffer's ${buffer.size} bytes from offset ${byteOffset}`);
+    // Copies move whole 4-byte words and may not pass the buffer's end: a last partial word cannot be copied.
+    const copyable = Math.floor(buffer.size / 4) * 4;
+    if (!Number.isSafeInteger(byteLength) || byteLength < 0 || byteOffset + byteLength > copyable) {
+      const tail = copyable < buffer.size ? ` (WebGPU copies whole 4-byte words, so the last ${buffer.size - copyable} of its ${buffer.size} bytes cannot be read or written)` : '';
+      throw new InvalidArgumentError('options.byteLength', byteLength, `a length within the buffer's first ${copyable} bytes from offset ${byteOffset}${tail}`);
     }
     return new DataPtrClass<GPUBuffer>({
       device: this.device,
@@ -83,9 +90,15 @@ export class WebGpuAllocator extends CachingAllocator<GPUBuffer> {
     return this.backend.flush();
   }
 
-  /** Called by the backend when the device rejected a segment: names the live pointers it took with it. */
+  /**
+   * Called by the backend when the device rejected a segment: names the live pointers it took with it, and
+   * retires the segment (Note [Retired segments] in core's CachingAllocator): nothing more is carved from it,
+   * and it is destroyed once those pointers are freed.
+   */
   segmentFailed(buffer: GPUBuffer, error: DeviceError): void {
+    if (this.isDisposed) return;
     this.emitter.safeEmit('deviceError', { error, ptrs: this.livePointersIn(buffer) });
+    this.retireSegment(buffer);
   }
 
   /** Called by the backend when the device is lost: every live pointer is affected. */

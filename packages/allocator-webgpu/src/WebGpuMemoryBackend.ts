@@ -1,7 +1,7 @@
 import type { BackendEvent, Device, MemoryBackend, MemoryBlock, SegmentOptions, StreamId, AllocateOptions } from '@stowage/core';
 import { DeviceError, formatBytes } from '@stowage/core';
 import { ByteCopyKernel } from './ByteCopyKernel.js';
-import { StagingPool } from './StagingPool.js';
+import { roundedBufferSize, StagingPool } from './StagingPool.js';
 import { SubmitCounter } from './SubmitCounter.js';
 import { BufferUsage, KIND_FLAGS, kindOfUsage } from './WebGpuUsage.js';
 
@@ -35,7 +35,8 @@ interface EpochEvent extends BackendEvent {
  * free records is the current submit count, and it completes at the next `queue.submit` by anyone. The
  * backend counts submits by wrapping `device.queue.submit` once per queue (SubmitCounter; removed when the last backend is disposed); its own transfers submit
  * through the unwrapped function and start no epoch. `synchronizeEvent` (emptyCache, the out-of-memory path)
- * forces an epoch: work recorded before it and submitted after it is the caller's risk under memory pressure.
+ * completes this backend's events without a submit: work recorded before it and submitted after it is the
+ * caller's risk under memory pressure. Other backends on the queue are not affected.
  *
  * Invariant: reservedBytes == sum of live segment sizes <= capacityBytes (the engine enforces the latter).
  */
@@ -63,6 +64,8 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.#submit([encoder.finish()]);
   };
   readonly #epochs: SubmitCounter;
+  /** Events of epochs below this are complete though no submit ended them (synchronizeEvent). */
+  #forcedThrough = 0;
   #nextAddress = 0x1000_0000;
   #reservedBytes = 0;
   #createdBuffers = 0;
@@ -83,7 +86,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.#epochs.beforeSubmit.add(this.#flushPending);
     const submit = this.#epochs.submitUncounted;
     this.#submit = submit;
-    this.#readback = new StagingPool(gpu, 64 << 20);
+    this.#readback = new StagingPool(gpu, 64 << 20, this.maxBufferSize);
     this.#kernel = new ByteCopyKernel(gpu, gpu.limits.minStorageBufferOffsetAlignment, submit);
     void gpu.lost.then((info) => {
       if (this.#disposed) return;
@@ -185,14 +188,26 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     const start = Math.floor(srcOffset / 4) * 4;
     const length = Math.ceil((srcOffset + byteLength) / 4) * 4 - start;
     const staging = this.#readback.take(length);
+    // A copy the device rejects (a buffer the caller destroyed, say) must not hand back what the staging buffer
+    // held before: the copy and its submit run in a validation scope, checked before the bytes are trusted.
+    const gpu = this.gpuDevice;
+    gpu.pushErrorScope('validation');
     this.#copyAligned(staging, 0, src, start, length);
     this.#flushPending();
+    const rejected = gpu.popErrorScope();
+    let failure: unknown;
     try {
       await staging.mapAsync(1 /* GPUMapMode.READ */, 0, length);
+      const error = await rejected;
+      if (error !== null) failure = new Error(error.message);
     } catch (error) {
-      staging.destroy(); // its map failed: never pooled again
+      failure = error;
+    }
+    if (failure !== undefined) {
+      if (staging.mapState === 'mapped') staging.unmap();
+      staging.destroy(); // never pooled again
       this.#checkUsable();
-      throw new DeviceError(`Reading ${formatBytes(byteLength)} back from the WebGPU device failed: ${(error as Error).message}`, { cause: error });
+      throw new DeviceError(`Reading ${formatBytes(byteLength)} back from the WebGPU device failed: ${(failure as Error).message}`, { cause: failure });
     }
     const out = new Uint8Array(staging.getMappedRange(0, length), srcOffset - start, byteLength).slice();
     staging.unmap();
@@ -211,11 +226,18 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   }
 
   isEventComplete(event: BackendEvent): boolean {
-    return this.#epochs.count > (event as EpochEvent).epoch;
+    const epoch = (event as EpochEvent).epoch;
+    return this.#epochs.count > epoch || this.#forcedThrough > epoch;
   }
 
+  /**
+   * Completes `event` without a submit (emptyCache, the out-of-memory path): this backend's events up to its
+   * epoch count as complete. Only this backend's: the submit count other allocators on the queue read is not
+   * touched, so their pending frees still wait for a real submit.
+   */
   synchronizeEvent(event: BackendEvent): void {
-    if (!this.isEventComplete(event)) this.#epochs.count++;
+    const epoch = (event as EpochEvent).epoch;
+    if (this.#forcedThrough <= epoch) this.#forcedThrough = epoch + 1;
   }
 
   outOfMemoryHint(requestedBytes: number): string | undefined {
@@ -261,7 +283,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     if (!this.#scratch || this.#scratch.size < bytes) {
       this.#flushPending(); // recorded copies may name the old scratch buffer
       this.#scratch?.destroy();
-      const size = Math.max(4096, 2 ** Math.ceil(Math.log2(bytes)));
+      const size = roundedBufferSize(bytes, 4096, this.maxBufferSize);
       this.#scratch = this.gpuDevice.createBuffer({ size, usage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, label: 'stowage scratch' });
     }
     return this.#scratch;

@@ -15,6 +15,8 @@ export class Segment<H = unknown> {
   mappedBytes: number;
   /** The unmapped blocks of an expandable segment by (size, address) (Note [Expandable segments]). */
   readonly gaps = new BlockPool<H>(false);
+  /** Out of service (Note [Retired segments] in CachingAllocator.ts): its free blocks are in no pool. */
+  retired = false;
 
   constructor(
     readonly memory: MemoryBlock<H>,

@@ -305,6 +305,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
         } else if (b.quick) {
           mapped += b.size;
           quickBlocks++;
+        } else if (segment.retired) {
+          mapped += b.size; // out of service, in no pool (Note [Retired segments])
         } else {
           mapped += b.size;
           freeBlocks++;
@@ -312,6 +314,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
           if (!this.#poolOf(b).has(b)) fail(`free block at 0x${b.address.toString(16)} is not in its pool`);
         }
         prev = b;
+      }
+      if (segment.retired) {
+        let busy = false;
+        for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; b; b = b.next) busy ||= b.allocated || b.eventCount > 0;
+        if (!busy) fail(`the retired segment at 0x${segment.address.toString(16)} has nothing in use but was not returned`);
       }
       if (segment.extentBytes > 0 && segment.tail !== prev) fail(`the segment at 0x${segment.address.toString(16)} has a stale tail`);
       if (expected !== segment.address + segment.extentBytes) fail(`the blocks of the segment at 0x${segment.address.toString(16)} do not add up to its ${segment.extentBytes} bytes`);
@@ -331,7 +338,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       if (!this.#segments.has(segment)) fail(`the expandable segment for ${key} was returned`);
     }
     for (const segment of this.#segments) {
-      if (segment.expandable && this.#expandable.get(expandableKey(segment.kind, segment.stream, segment.small)) !== segment) {
+      if (segment.expandable && !segment.retired && this.#expandable.get(expandableKey(segment.kind, segment.stream, segment.small)) !== segment) {
         fail(`the expandable segment at 0x${segment.address.toString(16)} is not listed`);
       }
     }
@@ -345,6 +352,44 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const block = context as Block<H>;
     if (block.released) return; // the engine was disposed while the pointer lived
     this.#free(block);
+    if (this.#segmentEvents.length > 0) this.#emitSegmentEvents(); // a retired segment went back
+  }
+
+  /**
+   * Note [Retired segments]: a backend may learn only later that a segment is unusable (WebGPU reports a
+   * buffer the device rejected asynchronously, after blocks of it were handed out). Retiring it takes it out of
+   * service: its free blocks leave the pools and quick lists, a block freed later is not pooled again, and the
+   * segment goes back to the backend once nothing in it is allocated or waiting on an event. Returns whether
+   * a segment had that handle.
+   */
+  protected retireSegment(handle: H): boolean {
+    let found = false;
+    for (const segment of [...this.#segments]) {
+      if (segment.memory.handle !== handle || segment.retired) continue;
+      if (!found) this.#flushQuickLists(); // every free block merged and in its pool
+      found = true;
+      segment.retired = true;
+      for (const [key, expandable] of this.#expandable) if (expandable === segment) this.#expandable.delete(key);
+      for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; b; b = b.next) {
+        if (!isPooledFree(b)) continue;
+        this.#poolOf(b).remove(b);
+        if (b.isSplit && !segment.expandable) {
+          this.stats.inactive_split.add(b.small, -1);
+          this.stats.inactive_split_bytes.add(b.small, -b.size);
+        }
+      }
+      this.#releaseIfIdle(segment);
+    }
+    this.#emitSegmentEvents();
+    return found;
+  }
+
+  /** Returns a retired segment to the backend when nothing in it is allocated or pending. */
+  #releaseIfIdle(segment: Segment<H>): void {
+    for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; b; b = b.next) if (b.allocated || b.eventCount > 0) return;
+    for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; b; b = b.next) b.released = true;
+    this.#segments.delete(segment);
+    this.#returnToBackend(segment);
   }
 
   protected disposeResources(): void {
@@ -761,6 +806,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     block.requestedSize = 0;
     s.countInactive(small, size, requested);
     if (size >= this.options.maxSplitSize) s.oversize_allocations.add(-1);
+    if (block.segment.retired) {
+      this.#history?.record('free_completed', block.address, requested, block.stream);
+      this.#releaseIfIdle(block.segment); // never pooled again (Note [Retired segments])
+      return;
+    }
     if (s.allocated_bytes.all.current === 0) {
       // Nothing live (the last free, or a late one it waited for): merge what the quick lists held back too, so
       // the next step starts from whole free blocks (Note [Deferred coalescing]). The block first: until it is
