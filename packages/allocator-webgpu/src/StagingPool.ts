@@ -49,10 +49,15 @@ export class StagingPool {
     this.#pooledBytes += buffer.size;
   }
 
-  dispose(): void {
+  /** Destroys the pooled buffers; the pool stays usable (reads in flight give theirs back afterwards). */
+  clear(): void {
     for (const list of this.#free.values()) for (const buffer of list) buffer.destroy();
     this.#free.clear();
     this.#pooledBytes = 0;
+  }
+
+  dispose(): void {
+    this.clear();
   }
 }
 

@@ -85,6 +85,12 @@ export class WebGpuAllocator extends CachingAllocator<GPUBuffer> {
     return { buffer: ptr.handle as GPUBuffer, offset: ptr.byteOffset, size: Math.ceil(ptr.byteLength / 4) * 4 };
   }
 
+  /** Releases the cached segments, and the scratch and readback buffers of host transfers. */
+  override emptyCache(): void {
+    super.emptyCache();
+    if (!this.isDisposed) this.backend.releaseTransferBuffers();
+  }
+
   /** Resolves once released segments are really freed (destroy takes effect after the queue moves on). */
   flush(): Promise<void> {
     return this.backend.flush();

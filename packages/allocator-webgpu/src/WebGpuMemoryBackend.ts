@@ -245,6 +245,17 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     return `A WebGPU buffer on this device holds at most ${formatBytes(this.maxBufferSize)} (maxBufferSize), so no request larger than that can be served; split the tensor.`;
   }
 
+  /**
+   * Destroys the buffers host transfers keep between calls (the scratch buffer of unaligned writes and
+   * same-buffer copies, the pooled readback buffers): they live outside the segments and the budget.
+   */
+  releaseTransferBuffers(): void {
+    this.#flushPending(); // a recorded copy may name the scratch buffer
+    this.#scratch?.destroy();
+    this.#scratch = undefined;
+    this.#readback.clear();
+  }
+
   /** Submits nothing and waits until the queue is idle: destroyed segments are then really freed. */
   async flush(): Promise<void> {
     if (this.#lost || this.#disposed) return;
