@@ -48,11 +48,21 @@ export class AllocatorRegistry implements Disposable {
       );
     }
     let allocator = factory.create(parsed, this.#context);
-    checkServes(allocator, parsed);
-    for (const decorator of this.#decorators) {
-      if (decorator.deviceType === parsed.type) allocator = decorator.wrap(allocator, parsed);
+    try {
+      checkServes(allocator, parsed);
+      for (const decorator of this.#decorators) {
+        if (decorator.deviceType === parsed.type) allocator = decorator.wrap(allocator, parsed);
+      }
+      checkServes(allocator, parsed);
+    } catch (error) {
+      // Not handed out: the allocator made so far (a decorator's wrapper owns what it wraps) goes back.
+      try {
+        allocator.dispose();
+      } catch {
+        // the first failure is the one to report
+      }
+      throw error;
     }
-    checkServes(allocator, parsed);
     this.#created.set(key, allocator);
     this.#owned.add(allocator);
     return allocator;
@@ -63,9 +73,19 @@ export class AllocatorRegistry implements Disposable {
     return this.#owned.has(allocator);
   }
 
+  /** Disposes every allocator made, even when one throws; then throws what they threw (AggregateError for several). */
   dispose(): void {
-    for (const allocator of this.#created.values()) allocator.dispose();
+    const errors: unknown[] = [];
+    for (const allocator of this.#created.values()) {
+      try {
+        allocator.dispose();
+      } catch (error) {
+        errors.push(error);
+      }
+    }
     this.#created.clear();
+    if (errors.length === 1) throw errors[0];
+    if (errors.length > 1) throw new AggregateError(errors, `${errors.length} allocators failed to dispose; the others were disposed.`);
   }
 
   [Symbol.dispose](): void {

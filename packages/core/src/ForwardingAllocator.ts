@@ -1,12 +1,15 @@
 import type { AllocateOptions, Allocator, AllocatorEventSource } from './Allocator.js';
 import type { AllocatorStats } from './AllocatorStats.js';
 import { DataPtr, type Deleter } from './DataPtr.js';
+import { formatDevice } from './Device.js';
+import { DisposedError } from './errors/DisposedError.js';
 import { DoubleFreeError } from './errors/DoubleFreeError.js';
 import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
 import type { Device } from './Device.js';
 import type { LmsStorage } from './LmsStorage.js';
 import type { MemorySnapshot } from './MemorySnapshot.js';
 import type { StorageImpl } from './StorageImpl.js';
+import { markAllocatorDeleter } from './internal/allocatorDeleters.js';
 
 export interface ForwardingAllocatorOptions {
   /** Dispose the upstream when this adaptor is disposed (default true: the stack is owned top-down). */
@@ -35,14 +38,14 @@ interface Adopted {
 export class ForwardingAllocator implements Allocator {
   readonly upstream: Allocator;
   readonly #ownsUpstream: boolean;
-  readonly #deleter: Deleter = (context) => {
+  readonly #deleter: Deleter = markAllocatorDeleter((context) => {
     const adopted = context as Adopted;
     try {
       this.onReleased?.(adopted.ptr);
     } finally {
       adopted.deleter?.(adopted.context);
     }
-  };
+  });
   #disposed = false;
 
   /** Called once per pointer this adaptor returned, when it is released by any path; see Note [Adopting pointers]. */
@@ -66,6 +69,7 @@ export class ForwardingAllocator implements Allocator {
   }
 
   allocate(nbytes: number, options?: AllocateOptions): DataPtr {
+    this.checkOpen('allocate');
     return this.adopt(this.upstream.allocate(nbytes, options));
   }
 
@@ -75,6 +79,7 @@ export class ForwardingAllocator implements Allocator {
 
   /** Frees a pointer this adaptor adopted, or forwards to the upstream. */
   free(ptr: DataPtr): void {
+    this.checkOpen('free');
     if (!(ptr instanceof DataPtr)) throw new InvalidArgumentError('ptr', ptr, 'a DataPtr');
     if (this.onReleased !== undefined && ptr.deleter === this.#deleter) ptr.release();
     else if (ptr.isReleased) throw new DoubleFreeError(`Cannot free the ${ptr.byteLength}-byte allocation at 0x${ptr.address.toString(16)}: it was already released.`);
@@ -93,14 +98,17 @@ export class ForwardingAllocator implements Allocator {
   }
 
   copyData(dst: DataPtr, src: DataPtr, nbytes: number, dstOffset?: number, srcOffset?: number): void {
+    this.checkOpen('copyData');
     this.upstream.copyData(dst, src, nbytes, dstOffset, srcOffset);
   }
 
   writeBytes(dst: DataPtr, bytes: Uint8Array, dstOffset?: number): void {
+    this.checkOpen('writeBytes');
     this.upstream.writeBytes(dst, bytes, dstOffset);
   }
 
-  readBytes(src: DataPtr, srcOffset?: number, byteLength?: number): Promise<Uint8Array> {
+  async readBytes(src: DataPtr, srcOffset?: number, byteLength?: number): Promise<Uint8Array> {
+    this.checkOpen('readBytes');
     return this.upstream.readBytes(src, srcOffset, byteLength);
   }
 
@@ -113,10 +121,12 @@ export class ForwardingAllocator implements Allocator {
   }
 
   snapshot(): MemorySnapshot {
+    this.checkOpen('snapshot');
     return this.upstream.snapshot();
   }
 
   emptyCache(): void {
+    this.checkOpen('emptyCache');
     this.upstream.emptyCache();
   }
 
@@ -132,5 +142,14 @@ export class ForwardingAllocator implements Allocator {
 
   [Symbol.dispose](): void {
     this.dispose();
+  }
+
+  protected get isDisposed(): boolean {
+    return this.#disposed;
+  }
+
+  /** @throws DisposedError after `dispose()`, whether or not this adaptor owns its upstream */
+  protected checkOpen(method: string): void {
+    if (this.#disposed) throw new DisposedError(`Cannot call ${method}() on the ${this.constructor.name} for ${formatDevice(this.device)}: it was disposed.`);
   }
 }

@@ -11,6 +11,7 @@ import { DisposedError } from './errors/DisposedError.js';
 import { ForeignPointerError } from './errors/ForeignPointerError.js';
 import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
 import { formatBytes } from './formatBytes.js';
+import { isAllocatorDeleter } from './internal/allocatorDeleters.js';
 import { checkByteCount, checkBytes, checkRange } from './internal/validate.js';
 import { checkSizes, numelOf } from './internal/shape.js';
 import type { ReshapePolicy } from './ReshapePolicy.js';
@@ -96,10 +97,11 @@ export class Runtime implements TensorContext, AsyncDisposable {
     this.#checkOpen('storage');
     checkByteCount('nbytes', nbytes);
     const allocator = this.#allocators.get(parseDevice(options.device ?? 'cpu', 'options.device'));
-    const dataPtr = allocator.allocate(nbytes, options.shared === undefined ? {} : { shared: options.shared });
+    const allocateOptions = options.shared === undefined ? {} : { shared: options.shared };
+    const dataPtr = allocator.allocate(nbytes, allocateOptions);
     let storage: StorageImpl;
     try {
-      storage = new StorageImpl({ dataPtr, allocator, resizable: options.resizable ?? false, hooks: this.#hooks });
+      storage = new StorageImpl({ dataPtr, allocator, resizable: options.resizable ?? false, hooks: this.#hooks, allocateOptions });
     } catch (error) {
       dataPtr.release();
       throw error;
@@ -112,13 +114,19 @@ export class Runtime implements TensorContext, AsyncDisposable {
    * memory), in a storage with the runtime's hooks. The storage owns the pointer: releasing it releases the
    * pointer.
    * @throws BackendUnavailableError when no allocator serves the pointer's device; UseAfterReleaseError for a
-   * released pointer
+   * released pointer; ForeignPointerError for a pointer another allocator (another runtime's) made
    */
   adopt(dataPtr: DataPtr): StorageImpl {
     this.#checkOpen('adopt');
     if (!(dataPtr instanceof DataPtr)) throw new InvalidArgumentError('dataPtr', dataPtr, 'a DataPtr');
     if (dataPtr.isReleased) throw new UseAfterReleaseError('Cannot adopt a released pointer.');
-    return new StorageImpl({ dataPtr, allocator: this.#allocators.get(dataPtr.device), hooks: this.#hooks });
+    const allocator = this.#allocators.get(dataPtr.device);
+    if (isAllocatorDeleter(dataPtr.deleter) && !(allocator.owns?.(dataPtr) ?? false)) {
+      throw new ForeignPointerError(
+        `Cannot adopt a pointer another allocator made (another runtime's, or one made outside this runtime): its memory is that allocator's to free. Copy its bytes into a storage of this runtime instead.`,
+      );
+    }
+    return new StorageImpl({ dataPtr, allocator, hooks: this.#hooks });
   }
 
   /** A new contiguous tensor of `sizes` over a new storage. Same errors as `storage()`, plus bad sizes/dtype. */
@@ -193,7 +201,11 @@ export class Runtime implements TensorContext, AsyncDisposable {
         errors.push(error); // a throwing hook must not keep the allocators from freeing their memory
       }
     }
-    this.#allocators.dispose();
+    try {
+      this.#allocators.dispose();
+    } catch (error) {
+      errors.push(...(error instanceof AggregateError ? error.errors : [error]));
+    }
     await this.container.dispose();
     if (errors.length > 0) throw new AggregateError(errors, `Releasing ${errors.length} storage(s) failed while the runtime was disposed; its memory was freed anyway.`);
   }

@@ -1,4 +1,4 @@
-import type { Allocator } from './Allocator.js';
+import type { AllocateOptions, Allocator } from './Allocator.js';
 import type { DataPtr } from './DataPtr.js';
 import type { Device } from './Device.js';
 import { formatDevice, isSameDevice } from './Device.js';
@@ -16,6 +16,8 @@ export interface StorageInit {
   /** Whether `resize()` is allowed (default false). */
   readonly resizable?: boolean;
   readonly hooks?: readonly StorageHooks[];
+  /** How the data was allocated (`shared`, `usage`…): a resize allocates the same way. */
+  readonly allocateOptions?: AllocateOptions;
 }
 
 /**
@@ -33,6 +35,7 @@ export class StorageImpl implements Disposable {
   readonly lms: LmsStorage | null;
   readonly #hooks: readonly StorageHooks[];
   #dataPtr: DataPtr;
+  readonly #allocateOptions: AllocateOptions | undefined;
   #released = false;
 
   constructor(init: StorageInit) {
@@ -45,8 +48,28 @@ export class StorageImpl implements Disposable {
     this.resizable = init.resizable ?? false;
     this.#hooks = init.hooks ?? [];
     this.#dataPtr = init.dataPtr;
+    this.#allocateOptions = init.allocateOptions;
     this.lms = init.allocator.asLmsStorage?.(this) ?? null;
-    for (const hook of this.#hooks) hook.afterCreate?.(this);
+    let created = 0;
+    try {
+      for (const hook of this.#hooks) {
+        hook.afterCreate?.(this);
+        created++;
+      }
+    } catch (error) {
+      // Never handed out: the hooks that saw it created see it go, its LMS object goes; the caller still owns
+      // the DataPtr.
+      for (const hook of this.#hooks.slice(0, created)) {
+        try {
+          hook.beforeRelease?.(this);
+        } catch {
+          // the first failure is the one to report
+        }
+      }
+      this.#released = true;
+      this.lms?.release();
+      throw error;
+    }
   }
 
   /**
@@ -63,7 +86,7 @@ export class StorageImpl implements Disposable {
     if (dataPtr.byteLength !== this.byteLength) {
       throw new InvalidArgumentError('dataPtr.byteLength', dataPtr.byteLength, `the storage's ${this.byteLength} bytes`);
     }
-    return new StorageImpl({ dataPtr, allocator: this.allocator, resizable: this.resizable, hooks: this.#hooks });
+    return new StorageImpl({ dataPtr, allocator: this.allocator, resizable: this.resizable, hooks: this.#hooks, allocateOptions: this.#allocateOptions });
   }
 
   get device(): Device {
@@ -126,7 +149,8 @@ export class StorageImpl implements Disposable {
     checkByteCount('nbytes', nbytes);
     if (!this.resizable) throw new InvalidArgumentError('storage', 'a non-resizable storage', 'resizable to be resized');
     const old = this.mutableData();
-    const next = this.allocator.allocate(nbytes);
+    const shared = typeof SharedArrayBuffer !== 'undefined' && old.handle instanceof SharedArrayBuffer;
+    const next = this.allocator.allocate(nbytes, this.#allocateOptions ?? (shared ? { shared } : {}));
     try {
       this.allocator.copyData(next, old, Math.min(nbytes, old.byteLength));
     } catch (error) {
@@ -137,13 +161,30 @@ export class StorageImpl implements Disposable {
     old.release();
   }
 
-  /** Frees the data (through the DataPtr's deleter). Idempotent; every later access throws. */
+  /**
+   * Frees the data (through the DataPtr's deleter). Idempotent; every later access throws. A `beforeRelease`
+   * hook that throws does not stop it: every hook runs once, the storage is released, then the hook's error is
+   * thrown (an AggregateError for several).
+   * @throws InvalidArgumentError while the storage is pinned by LMS (its LMS object is active): nothing changes
+   */
   release(): void {
     if (this.#released) return;
-    for (const hook of this.#hooks) hook.beforeRelease?.(this);
+    if (this.lms?.state === 'active') {
+      throw new InvalidArgumentError('storage', 'a pinned storage', 'unpinned before it is released (every LmsStorage pin() matched by unpin())');
+    }
+    const errors: unknown[] = [];
+    for (const hook of this.#hooks) {
+      try {
+        hook.beforeRelease?.(this);
+      } catch (error) {
+        errors.push(error);
+      }
+    }
     this.#released = true;
     this.lms?.release();
     if (!this.#dataPtr.isReleased) this.#dataPtr.release();
+    if (errors.length === 1) throw errors[0];
+    if (errors.length > 1) throw new AggregateError(errors, `${errors.length} beforeRelease hooks failed; the storage was released anyway.`);
   }
 
   [Symbol.dispose](): void {

@@ -187,10 +187,10 @@ export class TensorImpl {
  * one copyData per run of memory-contiguous elements.
  */
 function copyElements(src: TensorImpl, dst: TensorImpl): void {
+  const from = src.data(); // a read of the tensor: its hooks run, and a released storage throws (even when empty)
+  const to = dst.mutableData();
   if (src.numel === 0) return;
   const allocator = dst.storage.allocator;
-  const from = src.storage.data();
-  const to = dst.storage.mutableData();
   const itemsize = src.itemsize;
   // Merge trailing dimensions that are contiguous in src into one run.
   let runElements = 1;

@@ -4,7 +4,8 @@ const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'] as const;
 export function formatBytes(bytes: number): string {
   let value = bytes;
   let unit = 0;
-  while (Math.abs(value) >= 1024 && unit < UNITS.length - 1) {
+  // Compare what will be printed, so that 1023.999 KiB carries over as 1.00 MiB.
+  while (unit < UNITS.length - 1 && Math.abs(unit === 0 ? value : Number(value.toFixed(2))) >= 1024) {
     value /= 1024;
     unit++;
   }
@@ -24,6 +25,9 @@ export function parseBytes(value: number | string): number | undefined {
     B: 1, KB: 1e3, MB: 1e6, GB: 1e9, TB: 1e12, PB: 1e15,
     KIB: 2 ** 10, MIB: 2 ** 20, GIB: 2 ** 30, TIB: 2 ** 40, PIB: 2 ** 50,
   };
-  const bytes = Math.round(Number(match[1]) * scale[unit]!);
+  const exact = Number(match[1]) * scale[unit]!;
+  const bytes = Math.round(exact);
+  // A fraction of a byte is not a size ('1.5', '0.4 B'); '1.1 KB' computes to 1100.0000000000002 and is one.
+  if (Math.abs(exact - bytes) > 1e-9 * Math.max(1, exact)) return undefined;
   return Number.isSafeInteger(bytes) ? bytes : undefined;
 }

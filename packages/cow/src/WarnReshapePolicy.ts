@@ -46,6 +46,8 @@ export class WarnReshapePolicy implements ReshapePolicy, TensorHooks {
   readonly name = 'warn';
   readonly #emitter = new EventEmitter<ReshapeWarningEvents>();
   readonly #physical = new WeakMap<StorageImpl, Physical>();
+  /** The tensor a non-viewable reshape is copying (#copy). */
+  #copying: TensorImpl | undefined;
   /** Pairs of families already warned about, both ways round. */
   readonly #warned = new WeakMap<ShadowStorage, WeakSet<ShadowStorage>>();
 
@@ -80,7 +82,13 @@ export class WarnReshapePolicy implements ReshapePolicy, TensorHooks {
    * starts stale, so a read of it before it is written warns (a write is its own: it does not).
    */
   #copy(tensor: TensorImpl, sizes: readonly number[]): TensorImpl {
-    const copy = tensor.clone().view(sizes);
+    this.#copying = tensor; // clone() reads `tensor`: that read is judged on the copy's reads instead
+    let copy: TensorImpl;
+    try {
+      copy = tensor.clone().view(sizes);
+    } finally {
+      this.#copying = undefined;
+    }
     const physical = this.#physical.get(tensor.storage);
     if (physical && this.#familyOf(tensor, physical).generation !== physical.generation) {
       const inherited = physical.lastWriter;
@@ -90,6 +98,7 @@ export class WarnReshapePolicy implements ReshapePolicy, TensorHooks {
   }
 
   #check(tensor: TensorImpl, access: 'read' | 'write'): void {
+    if (tensor === this.#copying) return;
     const physical = this.#physical.get(tensor.storage);
     if (!physical) return; // never reshaped: one family, nothing to compare
     const family = this.#familyOf(tensor, physical);

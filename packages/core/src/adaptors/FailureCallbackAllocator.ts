@@ -55,6 +55,7 @@ export class FailureCallbackAllocator extends ForwardingAllocator {
    * @throws whatever else the upstream or the callback throws, at once
    */
   override allocate(nbytes: number, options?: AllocateOptions): DataPtr {
+    this.checkOpen('allocate');
     for (let attempt = 1; ; attempt++) {
       try {
         return super.allocate(nbytes, options);

@@ -1,8 +1,6 @@
 import type { AllocateOptions, Allocator, AllocatorEventSource } from '../Allocator.js';
 import type { AllocatorStats } from '../AllocatorStats.js';
 import type { DataPtr } from '../DataPtr.js';
-import { formatDevice } from '../Device.js';
-import { DisposedError } from '../errors/DisposedError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { parseBytes } from '../formatBytes.js';
@@ -36,7 +34,6 @@ export class LimitingAllocator extends ForwardingAllocator {
   #usedBytes = 0;
   /** Requests this adaptor refused for the budget (the upstream's own refusals are in its `num_ooms`). */
   #refusals = 0;
-  #disposed = false;
 
   /**
    * @param limitBytes the budget: a byte count, or text such as `'512MiB'` (see `parseBytes`)
@@ -68,7 +65,7 @@ export class LimitingAllocator extends ForwardingAllocator {
    * @throws DisposedError after `dispose()`
    */
   override allocate(nbytes: number, options?: AllocateOptions): DataPtr {
-    if (this.#disposed) throw new DisposedError(`Cannot call allocate() on the limiting allocator for ${formatDevice(this.device)}: it was disposed.`);
+    this.checkOpen('allocate');
     checkByteCount('nbytes', nbytes);
     if (nbytes > this.limitBytes - this.#usedBytes) this.#refuse(nbytes);
     this.#usedBytes += nbytes; // reserved before the upstream call, so that its `allocated` listeners see a consistent budget
@@ -87,8 +84,7 @@ export class LimitingAllocator extends ForwardingAllocator {
   }
 
   override dispose(): void {
-    if (this.#disposed) return;
-    this.#disposed = true;
+    if (this.isDisposed) return;
     this.#emitter.detach();
     super.dispose();
   }

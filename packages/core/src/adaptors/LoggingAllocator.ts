@@ -82,6 +82,7 @@ export class LoggingAllocator extends ForwardingAllocator {
    * @throws whatever the upstream throws; an OutOfMemoryError is logged as `allocate failure` first
    */
   override allocate(nbytes: number, options?: AllocateOptions): DataPtr {
+    this.checkOpen('allocate');
     const stream = options?.stream === undefined ? this.#defaultStream : checkCount('options.stream', options.stream);
     let ptr: DataPtr;
     try {

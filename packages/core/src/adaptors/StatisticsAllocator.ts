@@ -117,6 +117,7 @@ export class StatisticsAllocator extends ForwardingAllocator {
   }
 
   override allocate(nbytes: number, options?: AllocateOptions): DataPtr {
+    this.checkOpen('allocate');
     const ptr = super.allocate(nbytes, options);
     const frame = this.#top();
     frame.bytes.add(ptr.byteLength);

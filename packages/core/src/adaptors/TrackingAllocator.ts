@@ -73,6 +73,7 @@ export class TrackingAllocator extends ForwardingAllocator {
   }
 
   override allocate(nbytes: number, options?: AllocateOptions): DataPtr {
+    this.checkOpen('allocate');
     const rawStack = this.#captureStacks ? new Error(TRACE_MESSAGE).stack : undefined;
     const ptr = super.allocate(nbytes, options);
     this.#live.set(ptr, { ptr, bytes: ptr.byteLength, rawStack });

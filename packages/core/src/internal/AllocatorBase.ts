@@ -10,6 +10,7 @@ import { ForeignPointerError } from '../errors/ForeignPointerError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import type { MemorySnapshot } from '../MemorySnapshot.js';
+import { markAllocatorDeleter } from './allocatorDeleters.js';
 import { SafeEmitter } from './SafeEmitter.js';
 import { StatsBook } from './StatsBook.js';
 import { checkByteCount, checkBytes, checkRange } from './validate.js';
@@ -32,7 +33,7 @@ export abstract class AllocatorBase<H> implements Allocator {
   protected readonly emitter = new SafeEmitter();
   protected readonly stats = new StatsBook();
   /** The deleter of every pointer this allocator owns; its context is the subclass's allocation record. */
-  protected readonly deleter: Deleter = (context) => this.releaseAllocation(context);
+  protected readonly deleter: Deleter = markAllocatorDeleter((context) => this.releaseAllocation(context));
   readonly #transfers: Transfers<H>;
   #disposed = false;
 
