@@ -32,14 +32,20 @@ class Arena implements MinimalAllocator<ArrayBuffer> {
   readonly #free: Range[];
   /** Live blocks by offset: their size and the bytes requested. */
   readonly #live = new Map<number, { size: number; requested: number }>();
-  static readonly #BASE_ADDRESS = 0x10_0000;
+  /** Address of byte 0: 1 MiB up, or the alignment when that is larger, so addresses honour the alignment. */
+  readonly #base: number;
 
   constructor(capacityBytes: number, alignment: number, device: Device) {
     this.device = device;
     this.alignment = alignment;
     this.capacityBytes = capacityBytes;
     this.settings = { kind: 'arena', capacity: capacityBytes, alignment };
-    this.#buffer = new ArrayBuffer(capacityBytes);
+    this.#base = Math.ceil(0x10_0000 / alignment) * alignment;
+    try {
+      this.#buffer = new ArrayBuffer(capacityBytes);
+    } catch (error) {
+      throw new InvalidArgumentError('capacity', capacityBytes, `a size this host can allocate at once (${(error as Error).message})`);
+    }
     this.#free = capacityBytes > 0 ? [{ offset: 0, size: capacityBytes }] : [];
   }
 
@@ -55,7 +61,7 @@ class Arena implements MinimalAllocator<ArrayBuffer> {
       range.size -= size;
     }
     this.#live.set(offset, { size, requested: nbytes });
-    return { handle: this.#buffer, byteOffset: offset, address: Arena.#BASE_ADDRESS + offset, byteLength: size };
+    return { handle: this.#buffer, byteOffset: offset, address: this.#base + offset, byteLength: size };
   }
 
   free(block: MemoryBlock<ArrayBuffer>): void {
@@ -90,25 +96,25 @@ class Arena implements MinimalAllocator<ArrayBuffer> {
   }
 
   bindSegments(sink: SegmentSink): void {
-    if (this.capacityBytes > 0) sink.reserved({ address: Arena.#BASE_ADDRESS, byteLength: this.capacityBytes });
+    if (this.capacityBytes > 0) sink.reserved({ address: this.#base, byteLength: this.capacityBytes });
   }
 
   snapshotSegments(): SnapshotSegment[] {
     const blocks: SnapshotBlock[] = [
       ...[...this.#live].map(([offset, b]) => ({
-        address: Arena.#BASE_ADDRESS + offset,
+        address: this.#base + offset,
         size: b.size,
         requested_size: b.requested,
         state: 'active_allocated' as const,
         frames: [],
       })),
-      ...this.#free.map((r) => ({ address: Arena.#BASE_ADDRESS + r.offset, size: r.size, requested_size: 0, state: 'inactive' as const, frames: [] })),
+      ...this.#free.map((r) => ({ address: this.#base + r.offset, size: r.size, requested_size: 0, state: 'inactive' as const, frames: [] })),
     ].sort((a, b) => a.address - b.address);
     const allocated = [...this.#live.values()].reduce((s, b) => s + b.size, 0);
     return [
       {
         device: this.device.index,
-        address: Arena.#BASE_ADDRESS,
+        address: this.#base,
         total_size: this.capacityBytes,
         allocated_size: allocated,
         active_size: allocated,

@@ -1,5 +1,6 @@
 import type { AllocateOptions } from './Allocator.js';
 import type { Device } from './Device.js';
+import { checkByteCount } from './internal/validate.js';
 import type { BackendEvent, MemoryBackend, SegmentOptions, StreamId } from './MemoryBackend.js';
 import type { MemoryBlock } from './MemoryBlock.js';
 
@@ -32,7 +33,7 @@ export class CpuMemoryBackend implements MemoryBackend<HostBuffer> {
 
   constructor(options: CpuMemoryBackendOptions = {}) {
     this.#shared = options.shared ?? false;
-    this.capacityBytes = options.capacityBytes;
+    this.capacityBytes = options.capacityBytes === undefined ? undefined : checkByteCount('capacityBytes', options.capacityBytes);
   }
 
   get reservedBytes(): number {

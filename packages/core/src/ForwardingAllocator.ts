@@ -113,10 +113,12 @@ export class ForwardingAllocator implements Allocator {
   }
 
   memoryStats(): AllocatorStats {
+    this.checkOpen('memoryStats');
     return this.upstream.memoryStats();
   }
 
   resetPeakStats(): void {
+    this.checkOpen('resetPeakStats');
     this.upstream.resetPeakStats();
   }
 

@@ -1,6 +1,7 @@
 import type { Device, DeviceLike } from './Device.js';
 import { parseDevice } from './Device.js';
 import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
+import { checkByteCount } from './internal/validate.js';
 import type { BackendEvent, MemoryBackend, PageMapping, StreamId } from './MemoryBackend.js';
 import type { MemoryBlock } from './MemoryBlock.js';
 
@@ -54,13 +55,16 @@ export class VirtualMemoryBackend implements MemoryBackend<number> {
   constructor(options: VirtualMemoryBackendOptions = {}) {
     this.device = parseDevice(options.device ?? { type: 'virtual', index: 0 });
     this.alignment = options.alignment ?? 512;
-    this.capacityBytes = options.capacityBytes ?? 2 ** 46;
+    if (!Number.isSafeInteger(this.alignment) || this.alignment < 1 || (this.alignment & (this.alignment - 1)) !== 0) {
+      throw new InvalidArgumentError('alignment', options.alignment, 'a positive power of two');
+    }
+    this.capacityBytes = checkByteCount('capacityBytes', options.capacityBytes ?? 2 ** 46);
     this.#streams = options.streams ?? 1;
     if (!Number.isSafeInteger(this.#streams) || this.#streams < 1) throw new InvalidArgumentError('streams', options.streams, 'a positive integer');
     this.#recorded = new Array<number>(this.#streams).fill(0);
     this.#completed = new Array<number>(this.#streams).fill(0);
     this.#store = options.storeData === false ? null : new Map();
-    const pageBytes = options.pageBytes ?? 2 << 20;
+    const pageBytes = checkByteCount('pageBytes', options.pageBytes ?? 2 << 20);
     this.pageMapping = pageBytes > 0 ? this.#makePageMapping(pageBytes) : undefined;
   }
 

@@ -8,6 +8,7 @@ import type { Device } from './Device.js';
 import { formatDevice } from './Device.js';
 import { BackendUnavailableError } from './errors/BackendUnavailableError.js';
 import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
+import { checkOptions } from './internal/validate.js';
 import { parseBytes } from './formatBytes.js';
 import type { Plugin } from './Plugin.js';
 
@@ -27,7 +28,7 @@ export interface CpuAllocatorOptions extends Omit<CachingAllocatorOptions, 'memo
  * @throws InvalidArgumentError for a limit that is not a byte count, or a bad engine option
  */
 export function createCpuAllocator(options: CpuAllocatorOptions = {}): CachingAllocator<HostBuffer> {
-  const { shared, limit, ...engine } = options;
+  const { shared, limit, ...engine } = checkOptions('options', options);
   let capacityBytes: number | undefined;
   if (limit !== undefined) {
     capacityBytes = parseBytes(limit);
@@ -53,5 +54,6 @@ export function registerCpuAllocator(container: DependencyContainer, options: Cp
 
 /** The CPU allocator plugin: `createRuntime({ plugins: [cpu({ shared: true })] })`. */
 export function cpu(options: CpuAllocatorOptions = {}): Plugin {
+  checkOptions('options', options);
   return { name: 'cpu', register: (container) => registerCpuAllocator(container, options) };
 }

@@ -1,11 +1,12 @@
 import type { AllocateOptions, Allocator } from './Allocator.js';
 import { DataPtr } from './DataPtr.js';
 import type { DeviceLike } from './Device.js';
-import { parseDevice } from './Device.js';
+import { formatDevice, parseDevice } from './Device.js';
+import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from './errors/OutOfMemoryError.js';
 import { AllocatorBase } from './internal/AllocatorBase.js';
 import { isSmallRequest } from './engine/SizeClass.js';
-import { checkByteCount } from './internal/validate.js';
+import { checkByteCount, checkOptions } from './internal/validate.js';
 import type { LmsStorage } from './LmsStorage.js';
 import type { BackendEvent, MemoryBackend } from './MemoryBackend.js';
 import type { MemoryBlock } from './MemoryBlock.js';
@@ -77,13 +78,19 @@ export function makeAllocator<H>(core: MinimalAllocator<H>): Allocator {
 export function makeDirectAllocator<H>(backend: MemoryBackend<H>): Allocator {
   // A backend whose freed memory may still be read by unsubmitted work (deferredFree) gets its frees back
   // only once an event recorded at free time completes; until then the memory stays held.
+  // Each block is its own segment, reported to the ManagedAllocator when the backend really takes or frees it.
   const pending: { block: MemoryBlock<H>; event: BackendEvent }[] = [];
+  let segments: SegmentSink = { reserved: () => {}, released: () => {} };
+  const release = (block: MemoryBlock<H>): void => {
+    backend.free(block);
+    segments.released(block);
+  };
   const settle = (force: boolean): void => {
     let done = 0;
     while (done < pending.length && (force || backend.isEventComplete(pending[done]!.event))) {
       const { block, event } = pending[done]!;
       if (force) backend.synchronizeEvent(event);
-      backend.free(block);
+      release(block);
       done++;
     }
     pending.splice(0, done);
@@ -93,12 +100,20 @@ export function makeDirectAllocator<H>(backend: MemoryBackend<H>): Allocator {
     alignment: backend.alignment,
     capacityBytes: backend.capacityBytes,
     allocate: (nbytes, options) => {
+      if (options.stream !== undefined && !backend.isStream(options.stream)) {
+        throw new InvalidArgumentError('options.stream', options.stream, `a stream of ${formatDevice(backend.device)}`);
+      }
       if (pending.length > 0) settle(false);
-      return backend.malloc(nbytes, { ...(options.stream === undefined ? {} : { stream: options.stream }), kind: backend.segmentKind?.(options) ?? 0 });
+      const block = backend.malloc(nbytes, { ...(options.stream === undefined ? {} : { stream: options.stream }), kind: backend.segmentKind?.(options) ?? 0 });
+      if (block) segments.reserved(block);
+      return block;
     },
     free: (block) => {
       if (backend.deferredFree) pending.push({ block, event: backend.recordEvent(backend.defaultStream) });
-      else backend.free(block);
+      else release(block);
+    },
+    bindSegments: (sink) => {
+      segments = sink;
     },
     copy: (dst, dstOffset, src, srcOffset, n) => backend.copy(dst, dstOffset, src, srcOffset, n),
     write: (dst, dstOffset, bytes) => backend.write(dst, dstOffset, bytes),
@@ -138,6 +153,7 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
   allocate(nbytes: number, options: AllocateOptions = {}): DataPtr<H> {
     this.checkOpen('allocate');
     checkByteCount('nbytes', nbytes);
+    checkOptions('options', options);
     let block = this.#core.allocate(nbytes, options);
     if (block === null) {
       this.stats.num_alloc_retries++;
@@ -193,8 +209,9 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
     if (allocation.freed) return; // reclaimed by dispose(); the pointer outlived its allocator
     allocation.freed = true;
     this.#live.delete(allocation);
-    this.#core.free(allocation.block);
+    // Counted out first: a core that returns a segment inside free() reports it to consistent statistics.
     this.#count(allocation.block.byteLength, allocation.requestedBytes, -1);
+    this.#core.free(allocation.block);
     this.emitter.safeEmit('freed', { ptr: allocation.ptr! });
   }
 
@@ -202,8 +219,6 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
   #count(blockBytes: number, requestedBytes: number, sign: 1 | -1): void {
     const small = isSmallRequest(blockBytes);
     const s = this.stats;
-    if (sign > 0) s.num_device_alloc++;
-    else s.num_device_free++;
     if (sign > 0) s.countAllocated(small, blockBytes, requestedBytes);
     else {
       s.countFreed(small, blockBytes);
@@ -212,6 +227,8 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
     if (!this.#countsSegments) {
       s.segment.add(small, sign);
       s.reserved_bytes.add(small, sign * blockBytes);
+      if (sign > 0) s.num_device_alloc++;
+      else s.num_device_free++;
     }
   }
 
@@ -219,6 +236,8 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
     const small = isSmallRequest(segment.byteLength);
     this.stats.segment.add(small, sign);
     this.stats.reserved_bytes.add(small, sign * segment.byteLength);
+    if (sign > 0) this.stats.num_device_alloc++;
+    else this.stats.num_device_free++;
     const event = { address: segment.address, bytes: segment.byteLength };
     if (sign > 0) this.emitter.safeEmit('segmentReserved', event);
     else this.emitter.safeEmit('segmentReleased', event);

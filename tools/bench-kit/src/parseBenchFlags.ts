@@ -26,5 +26,8 @@ export function parseBenchFlags<O extends BenchFlagOptions>(argv: readonly strin
 
 /** The allocator names of repeated or comma-separated `--allocator` flags; undefined when none was given. */
 export function allocatorNames(values: readonly string[] | undefined): string[] | undefined {
-  return values?.flatMap((v) => v.split(',')).filter((s) => s !== '');
+  if (values === undefined) return undefined;
+  const names = values.flatMap((v) => v.split(',')).filter((s) => s !== '');
+  if (names.length === 0) throw new BenchUsageError('--allocator names no allocator; give one or more names, comma-separated, or leave the flag out for all.');
+  return names;
 }

@@ -26,7 +26,7 @@ import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
-import { checkByteCount } from '../internal/validate.js';
+import { checkByteCount, checkOptions } from '../internal/validate.js';
 import type { MemoryBackend, StreamId } from '../MemoryBackend.js';
 import type { MemoryBlock } from '../MemoryBlock.js';
 import type { MemorySnapshot, SnapshotBlock, SnapshotSegment } from '../MemorySnapshot.js';
@@ -144,6 +144,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   allocate(nbytes: number, options: AllocateOptions = {}): DataPtr<H> {
     this.checkOpen('allocate');
     checkByteCount('nbytes', nbytes);
+    if (options === null || typeof options !== 'object') checkOptions('options', options);
     const stream = options.stream ?? this.backend.defaultStream;
     if (!this.backend.isStream(stream)) throw new InvalidArgumentError('options.stream', stream, `a stream of ${formatDevice(this.device)}`);
     if (nbytes === 0) return this.#allocateZero();

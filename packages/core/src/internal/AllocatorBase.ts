@@ -106,10 +106,12 @@ export abstract class AllocatorBase<H> implements Allocator {
   }
 
   memoryStats(): AllocatorStats {
+    this.checkOpen('memoryStats');
     return this.stats.toRecord();
   }
 
   resetPeakStats(): void {
+    this.checkOpen('resetPeakStats');
     this.stats.resetPeak();
   }
 

@@ -33,3 +33,9 @@ export function checkBytes(argument: string, value: unknown): Uint8Array {
   if (ArrayBuffer.isView(value)) return new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
   throw new InvalidArgumentError(argument, value, 'a Uint8Array or another ArrayBufferView');
 }
+
+/** Throws unless `value` is an options object (undefined is taken as `{}` by the callers' defaults). */
+export function checkOptions<T extends object>(argument: string, value: T): T {
+  if (typeof value !== 'object' || value === null) throw new InvalidArgumentError(argument, value, 'an options object (or nothing)');
+  return value;
+}

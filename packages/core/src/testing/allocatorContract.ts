@@ -260,16 +260,26 @@ export const allocatorContract: readonly ContractCheck[] = [
     run: (make) =>
       withAllocator(make, (allocator) => {
         const seen: string[] = [];
-        let countAtEvent = -1;
+        const pointers: DataPtr[] = [];
+        const counts: number[] = [];
+        const count = (): number => allocator.memoryStats()['allocation.all.current'];
+        const before = count();
         allocator.events.on('allocated', (e) => {
           seen.push(`allocated ${e.requestedBytes}`);
-          countAtEvent = allocator.memoryStats()['allocation.all.current'];
+          pointers.push(e.ptr);
+          counts.push(count());
         });
-        allocator.events.on('freed', (e) => seen.push(`freed ${e.ptr.byteLength}`));
+        allocator.events.on('freed', (e) => {
+          seen.push(`freed ${e.ptr.byteLength}`);
+          pointers.push(e.ptr);
+          counts.push(count());
+        });
         const ptr = allocator.allocate(300);
-        expect(countAtEvent, 'allocation count seen by the listener').to.equal(1);
         allocator.free(ptr);
         expect(seen).to.deep.equal(['allocated 300', 'freed 300']);
+        expect(pointers[0], 'the allocated event carries the pointer returned').to.equal(ptr);
+        expect(pointers[1], 'the freed event carries the pointer freed').to.equal(ptr);
+        expect(counts, 'allocation counts seen by the listeners: each event after its state changed').to.deep.equal([before + 1, before]);
       }),
   },
   {
@@ -368,6 +378,10 @@ export const allocatorContract: readonly ContractCheck[] = [
       allocator.dispose();
       allocator.dispose();
       expectThrows(() => allocator.allocate(8), DisposedError, 'DISPOSED', 'allocate after dispose');
+      expectThrows(() => allocator.memoryStats(), DisposedError, 'DISPOSED', 'memoryStats after dispose');
+      expectThrows(() => allocator.resetPeakStats(), DisposedError, 'DISPOSED', 'resetPeakStats after dispose');
+      expectThrows(() => allocator.snapshot(), DisposedError, 'DISPOSED', 'snapshot after dispose');
+      expectThrows(() => allocator.emptyCache(), DisposedError, 'DISPOSED', 'emptyCache after dispose');
       expect(() => ptr.release(), 'releasing a pointer that outlived its allocator').to.not.throw();
     },
   },

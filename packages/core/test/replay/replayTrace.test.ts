@@ -105,7 +105,7 @@ describe('replayTrace', () => {
   });
 
   it('allocates on stream ordinals in order of first appearance only when streams is set', () => {
-    const { allocator } = direct();
+    const allocator = makeDirectAllocator(new VirtualMemoryBackend({ streams: 2 }));
     const seen: (number | undefined)[] = [];
     const allocate = allocator.allocate.bind(allocator);
     allocator.allocate = (nbytes: number, options?: AllocateOptions) => {
