@@ -4,14 +4,15 @@
 //   lazy-clone            lazyClone(storage) and releasing the clone (the data is shared, nothing copied)
 //   materialize-copy      a write to one of two lazy copies: allocate and copy under the shared lock
 //   materialize-steal     a write to the last reference: keep the data, no copy
-//   eager-clone           allocate a new storage and copy (what reshape does without COW)
+//   eager-clone           allocate a new storage and copy (what reshape does without COW); its release untimed,
+//                         as the materializations' are
 //   plain-copy            Uint8Array#set of the same bytes between two preallocated buffers (the floor: no
 //                         allocation)
 //   plain-slice           Uint8Array#slice of the same bytes (JavaScript's own allocate-and-copy)
 // Rows other than the baselines carry ratioToPlainCopy, ratioToPlainSlice and ratioToEagerClone.
 import 'reflect-metadata';
 import os from 'node:os';
-import type { Runtime } from '@stowage/core';
+import type { Runtime, StorageImpl } from '@stowage/core';
 import { cpu, createRuntime, hostBytes } from '@stowage/core';
 import { lazyClone, materialize } from '@stowage/cow';
 import { collectGarbage } from '@stowage/bench-kit';
@@ -21,6 +22,11 @@ const SIZES = [KiB, 16 * KiB, 256 * KiB, 4 * 1024 * KiB, 64 * 1024 * KiB, 256 * 
 /** Each measurement repeats until it has taken this long (and at least 3 times), in ROUNDS rounds. */
 const MIN_MS = 270;
 const ROUNDS = 9;
+/**
+ * Bytes of copies a timed batch may hold at once: small enough that the copies stay in cache as a single
+ * reused copy would (the plain-copy baseline copies between two hot buffers).
+ */
+const BATCH_BYTES = 256 * 1024;
 
 /** The median of {@link ROUNDS} timings (a collection landing in one of them moves the median little). */
 function measure(run: () => void): number {
@@ -55,21 +61,27 @@ function benchSize(rt: Runtime, bytes: number): Record<string, number> {
   const results: Record<string, number> = {};
   results['lazy-clone'] = measure(() => lazyClone(source)!.release());
   // A write needs a materialized side each time: time only the materialization of a fresh lazy copy.
-  results['materialize-copy'] = timedOnly(() => {
+  results['materialize-copy'] = timedStep(() => {
     const copy = lazyClone(source)!;
     return [() => void materialize(copy), () => copy.release()];
-  });
-  results['materialize-steal'] = timedOnly(() => {
+  }, bytes);
+  results['materialize-steal'] = timedStep(() => {
     const own = rt.storage(bytes);
     const other = lazyClone(own)!;
     other.release(); // `own` is the last reference
     return [() => void materialize(own), () => own.release()];
-  });
-  results['eager-clone'] = measure(() => {
-    const copy = rt.storage(bytes);
-    rt.allocator().copyData(copy.mutableData(), source.data(), bytes);
-    copy.release();
-  });
+  }, bytes);
+  // Timed like materialize-copy: the allocation and the copy, not the release of the copy afterwards.
+  results['eager-clone'] = timedStep(() => {
+    let copy: StorageImpl | undefined;
+    return [
+      () => {
+        copy = rt.storage(bytes);
+        rt.allocator().copyData(copy.mutableData(), source.data(), bytes);
+      },
+      () => copy!.release(),
+    ];
+  }, bytes);
   const from = new Uint8Array(bytes).fill(1);
   const to = new Uint8Array(bytes);
   results['plain-copy'] = measure(() => to.set(from));
@@ -79,31 +91,50 @@ function benchSize(rt: Runtime, bytes: number): Record<string, number> {
   return results;
 }
 
-/** Times only the middle step of setup → step → teardown, repeated: the median of {@link ROUNDS} rounds. */
-function timedOnly(prepare: () => [step: () => void, teardown: () => void]): number {
+/**
+ * Times only the middle step of setup → step → teardown, repeated: the median of {@link ROUNDS} rounds. Steps
+ * run in batches between two reads of the clock (set up before, torn down after), as `measure` batches calls:
+ * reading the clock around each step would add ~60 ns to a step that may take 200. A batch holds at most
+ * BATCH_BYTES of copies at once.
+ */
+function timedOnly(prepare: () => [step: () => void, teardown: () => void], bytes: number): number {
   collectGarbage();
-  for (let i = 0; i < 2; i++) {
-    const [step, teardown] = prepare(); // warm up: the first copy faults in a fresh segment's pages
-    step();
-    teardown();
-  }
+  const batch = Math.max(1, Math.min(16, Math.floor(BATCH_BYTES / Math.max(bytes, 1))));
+  const runBatch = (): number => {
+    const prepared = Array.from({ length: batch }, prepare);
+    const t = performance.now();
+    for (const [step] of prepared) step();
+    const elapsed = performance.now() - t;
+    for (const [, teardown] of prepared) teardown();
+    return elapsed;
+  };
+  const warmUntil = performance.now() + MIN_MS / 10; // warm up: the JIT, and a fresh segment's pages faulted in
+  do runBatch();
+  while (performance.now() < warmUntil);
   const rounds: number[] = [];
   for (let r = 0; r < ROUNDS; r++) {
     let total = 0;
     let n = 0;
     const wall = performance.now();
     while (performance.now() - wall < (MIN_MS * 2) / ROUNDS || n < 3) {
-      const [step, teardown] = prepare();
-      const t = performance.now();
-      step();
-      total += performance.now() - t;
-      teardown();
-      n++;
+      total += runBatch();
+      n += batch;
     }
     rounds.push((total * 1e6) / n);
   }
   return median(rounds);
 }
+
+/**
+ * timedOnly less what its harness costs by itself at this batch size (an empty step: the clock reads and the
+ * loop), so that sizes timed in batches of different lengths compare fairly.
+ */
+function timedStep(prepare: () => [step: () => void, teardown: () => void], bytes: number): number {
+  const harness = timedOnly(() => [noop, noop], bytes);
+  return Math.max(0, timedOnly(prepare, bytes) - harness);
+}
+
+function noop(): void {}
 
 async function main(): Promise<void> {
   await using rt = await createRuntime({ plugins: [cpu({ limit: '3GiB' })] });
