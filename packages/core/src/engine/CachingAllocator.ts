@@ -462,7 +462,14 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     return this.#throwOutOfMemory(nbytes);
   }
 
+  /** What a custom `segmentSize` returned, when it is a whole byte count. @throws InvalidArgumentError otherwise */
+  #checkedSegmentSize(bytes: number): number {
+    if (!Number.isSafeInteger(bytes) || bytes < 0) throw new InvalidArgumentError('options.segmentSize', bytes, 'a function returning a whole byte count');
+    return bytes;
+  }
+
   #throwOutOfMemory(nbytes: number): never {
+    this.#emitSegmentEvents(); // what the chain released goes out first: listeners then see whole state
     this.stats.num_ooms++;
     const free = this.capacityBytes === undefined ? undefined : Math.max(0, this.capacityBytes - this.reservedBytes);
     this.#history?.record('oom', 0, nbytes, this.backend.defaultStream, free === undefined ? undefined : { device_free: free });
@@ -477,7 +484,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (isRetry) this.stats.num_alloc_retries++;
     if (this.options.expandableSegments && this.backend.pageMapping) return this.#growExpandable(r);
     const sized = this.options.segmentSize;
-    let bytes = sized ? Math.max(r.size, sized(r.size, this.reservedBytes)) : segmentSize(r.size);
+    let bytes = sized ? Math.max(r.size, this.#checkedSegmentSize(sized(r.size, this.reservedBytes))) : segmentSize(r.size);
     let memory = this.#mallocWithinLimit(bytes, r);
     if (memory === null && sized && bytes > segmentSize(r.size)) {
       // A large custom segment did not fit what is left: PyTorch's smaller size may.
@@ -1122,7 +1129,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     s.reserved_bytes.add(segment.small, sign * bytes);
     if (sign > 0) s.num_device_alloc++;
     else s.num_device_free++;
-    if (bytes >= this.options.maxSplitSize) s.oversize_segments.add(sign);
+    // Expandable segments are never counted in as oversize (#growExpandable), so never out.
+    if (bytes >= this.options.maxSplitSize && !segment.expandable) s.oversize_segments.add(sign);
     this.#segmentEvents.push({ reserved: sign > 0, address: segment.address, bytes });
   }
 

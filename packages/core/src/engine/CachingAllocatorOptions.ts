@@ -79,6 +79,7 @@ const NO_RECLAIMERS = (): readonly MemoryReclaimer[] => [];
 
 /** @throws InvalidArgumentError naming the first option that is out of range */
 export function resolveCachingOptions(options: CachingAllocatorOptions): ResolvedCachingOptions {
+  if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', options, 'an options object (or nothing)');
   const preset = options.preset ?? 'best';
   if (preset !== 'pytorch' && preset !== 'best') throw new InvalidArgumentError('options.preset', preset, "'pytorch' or 'best'");
   let maxSplitSize = Number.MAX_SAFE_INTEGER;
@@ -90,8 +91,13 @@ export function resolveCachingOptions(options: CachingAllocatorOptions): Resolve
     maxSplitSize = bytes;
   }
   const divisions = options.roundupPower2Divisions ?? 0;
-  const list = typeof divisions === 'number' ? new Array<number>(ROUNDUP_INTERVALS).fill(divisions) : [...divisions];
-  if (list.length > ROUNDUP_INTERVALS || list.some((d) => !Number.isSafeInteger(d) || d < 0 || (d > 1 && (d & (d - 1)) !== 0))) {
+  if (typeof divisions !== 'number' && !Array.isArray(divisions)) {
+    throw new InvalidArgumentError('options.roundupPower2Divisions', divisions, `0, 1 or a power of two, or a list of up to ${ROUNDUP_INTERVALS} of them`);
+  }
+  const list = typeof divisions === 'number' ? new Array<number>(ROUNDUP_INTERVALS).fill(divisions) : [...(divisions as readonly number[])];
+  // Exact for any safe integer, where `d & (d - 1)` sees only the low 32 bits.
+  const isPowerOfTwo = (d: number): boolean => 2 ** Math.round(Math.log2(d)) === d;
+  if (list.length > ROUNDUP_INTERVALS || list.some((d) => !Number.isSafeInteger(d) || d < 0 || (d > 1 && !isPowerOfTwo(d)))) {
     throw new InvalidArgumentError('options.roundupPower2Divisions', divisions, `0, 1 or a power of two, or up to ${ROUNDUP_INTERVALS} of them`);
   }
   const gc = options.garbageCollectionThreshold ?? 0;
@@ -117,10 +123,15 @@ export function resolveCachingOptions(options: CachingAllocatorOptions): Resolve
     expandableSegments: options.expandableSegments ?? preset === 'best',
     fragmentationLimit: checkFragmentationLimit(options.fragmentationLimit ?? (preset === 'best' ? 0.005 : Number.POSITIVE_INFINITY)),
     deferCoalescing: options.deferCoalescing ?? preset === 'best',
-    segmentSize: options.segmentSize,
+    segmentSize: checkFunction('options.segmentSize', options.segmentSize),
     unifiedPools: options.unifiedPools ?? preset === 'best',
-    reclaimers: options.reclaimers ?? NO_RECLAIMERS,
+    reclaimers: checkFunction('options.reclaimers', options.reclaimers) ?? NO_RECLAIMERS,
   };
+}
+
+function checkFunction<F>(argument: string, value: F | undefined): F | undefined {
+  if (value !== undefined && typeof value !== 'function') throw new InvalidArgumentError(argument, value, 'a function');
+  return value;
 }
 
 function checkFragmentationLimit(value: unknown): number {
