@@ -22,11 +22,6 @@ const SIZES = [KiB, 16 * KiB, 256 * KiB, 4 * 1024 * KiB, 64 * 1024 * KiB, 256 * 
 /** Each measurement repeats until it has taken this long (and at least 3 times), in ROUNDS rounds. */
 const MIN_MS = 270;
 const ROUNDS = 9;
-/**
- * Bytes of copies a timed batch may hold at once: small enough that the copies stay in cache as a single
- * reused copy would (the plain-copy baseline copies between two hot buffers).
- */
-const BATCH_BYTES = 256 * 1024;
 
 /** The median of {@link ROUNDS} timings (a collection landing in one of them moves the median little). */
 function measure(run: () => void): number {
@@ -64,13 +59,13 @@ function benchSize(rt: Runtime, bytes: number): Record<string, number> {
   results['materialize-copy'] = timedStep(() => {
     const copy = lazyClone(source)!;
     return [() => void materialize(copy), () => copy.release()];
-  }, bytes);
+  });
   results['materialize-steal'] = timedStep(() => {
     const own = rt.storage(bytes);
     const other = lazyClone(own)!;
     other.release(); // `own` is the last reference
     return [() => void materialize(own), () => own.release()];
-  }, bytes);
+  });
   // Timed like materialize-copy: the allocation and the copy, not the release of the copy afterwards.
   results['eager-clone'] = timedStep(() => {
     let copy: StorageImpl | undefined;
@@ -81,7 +76,7 @@ function benchSize(rt: Runtime, bytes: number): Record<string, number> {
       },
       () => copy!.release(),
     ];
-  }, bytes);
+  });
   const from = new Uint8Array(bytes).fill(1);
   const to = new Uint8Array(bytes);
   results['plain-copy'] = measure(() => to.set(from));
@@ -92,24 +87,22 @@ function benchSize(rt: Runtime, bytes: number): Record<string, number> {
 }
 
 /**
- * Times only the middle step of setup → step → teardown, repeated: the median of {@link ROUNDS} rounds. Steps
- * run in batches between two reads of the clock (set up before, torn down after), as `measure` batches calls:
- * reading the clock around each step would add ~60 ns to a step that may take 200. A batch holds at most
- * BATCH_BYTES of copies at once.
+ * Times only the middle step of setup → step → teardown, repeated: the median of {@link ROUNDS} rounds. The
+ * clock is read around each step, the same way at every size (timedStep subtracts what that costs); batching
+ * steps would leave small ones hot in cache and large ones cold, which is not the steps' own cost.
  */
-function timedOnly(prepare: () => [step: () => void, teardown: () => void], bytes: number): number {
+function timedOnly(prepare: () => [step: () => void, teardown: () => void]): number {
   collectGarbage();
-  const batch = Math.max(1, Math.min(16, Math.floor(BATCH_BYTES / Math.max(bytes, 1))));
-  const runBatch = (): number => {
-    const prepared = Array.from({ length: batch }, prepare);
+  const runOnce = (): number => {
+    const [step, teardown] = prepare();
     const t = performance.now();
-    for (const [step] of prepared) step();
+    step();
     const elapsed = performance.now() - t;
-    for (const [, teardown] of prepared) teardown();
+    teardown();
     return elapsed;
   };
   const warmUntil = performance.now() + MIN_MS / 10; // warm up: the JIT, and a fresh segment's pages faulted in
-  do runBatch();
+  do runOnce();
   while (performance.now() < warmUntil);
   const rounds: number[] = [];
   for (let r = 0; r < ROUNDS; r++) {
@@ -117,21 +110,18 @@ function timedOnly(prepare: () => [step: () => void, teardown: () => void], byte
     let n = 0;
     const wall = performance.now();
     while (performance.now() - wall < (MIN_MS * 2) / ROUNDS || n < 3) {
-      total += runBatch();
-      n += batch;
+      total += runOnce();
+      n++;
     }
     rounds.push((total * 1e6) / n);
   }
   return median(rounds);
 }
 
-/**
- * timedOnly less what its harness costs by itself at this batch size (an empty step: the clock reads and the
- * loop), so that sizes timed in batches of different lengths compare fairly.
- */
-function timedStep(prepare: () => [step: () => void, teardown: () => void], bytes: number): number {
-  const harness = timedOnly(() => [noop, noop], bytes);
-  return Math.max(0, timedOnly(prepare, bytes) - harness);
+/** timedOnly less what its harness costs by itself (an empty step: the two clock reads and the loop). */
+function timedStep(prepare: () => [step: () => void, teardown: () => void]): number {
+  const harness = timedOnly(() => [noop, noop]);
+  return Math.max(0, timedOnly(prepare) - harness);
 }
 
 function noop(): void {}
@@ -139,6 +129,7 @@ function noop(): void {}
 async function main(): Promise<void> {
   await using rt = await createRuntime({ plugins: [cpu({ limit: '3GiB' })] });
   const rows: { op: string; bytes: number; nsPerOp: number }[] = [];
+  benchSize(rt, SIZES[0]!); // a discarded round: the first size measured must not pay for the JIT's warm-up
   for (const bytes of SIZES) {
     const results = benchSize(rt, bytes as number);
     for (const [op, ns] of Object.entries(results)) {
