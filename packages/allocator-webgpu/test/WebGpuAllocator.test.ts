@@ -13,23 +13,8 @@ import {
 import { patternBytes } from '@stowage/core/testing';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator, fromGpuBuffer, openWebGpuDevice, webgpu, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
-import { allocatorOn, deviceOrSkip } from './testDevice.js';
+import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
 
-const MAP_READ = 0x0001;
-const COPY_SRC = 0x0004;
-const COPY_DST = 0x0008;
-const STORAGE = 0x0080;
-
-async function readBuffer(device: GPUDevice, buffer: GPUBuffer, offset: number, size: number): Promise<Uint8Array> {
-  const staging = device.createBuffer({ size, usage: MAP_READ | COPY_DST });
-  const encoder = device.createCommandEncoder();
-  encoder.copyBufferToBuffer(buffer, offset, staging, 0, size);
-  device.queue.submit([encoder.finish()]);
-  await staging.mapAsync(1);
-  const bytes = new Uint8Array(staging.getMappedRange()).slice();
-  staging.destroy();
-  return bytes;
-}
 
 describe('WebGpuAllocator', function () {
   this.timeout(60_000);

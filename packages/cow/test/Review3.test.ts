@@ -1,47 +1,9 @@
 import { expect } from 'chai';
-import type { Runtime, TensorImpl } from '@stowage/core';
 import { container } from 'tsyringe';
-import { cpu, createRuntime, hostBytes, ReshapePolicy, StowageError } from '@stowage/core';
-import type { WarnReshapePolicy } from '@stowage/cow';
+import { cpu, createRuntime, hostBytes, StowageError } from '@stowage/core';
 import { collectSharedCow, cow, receiveCow, registerCow, shareCow } from '@stowage/cow';
 
-const read = (t: TensorImpl): number => hostBytes(t.data())[t.byteOffset]!;
-const write = (t: TensorImpl, value: number): void => void (hostBytes(t.mutableData())[t.byteOffset] = value);
 
-async function warnRuntime(): Promise<{ rt: Runtime; warnings: string[] }> {
-  const rt = await createRuntime({ plugins: [cow({ reshape: 'warn' })] });
-  const warnings: string[] = [];
-  (rt.container.resolve(ReshapePolicy) as WarnReshapePolicy).events.on('aliasingObserved', (e) => warnings.push(`${e.access} ${e.tensor.sizes.join('x')}`));
-  return { rt, warnings };
-}
-
-describe('Review3: WarnReshapePolicy', () => {
-  const silence = (): void => {};
-  beforeEach(() => void process.on('warning', silence));
-  afterEach(() => void process.off('warning', silence));
-
-  it('warns when a reshape of a family that missed another family\'s write reads that write', async () => {
-    const { rt, warnings } = await warnRuntime();
-    await using _ = rt;
-    const t = rt.tensor([2, 3], { dtype: 'uint8' });
-    const r = t.reshape([6]);
-    write(r, 7); // t's family does not see this under copy semantics
-    const s = t.reshape([3, 2]); // under copy semantics: a copy of t, which still holds 0
-    expect(read(s), 'aliasing: s reads r\'s write').to.equal(7);
-    expect(warnings, 'copy semantics would read 0 here').to.deep.equal(['read 3x2']);
-  });
-
-  it('warns when a non-viewable reshape copies data another family wrote after the reshape', async () => {
-    const { rt, warnings } = await warnRuntime();
-    await using _ = rt;
-    const t = rt.tensor([2, 3], { dtype: 'uint8' });
-    const r = t.reshape([6]);
-    write(r, 9); // t's family does not see this under copy semantics
-    const copy = t.asStrided([3, 2], [1, 3]).reshape([6]); // not viewable: reshape copies t's elements now
-    expect(read(copy), 'the copy holds r\'s write').to.equal(9);
-    expect(warnings.length, 'copy semantics would have copied 0: the copy read should warn').to.be.greaterThan(0);
-  });
-});
 
 describe('Review3: shareCow / receiveCow', () => {
   it('frees the original data when the sender wrote its storage (dropping its reference) before the receiver released', async () => {

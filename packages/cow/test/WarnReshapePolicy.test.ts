@@ -80,4 +80,26 @@ describe('WarnReshapePolicy', () => {
     read(fresh);
     expect(warnings.length, 'storages never reshaped are not tracked').to.equal(1);
   });
+
+  it('warns when a reshape of a family that missed another family\'s write reads that write', async () => {
+    const { rt, warnings } = await warnRuntime();
+    await using _ = rt;
+    const t = rt.tensor([2, 3], { dtype: 'uint8' });
+    const r = t.reshape([6]);
+    write(r, 7); // t's family does not see this under copy semantics
+    const s = t.reshape([3, 2]); // under copy semantics: a copy of t, which still holds 0
+    expect(read(s), 'aliasing: s reads r\'s write').to.equal(7);
+    expect(warnings, 'copy semantics would read 0 here').to.deep.equal(['read 3x2']);
+  });
+
+  it('warns when a non-viewable reshape copies data another family wrote after the reshape', async () => {
+    const { rt, warnings } = await warnRuntime();
+    await using _ = rt;
+    const t = rt.tensor([2, 3], { dtype: 'uint8' });
+    const r = t.reshape([6]);
+    write(r, 9); // t's family does not see this under copy semantics
+    const copy = t.asStrided([3, 2], [1, 3]).reshape([6]); // not viewable: reshape copies t's elements now
+    expect(read(copy), 'the copy holds r\'s write').to.equal(9);
+    expect(warnings.length, 'copy semantics would have copied 0: the copy read should warn').to.be.greaterThan(0);
+  });
 });
