@@ -12,6 +12,9 @@
 //   static-shape     {"allocator","scenario":"static-shape","iterations","backendMallocsFirst","backendMallocsAfterFirst",
 //                    "backendMallocsPerIteration"}, then "static-shape-all": the same on the first allocations of every
 //                    PyTorch trace {"sequences","withMallocsAfterFirst","backendMallocsAfterFirst","lastIterationWithMallocs"}
+//   ratio-summary    {"allocator","scenario":"ratio-summary","traces","failedTraces","geomeanAll","listedTraces",
+//                    "geomeanListed"?,"pytorchGeomeanListed"?,"atOrBelowPytorch"?}   peakReserved/peakAllocated over
+//                    the traces replayed to the end (single-stream replays, as the trace lines)
 //   environment      {"scenario":"environment","node","cpu","cores","date"}   (last)
 import 'reflect-metadata'; // an application entry point: first, before tsyringe loads (STYLE.md §5)
 import os from 'node:os';
@@ -55,7 +58,12 @@ async function main(): Promise<void> {
   const steps = traces.length * onTraces.length + (args.quick ? 0 : selected.length * (2 * SCALING_LIVE_BLOCKS.length + 3));
   const reporter = new BenchReporter('engine bench', steps);
   try {
-    for (const trace of traces) replayOneTrace(trace, await readTraceFile(trace), onTraces, selected, pytorchRatios, reporter);
+    const ratios: TraceRatio[] = [];
+    for (const trace of traces) ratios.push(...replayOneTrace(trace, await readTraceFile(trace), onTraces, selected, pytorchRatios, reporter));
+    for (const allocator of selected) {
+      const mine = ratios.filter((r) => r.allocator === allocator.name);
+      if (mine.length > 0) reporter.emit({ allocator: allocator.name, scenario: 'ratio-summary', ...summarizeRatios(mine) });
+    }
     if (!args.quick) {
       runScaling(selected, reporter);
       for (const allocator of selected) {
@@ -99,7 +107,8 @@ function replayOneTrace(
   selected: readonly BenchAllocator[],
   pytorchRatios: ReadonlyMap<string, number>,
   reporter: BenchReporter,
-): void {
+): TraceRatio[] {
+  const ratios: TraceRatio[] = [];
   let baselineOpsPerSec: number | undefined;
   const capacityBytes = traceSummary(events).capacityAtOomBytes;
   for (const allocator of onTraces) {
@@ -123,7 +132,42 @@ function replayOneTrace(
       ...(capacityBytes === undefined ? {} : { capacityBytes }),
       ...(run.failedAt ? { failedAt: run.failedAt.op, error: run.failedAt.error.message } : {}),
     });
+    if (run.peakAllocated > 0) ratios.push({ allocator: allocator.name, ratio: run.peakReserved / run.peakAllocated, pytorchRatio, failed: run.failedAt !== undefined });
   }
+  return ratios;
+}
+
+/** One allocator's peakReserved/peakAllocated on one trace, and PyTorch's own where the traces' README lists it. */
+interface TraceRatio {
+  readonly allocator: string;
+  readonly ratio: number;
+  readonly pytorchRatio: number | undefined;
+  /** The replay ran out of memory (an OOM trace at its recorded capacity): left out of the means. */
+  readonly failed: boolean;
+}
+
+/**
+ * The issue's R/A targets from the trace lines: over the traces whose README lists PyTorch's figures, the geometric
+ * mean (target ≤ 1.05) and how many are at or below PyTorch's (target: all); and the geometric mean over every
+ * trace replayed. Stream-flattened replays (replayTrace's default) count as they are printed.
+ */
+function summarizeRatios(all: readonly TraceRatio[]): Record<string, number> {
+  const geomean = (values: readonly number[]): number => round(Math.exp(values.reduce((sum, v) => sum + Math.log(v), 0) / values.length), 4);
+  const ratios = all.filter((r) => !r.failed);
+  const listed = ratios.filter((r) => r.pytorchRatio !== undefined);
+  return {
+    traces: ratios.length,
+    failedTraces: all.length - ratios.length,
+    geomeanAll: geomean(ratios.map((r) => r.ratio)),
+    listedTraces: listed.length,
+    ...(listed.length === 0
+      ? {}
+      : {
+          geomeanListed: geomean(listed.map((r) => r.ratio)),
+          pytorchGeomeanListed: geomean(listed.map((r) => r.pytorchRatio!)),
+          atOrBelowPytorch: listed.filter((r) => r.ratio <= r.pytorchRatio!).length,
+        }),
+  };
 }
 
 function runScaling(selected: readonly BenchAllocator[], reporter: BenchReporter): void {
