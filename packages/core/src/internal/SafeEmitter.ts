@@ -13,8 +13,18 @@ export class SafeEmitter extends EventEmitter<AllocatorEvents> {
     if (this.listenerCount(event) === 0) return;
     // Note [Listener isolation]: eventemitter3's emit stops at the first listener that throws, so every
     // listener runs here on its own, in order, `once` listeners removed first, as emit would.
-    const registered = (this as unknown as { _events: Record<string, Listener | Listener[] | undefined> })._events[event as string];
+    // The records are eventemitter3's internals (5.x); should they ever change shape, fall back to its emit, so
+    // that listeners are never skipped (only isolated less well).
+    const registered = (this as unknown as { _events?: Record<string, Listener | Listener[] | undefined> })._events?.[event as string];
     const listeners = registered === undefined ? [] : Array.isArray(registered) ? [...registered] : [registered];
+    if (listeners.length === 0 || !listeners.every((l) => typeof l?.fn === 'function')) {
+      try {
+        (this.emit as (e: K, ...a: AllocatorEvents[K]) => boolean)(event, ...args);
+      } catch (error) {
+        this.#report(event, error);
+      }
+      return;
+    }
     for (const listener of listeners) {
       if (listener.once) this.removeListener(event, listener.fn as never, listener.context, true);
       try {
