@@ -246,7 +246,7 @@ describe('WebGpuAllocator', function () {
   });
 
   describe('failures', () => {
-    it('reports a segment the device rejected as a deviceError naming the pointers in it', async () => {
+    it('reports a segment the device rejected as a deviceError naming the pointers in it, and never carves from it again', async () => {
       const maxBufferSize = context.device.limits.maxBufferSize;
       using allocator = createWebGpuAllocator(context, { limit: '64GiB', preset: 'pytorch' });
       // Pretend the device allows twice its limit: the device's validation error scope catches the segment.
@@ -260,6 +260,14 @@ describe('WebGpuAllocator', function () {
       expect(errors[0]!.error).to.be.instanceOf(DeviceError);
       expect(errors[0]!.error.message).to.match(/rejected a .* segment/);
       expect(errors[0]!.ptrs).to.deep.equal([ptr]);
+      const rejected = ptr.handle;
+      allocator.free(ptr); // the program drops the pointers the event named
+      context.device.queue.submit([]);
+      const again = allocator.allocate(maxBufferSize + (2 << 20));
+      await allocator.flush();
+      await new Promise((r) => setTimeout(r, 50));
+      const reported = errors.some((e) => e.ptrs.includes(again));
+      expect(again.handle !== rejected || reported, 'the new pointer is not carved silently from the rejected buffer').to.equal(true);
     });
 
     it('refuses allocations with a DeviceError after the device is lost, and nothing hangs', async function () {

@@ -144,7 +144,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   allocate(nbytes: number, options: AllocateOptions = {}): DataPtr<H> {
     this.checkOpen('allocate');
     checkByteCount('nbytes', nbytes);
-    if (options === null || typeof options !== 'object') checkOptions('options', options);
+    checkOptions('options', options);
     const stream = options.stream ?? this.backend.defaultStream;
     if (!this.backend.isStream(stream)) throw new InvalidArgumentError('options.stream', stream, `a stream of ${formatDevice(this.device)}`);
     if (nbytes === 0) return this.#allocateZero();
