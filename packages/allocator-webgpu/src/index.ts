@@ -8,4 +8,4 @@ export { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
 export { WebGpuPager } from './WebGpuPager.js';
 export type { WebGpuUsage } from './WebGpuUsage.js';
 export type { WebGpuOptions } from './webgpu.js';
-export { createWebGpuAllocator, registerWebGpuAllocator, webgpu } from './webgpu.js';
+export { createWebGpuAllocator, DEFAULT_MIN_SEGMENT_BYTES, registerWebGpuAllocator, webgpu, webGpuEngineDefaults, webGpuSegmentSize } from './webgpu.js';

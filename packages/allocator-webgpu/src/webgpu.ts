@@ -17,18 +17,32 @@ export interface WebGpuOptions extends OpenWebGpuOptions, Omit<CachingAllocatorO
 const DEFAULT_LIMIT = 2 ** 31;
 const MiB = 2 ** 20;
 
+/** The smallest segment the WebGPU allocator reserves by default (Note [WebGPU segment sizing]). */
+export const DEFAULT_MIN_SEGMENT_BYTES = 64 * MiB;
+
 /**
  * Note [WebGPU segment sizing]: creating a GPUBuffer costs about 0.65 ms per MiB on software drivers and a
  * segment cannot be partly returned (no page mapping), so WebGPU segments are larger than PyTorch's and shared
- * by small and large tensors (`unifiedPools`): at least 32 MiB, growing to 1/16 of what is already reserved, at
- * most maxBufferSize. Measured with `pnpm bench:webgpu` on six traces against PyTorch-style sizing: 2–5× fewer
- * createBuffer calls, peak reserved/live lower on three traces, higher on one.
+ * by small and large tensors (`unifiedPools`): at least 64 MiB, growing to 1/16 of what is already reserved, at
+ * most maxBufferSize; a request larger than that gets a segment of its own size.
+ *
+ * Fewer, larger segments mean fewer createBuffer calls but more memory left over when a program's peak ends
+ * partway into its last segment; without knowing the peak in advance, no schedule keeps both small on every
+ * program. The minimum was chosen with `pnpm bench:webgpu-segments`, which replays every PyTorch trace scaled to
+ * five peaks (300–512 MiB) without a device and counts the cells meeting both targets of the WebGPU issue
+ * (createBuffer calls at most 2 % of TensorFlow.js's buffer manager's; peak reserved at most 1.15× peak
+ * allocated): 98 of 130 at 64 MiB against 71 at 32 MiB, 85 at 48 MiB, 89 at 80 MiB and 63 at 96 MiB.
  */
-function webGpuSegmentSize(maxBufferSize: number): (roundedBytes: number, reservedBytes: number) => number {
+export function webGpuSegmentSize(maxBufferSize: number, minimumBytes = DEFAULT_MIN_SEGMENT_BYTES): (roundedBytes: number, reservedBytes: number) => number {
   return (roundedBytes, reservedBytes) => {
     const grown = Math.ceil(reservedBytes / 16 / (2 * MiB)) * 2 * MiB;
-    return Math.min(maxBufferSize, Math.max(roundedBytes, 32 * MiB, grown));
+    return Math.min(maxBufferSize, Math.max(roundedBytes, minimumBytes, grown));
   };
+}
+
+/** The caching engine's options under the WebGPU allocator's defaults (Note [WebGPU segment sizing]). */
+export function webGpuEngineDefaults(maxBufferSize: number, minimumSegmentBytes = DEFAULT_MIN_SEGMENT_BYTES): CachingAllocatorOptions {
+  return { unifiedPools: true, segmentSize: webGpuSegmentSize(maxBufferSize, minimumSegmentBytes) };
 }
 
 /** Makes the allocator for an open device. */
@@ -46,11 +60,7 @@ export function createWebGpuAllocator(context: WebGpuContext, options: WebGpuOpt
     onSegmentFailed: (buffer, error) => owner.allocator?.segmentFailed(buffer, error),
     onLost: (error) => owner.allocator?.deviceLost(error),
   });
-  owner.allocator = new WebGpuAllocator(backend, {
-    unifiedPools: true,
-    segmentSize: webGpuSegmentSize(context.device.limits.maxBufferSize),
-    ...engine,
-  });
+  owner.allocator = new WebGpuAllocator(backend, { ...webGpuEngineDefaults(context.device.limits.maxBufferSize), ...engine });
   return owner.allocator;
 }
 

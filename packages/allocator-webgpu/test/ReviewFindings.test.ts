@@ -27,9 +27,9 @@ describe('WebGpuAllocator (review findings)', function () {
 
   it('reuses a block freed since the last submit instead of reporting out of memory at the limit', () => {
     using allocator = allocatorOn(context, { limit: '64MiB' });
-    const a = allocator.allocate(16 << 20);
-    allocator.allocate(16 << 20); // the first 32 MiB segment is full and split
-    allocator.allocate(32 << 20); // the second one: the budget is spent
+    const a = allocator.allocate(16 << 20); // one 64 MiB segment: the whole budget
+    allocator.allocate(16 << 20);
+    allocator.allocate(32 << 20); // the segment is full
     allocator.free(a); // waits for the next submit (Note [Submit epochs])
     const again = allocator.allocate(16 << 20);
     expect(again.handle).to.equal(a.handle);

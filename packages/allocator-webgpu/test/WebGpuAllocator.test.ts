@@ -29,7 +29,7 @@ describe('WebGpuAllocator', function () {
       const a = allocator.allocate(1000);
       const b = allocator.allocate(3000);
       expect(a.handle).to.equal(b.handle);
-      expect((a.handle as GPUBuffer).size, 'Note [WebGPU segment sizing]: 32 MiB segments at first').to.equal(32 << 20);
+      expect((a.handle as GPUBuffer).size, 'Note [WebGPU segment sizing]: 64 MiB segments at first').to.equal(64 << 20);
       expect(b.byteOffset % context.device.limits.minStorageBufferOffsetAlignment).to.equal(0);
       expect(allocator.bindingOf(b)).to.deep.equal({ buffer: b.handle, offset: b.byteOffset, size: 3000 });
       expect(allocator.backend.createdBuffers).to.equal(1);
@@ -57,7 +57,7 @@ describe('WebGpuAllocator', function () {
 
     it('falls back to a smaller segment when a large one would pass the budget', () => {
       using allocator = allocatorOn(context, { limit: '40MiB' });
-      allocator.allocate(33 << 20); // a 33 MiB segment; 7 MiB of the budget left, less than a 32 MiB segment
+      allocator.allocate(33 << 20); // a 64 MiB segment passes the budget: a 34 MiB one; 6 MiB left
       expect(allocator.allocate(1 << 20).byteLength, 'a 2 MiB segment still fits').to.equal(1 << 20);
       expect(allocator.memoryStats()['reserved_bytes.all.current']).to.be.at.most(40 << 20);
     });
@@ -158,7 +158,7 @@ describe('WebGpuAllocator', function () {
       using allocator = allocatorOn(context, { preset: 'pytorch' });
       const src = allocator.allocate(4096);
       const same = allocator.allocate(4096);
-      const other = allocator.allocate(40 << 20);
+      const other = allocator.allocate(70 << 20);
       expect(same.handle).to.equal(src.handle);
       expect(other.handle).to.not.equal(src.handle);
       const data = patternBytes(4096, 7);
