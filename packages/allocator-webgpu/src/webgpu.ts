@@ -24,19 +24,24 @@ export const DEFAULT_MIN_SEGMENT_BYTES = 64 * MiB;
  * Note [WebGPU segment sizing]: creating a GPUBuffer costs about 0.65 ms per MiB on software drivers and a
  * segment cannot be partly returned (no page mapping), so WebGPU segments are larger than PyTorch's and shared
  * by small and large tensors (`unifiedPools`): at least 64 MiB, growing to 1/16 of what is already reserved, at
- * most maxBufferSize; a request larger than that gets a segment of its own size.
+ * most maxBufferSize. A request larger than half the minimum gets a segment of its own size (rounded up to
+ * 2 MiB), as PyTorch gives requests over half its 20 MiB segments their own: placed in a shared segment, it would
+ * leave a remainder too small for another tensor of its size.
  *
  * Fewer, larger segments mean fewer createBuffer calls but more memory left over when a program's peak ends
  * partway into its last segment; without knowing the peak in advance, no schedule keeps both small on every
  * program. The minimum was chosen with `pnpm bench:webgpu-segments`, which replays every PyTorch trace scaled to
- * five peaks (300–512 MiB) without a device and counts the cells meeting both targets of the WebGPU issue
- * (createBuffer calls at most 2 % of TensorFlow.js's buffer manager's; peak reserved at most 1.15× peak
- * allocated): 98 of 130 at 64 MiB against 71 at 32 MiB, 85 at 48 MiB, 89 at 80 MiB and 63 at 96 MiB.
+ * five peaks (300–512 MiB; a smaller trace once, unscaled) without a device and counts the cells meeting both
+ * targets of the WebGPU issue (createBuffer calls at most 2 % of TensorFlow.js's buffer manager's; peak reserved
+ * at most 1.15× peak allocated): 95 of 126 at 64 MiB, against 71 at 32 MiB, 86 at 48 MiB, 92 at 56 MiB and 85
+ * at 80 MiB (the reserved target alone: 119, 120, 123, 121, 101; the previous default, 32 MiB without the
+ * own-size rule, met both on 71 and the reserved target on 116).
  */
 export function webGpuSegmentSize(maxBufferSize: number, minimumBytes = DEFAULT_MIN_SEGMENT_BYTES): (roundedBytes: number, reservedBytes: number) => number {
   return (roundedBytes, reservedBytes) => {
+    if (roundedBytes > minimumBytes / 2) return Math.min(maxBufferSize, Math.ceil(roundedBytes / (2 * MiB)) * 2 * MiB);
     const grown = Math.ceil(reservedBytes / 16 / (2 * MiB)) * 2 * MiB;
-    return Math.min(maxBufferSize, Math.max(roundedBytes, minimumBytes, grown));
+    return Math.min(maxBufferSize, Math.max(minimumBytes, grown));
   };
 }
 

@@ -11,8 +11,11 @@ describe('webGpuSegmentSize', () => {
     expect(size(512, 0)).to.equal(64 * MiB);
   });
 
-  it('gives a request larger than the minimum a segment of its own size', () => {
+  it('gives a request larger than half the minimum a segment of its own size, rounded up to 2 MiB', () => {
     expect(size(100 * MiB, 0)).to.equal(100 * MiB);
+    expect(size(33 * MiB, 0)).to.equal(34 * MiB);
+    expect(size(32 * MiB, 0), 'half the minimum still shares').to.equal(64 * MiB);
+    expect(size(300 * MiB, 0), 'capped at maxBufferSize: the engine then asks for the request itself').to.equal(256 * MiB);
   });
 
   it('grows with what is reserved (a sixteenth, in 2 MiB steps) and stops at maxBufferSize', () => {

@@ -92,3 +92,22 @@ export class DataPtr<H = unknown> implements Disposable {
     if (!this.#released) this.release();
   }
 }
+
+/**
+ * Note [A DataPtr that never dies]: V8 compiles the allocation and free paths against the hidden classes
+ * ("maps") a DataPtr passes through as its constructor adds fields, and holds those maps weakly. When no DataPtr
+ * is alive at a garbage collection (a program between steps that frees everything, and any bench between
+ * passes), the maps are collected and every compiled function that inlined the constructor or a field read is
+ * thrown away and compiled again on the next step: measured with `--trace-deopt` on the WebGPU bench, five
+ * functions per collection, on V8's compiler threads while the next step runs. One pointer kept for the life of
+ * the module keeps the maps alive. It owns nothing and is never released.
+ */
+export const SHAPE_KEEPER: DataPtr<null> = new DataPtr<null>({
+  device: Object.freeze({ type: 'cpu', index: 0 }),
+  byteLength: 0,
+  handle: null,
+  byteOffset: 0,
+  address: 0,
+  context: null,
+  deleter: null,
+});

@@ -179,7 +179,7 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
     allocation.ptr = ptr;
     this.#live.add(allocation);
     this.#count(block.byteLength, nbytes, 1);
-    this.emitter.safeEmit('allocated', { ptr, requestedBytes: nbytes });
+    if (this.emitter.hears('allocated')) this.emitter.safeEmit('allocated', { ptr, requestedBytes: nbytes });
     return ptr;
   }
 
@@ -212,7 +212,7 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
     // Counted out first: a core that returns a segment inside free() reports it to consistent statistics.
     this.#count(allocation.block.byteLength, allocation.requestedBytes, -1);
     this.#core.free(allocation.block);
-    this.emitter.safeEmit('freed', { ptr: allocation.ptr! });
+    if (this.emitter.hears('freed')) this.emitter.safeEmit('freed', { ptr: allocation.ptr! });
   }
 
   /** Counts one allocation in (sign 1) or out (sign -1); each block is its own segment unless the core reports them. */

@@ -14,7 +14,7 @@ export class Segment<H = unknown> {
   /** Bytes the backend currently backs: extentBytes minus the unmapped gaps of an expandable segment. */
   mappedBytes: number;
   /** The unmapped blocks of an expandable segment by (size, address) (Note [Expandable segments]). */
-  readonly gaps = new BlockPool<H>(false);
+  readonly gaps: BlockPool<H>;
   /** Out of service (Note [Retired segments] in CachingAllocator.ts): its free blocks are in no pool. */
   retired = false;
 
@@ -28,6 +28,12 @@ export class Segment<H = unknown> {
   ) {
     this.mappedBytes = expandable ? 0 : memory.byteLength;
     this.extentBytes = this.mappedBytes;
+    this.gaps = new BlockPool<H>(false, new Block<H>(this, -1, 0));
+  }
+
+  /** A segment of no memory, for the probe blocks of an engine's pools (BlockPool). */
+  static empty<H>(): Segment<H> {
+    return new Segment<H>({ handle: null as H, byteOffset: 0, address: 0, byteLength: 0 }, 0, 0, false, false);
   }
 
   get address(): number {

@@ -19,12 +19,21 @@ function bySizeThenAddress<H>(a: Block<H>, b: Block<H>): number {
  */
 export class BlockPool<H = unknown> {
   readonly #trees = new Map<StreamId, Tree<H>>();
-  readonly #probe = { size: 0, address: -1 } as Block<H>;
+  /**
+   * The key of lower-bound searches: a real Block (never in a tree), so that the comparator only ever sees
+   * Blocks and V8 compiles it for one hidden class (a plain object here made it polymorphic and deoptimized it).
+   */
+  readonly #probe: Block<H>;
   /** Free-block searches so far; ages cached blocks for garbage collection. */
   searchCount = 0;
   #size = 0;
 
-  constructor(readonly small: boolean) {}
+  constructor(
+    readonly small: boolean,
+    probe: Block<H>,
+  ) {
+    this.#probe = probe;
+  }
 
   /** Number of free blocks. */
   get size(): number {
@@ -52,6 +61,7 @@ export class BlockPool<H = unknown> {
     const tree = this.#trees.get(stream);
     if (!tree) return undefined;
     this.#probe.size = bytes;
+    this.#probe.address = -1;
     return tree.getPairOrNextHigher(this.#probe)?.[0];
   }
 

@@ -39,6 +39,9 @@ import type { HistoryOptions } from './History.js';
 import { History } from './History.js';
 import { isSmallRequest, LARGE_SEGMENT_BYTES, MIN_BLOCK_BYTES, ROUNDUP_INTERVALS, roundSize, segmentSize, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
 
+/** The options of a call that passed none: one shared object, not a new one per call. */
+const NO_OPTIONS: AllocateOptions = Object.freeze({});
+
 /** The context of a zero-byte pointer: no block, nothing to free but the count. */
 const ZERO_BYTES = Symbol('zero-byte allocation');
 
@@ -138,10 +141,10 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
 
   /** Bytes reserved from the backend right now. */
   get reservedBytes(): number {
-    return this.stats.reserved_bytes.all.current;
+    return this.stats.reservedBytes;
   }
 
-  allocate(nbytes: number, options: AllocateOptions = {}): DataPtr<H> {
+  allocate(nbytes: number, options: AllocateOptions = NO_OPTIONS): DataPtr<H> {
     this.checkOpen('allocate');
     checkByteCount('nbytes', nbytes);
     checkOptions('options', options);
@@ -192,7 +195,10 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    */
   #poolsOf(kind: number): readonly [BlockPool<H>, BlockPool<H>] {
     let pools = this.#pools.get(kind);
-    if (!pools) this.#pools.set(kind, (pools = [new BlockPool<H>(true), new BlockPool<H>(false)]));
+    if (!pools) {
+      const probes = Segment.empty<H>();
+      this.#pools.set(kind, (pools = [new BlockPool<H>(true, new Block<H>(probes, -1, 0)), new BlockPool<H>(false, new Block<H>(probes, -1, 0))]));
+    }
     return pools;
   }
 
@@ -707,7 +713,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     block.allocated = true;
     block.requestedSize = nbytes;
     s.countAllocated(small, block.size, nbytes);
-    if (s.allocated_bytes.all.current > this.#peakLiveBytes) this.#peakLiveBytes = s.allocated_bytes.all.current;
+    const live = s.allocatedBytes;
+    if (live > this.#peakLiveBytes) this.#peakLiveBytes = live;
     if (block.size >= this.options.maxSplitSize) s.oversize_allocations.add(1);
     const ptr = new DataPtr<H>({
       device: this.device,
@@ -721,7 +728,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     block.ptr = ptr;
     this.#history?.record('alloc', block.address, nbytes, block.stream);
     if (this.#segmentEvents.length > 0) this.#emitSegmentEvents();
-    this.emitter.safeEmit('allocated', { ptr, requestedBytes: nbytes });
+    if (this.emitter.hears('allocated')) this.emitter.safeEmit('allocated', { ptr, requestedBytes: nbytes });
     return ptr;
   }
 
@@ -751,7 +758,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (block.streamUses !== null && block.streamUses.size > 0) this.#insertEvents(block, block.streamUses);
     else if (this.backend.deferredFree) this.#insertEvents(block, [block.stream]);
     else this.#freeBlock(block);
-    this.emitter.safeEmit('freed', { ptr });
+    if (this.emitter.hears('freed')) this.emitter.safeEmit('freed', { ptr });
   }
 
   /**
@@ -819,7 +826,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       this.#releaseIfIdle(block.segment); // never pooled again (Note [Retired segments])
       return;
     }
-    if (s.allocated_bytes.all.current === 0) {
+    if (s.allocatedBytes === 0) {
       // Nothing live (the last free, or a late one it waited for): merge what the quick lists held back too, so
       // the next step starts from whole free blocks (Note [Deferred coalescing]). The block first: until it is
       // in its pool it looks free to a neighbour merging into it.

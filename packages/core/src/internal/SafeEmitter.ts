@@ -9,6 +9,14 @@ import type { AllocatorEvents } from '../AllocatorEvents.js';
 export class SafeEmitter extends EventEmitter<AllocatorEvents> {
   #warned = false;
 
+  /**
+   * True when anyone listens for `event`. The allocation and free paths check it before they build an event
+   * object nobody would hear (Note [Flat statistics] says why the unoptimized cost of such work matters).
+   */
+  hears(event: keyof AllocatorEvents): boolean {
+    return this.listenerCount(event) !== 0;
+  }
+
   safeEmit<K extends keyof AllocatorEvents>(event: K, ...args: AllocatorEvents[K]): void {
     if (this.listenerCount(event) === 0) return;
     // Note [Listener isolation]: eventemitter3's emit stops at the first listener that throws, so every
