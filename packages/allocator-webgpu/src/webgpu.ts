@@ -31,11 +31,12 @@ export const DEFAULT_MIN_SEGMENT_BYTES = 64 * MiB;
  * Fewer, larger segments mean fewer createBuffer calls but more memory left over when a program's peak ends
  * partway into its last segment; without knowing the peak in advance, no schedule keeps both small on every
  * program. The minimum was chosen with `pnpm bench:webgpu-segments`, which replays every PyTorch trace scaled to
- * five peaks (300–512 MiB; a smaller trace once, unscaled) without a device and counts the cells meeting both
- * targets of the WebGPU issue (createBuffer calls at most 2 % of TensorFlow.js's buffer manager's; peak reserved
- * at most 1.15× peak allocated): 95 of 126 at 64 MiB, against 71 at 32 MiB, 86 at 48 MiB, 92 at 56 MiB and 85
- * at 80 MiB (the reserved target alone: 119, 120, 123, 121, 101; the previous default, 32 MiB without the
- * own-size rule, met both on 71 and the reserved target on 116).
+ * five peaks (300–512 MiB; a smaller trace once, unscaled) twice, as the WebGPU bench's cold and warm passes,
+ * without a device, and counts the cells meeting both targets of the WebGPU issue (createBuffer calls at most 2 %
+ * of TensorFlow.js's buffer manager's; peak reserved at most 1.15× peak allocated): 93 of 126 at 64 MiB, against
+ * 71 at 32 MiB, 84 at 48 MiB, 91 at 56 MiB and 83 at 80 MiB (the reserved target alone: 116, 120, 120, 118, 99;
+ * the previous default, 32 MiB without the own-size rule: both on 71, the reserved target on 116). Without the
+ * own-size rule 64 MiB scores the same within a cell (94 and 116), with a higher geometric-mean reserved/peak.
  */
 export function webGpuSegmentSize(maxBufferSize: number, minimumBytes = DEFAULT_MIN_SEGMENT_BYTES): (roundedBytes: number, reservedBytes: number) => number {
   return (roundedBytes, reservedBytes) => {
