@@ -102,7 +102,7 @@ async function main(): Promise<void> {
  */
 function replayOnEngine(plan: ReplayPlan, minimumSegmentBytes: number): { createBufferCalls: number; peakReservedBytes: number } {
   const backend = new EpochBackend();
-  const engine = new CachingAllocator(backend, webGpuEngineDefaults(MAX_BUFFER_SIZE, minimumSegmentBytes));
+  const engine = new CachingAllocator(backend, webGpuEngineDefaults({ maxBufferSize: MAX_BUFFER_SIZE, minimumSegmentBytes }));
   try {
     const live: (DataPtr | undefined)[] = new Array<DataPtr | undefined>(plan.slots);
     for (let pass = 0; pass < PASSES; pass++) {

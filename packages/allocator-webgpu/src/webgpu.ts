@@ -26,7 +26,8 @@ export const DEFAULT_MIN_SEGMENT_BYTES = 64 * MiB;
  * by small and large tensors (`unifiedPools`): at least 64 MiB, growing to 1/16 of what is already reserved, at
  * most maxBufferSize. A request larger than half the minimum gets a segment of its own size (rounded up to
  * 2 MiB), as PyTorch gives requests over half its 20 MiB segments their own: placed in a shared segment, it would
- * leave a remainder too small for another tensor of its size.
+ * leave a remainder too small for another tensor of its size. Under a budget (`limit`) below 512 MiB the minimum is
+ * an eighth of the budget instead, so that a small budget is not spent on one segment its first tensor splits.
  *
  * Fewer, larger segments mean fewer createBuffer calls but more memory left over when a program's peak ends
  * partway into its last segment; without knowing the peak in advance, no schedule keeps both small on every
@@ -46,9 +47,23 @@ export function webGpuSegmentSize(maxBufferSize: number, minimumBytes = DEFAULT_
   };
 }
 
+export interface WebGpuEngineDefaultsOptions {
+  /** The device's maxBufferSize: no segment is larger. */
+  readonly maxBufferSize: number;
+  /**
+   * The allocator's budget (`limit`). Segments start at no more than an eighth of it (in 2 MiB steps), so that a
+   * small budget is not spent on one segment that its first tensor splits.
+   */
+  readonly budgetBytes?: number;
+  /** The smallest segment under a large enough budget. Default {@link DEFAULT_MIN_SEGMENT_BYTES}. */
+  readonly minimumSegmentBytes?: number;
+}
+
 /** The caching engine's options under the WebGPU allocator's defaults (Note [WebGPU segment sizing]). */
-export function webGpuEngineDefaults(maxBufferSize: number, minimumSegmentBytes = DEFAULT_MIN_SEGMENT_BYTES): CachingAllocatorOptions {
-  return { unifiedPools: true, segmentSize: webGpuSegmentSize(maxBufferSize, minimumSegmentBytes) };
+export function webGpuEngineDefaults(options: WebGpuEngineDefaultsOptions): CachingAllocatorOptions {
+  const { maxBufferSize, budgetBytes = Number.POSITIVE_INFINITY, minimumSegmentBytes = DEFAULT_MIN_SEGMENT_BYTES } = options;
+  const budgetShare = Math.max(2 * MiB, Math.floor(budgetBytes / 8 / (2 * MiB)) * 2 * MiB);
+  return { unifiedPools: true, segmentSize: webGpuSegmentSize(maxBufferSize, Math.min(minimumSegmentBytes, budgetShare)) };
 }
 
 /** Makes the allocator for an open device. */
@@ -66,7 +81,7 @@ export function createWebGpuAllocator(context: WebGpuContext, options: WebGpuOpt
     onSegmentFailed: (buffer, error) => owner.allocator?.segmentFailed(buffer, error),
     onLost: (error) => owner.allocator?.deviceLost(error),
   });
-  owner.allocator = new WebGpuAllocator(backend, { ...webGpuEngineDefaults(context.device.limits.maxBufferSize), ...engine });
+  owner.allocator = new WebGpuAllocator(backend, { ...webGpuEngineDefaults({ maxBufferSize: context.device.limits.maxBufferSize, budgetBytes: capacityBytes }), ...engine });
   return owner.allocator;
 }
 

@@ -57,8 +57,8 @@ describe('WebGpuAllocator', function () {
 
     it('falls back to a smaller segment when a large one would pass the budget', () => {
       using allocator = allocatorOn(context, { limit: '40MiB' });
-      allocator.allocate(33 << 20); // a 64 MiB segment passes the budget: a 34 MiB one; 6 MiB left
-      expect(allocator.allocate(1 << 20).byteLength, 'a 2 MiB segment still fits').to.equal(1 << 20);
+      allocator.allocate(33 << 20); // a segment of its own, 34 MiB; 6 MiB of the budget left
+      expect(allocator.allocate(1 << 20).byteLength, 'a 4 MiB segment (an eighth of the budget, in 2 MiB steps) still fits').to.equal(1 << 20);
       expect(allocator.memoryStats()['reserved_bytes.all.current']).to.be.at.most(40 << 20);
     });
 

@@ -21,6 +21,18 @@ export interface DataPtrInit<H> {
 }
 
 /**
+ * Note [A DataPtr that never dies]: V8 compiles the allocation and free paths against the hidden classes
+ * ("maps") a DataPtr passes through as its constructor adds fields, and holds those maps weakly. When no DataPtr
+ * is alive at a garbage collection (a program between steps that frees everything, and any bench between
+ * passes), the maps are collected and every compiled function that inlined the constructor or a field read is
+ * thrown away and compiled again on the next step: measured with `--trace-deopt` on the WebGPU bench, five
+ * functions per collection, on V8's compiler threads while the next step runs. One pointer made by the class's
+ * static block (which bundlers keep with the class, unlike an unused export) and kept here for the life of the
+ * module keeps the maps alive. It owns nothing and is never released.
+ */
+const SHAPE_KEEPERS: DataPtr<null>[] = [];
+
+/**
  * One allocation as a storage sees it, after c10's DataPtr: where the bytes are, plus an opaque context and a
  * deleter that frees them. COW and IPC take ownership of an allocation by swapping the context and deleter in
  * place ({@link DataPtr.compareExchangeDeleter}).
@@ -91,23 +103,9 @@ export class DataPtr<H = unknown> implements Disposable {
   [Symbol.dispose](): void {
     if (!this.#released) this.release();
   }
+
+  static {
+    SHAPE_KEEPERS.push(new DataPtr<null>({ device: Object.freeze({ type: 'cpu', index: 0 }), byteLength: 0, handle: null, byteOffset: 0, address: 0, context: null, deleter: null }));
+  }
 }
 
-/**
- * Note [A DataPtr that never dies]: V8 compiles the allocation and free paths against the hidden classes
- * ("maps") a DataPtr passes through as its constructor adds fields, and holds those maps weakly. When no DataPtr
- * is alive at a garbage collection (a program between steps that frees everything, and any bench between
- * passes), the maps are collected and every compiled function that inlined the constructor or a field read is
- * thrown away and compiled again on the next step: measured with `--trace-deopt` on the WebGPU bench, five
- * functions per collection, on V8's compiler threads while the next step runs. One pointer kept for the life of
- * the module keeps the maps alive. It owns nothing and is never released.
- */
-export const SHAPE_KEEPER: DataPtr<null> = new DataPtr<null>({
-  device: Object.freeze({ type: 'cpu', index: 0 }),
-  byteLength: 0,
-  handle: null,
-  byteOffset: 0,
-  address: 0,
-  context: null,
-  deleter: null,
-});

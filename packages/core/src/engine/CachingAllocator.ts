@@ -497,6 +497,12 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       bytes = segmentSize(r.size);
       memory = this.#mallocWithinLimit(bytes, r);
     }
+    if (memory === null && sized && bytes > r.size) {
+      // Nor PyTorch's, rounded up to 2 MiB: a segment of just the request may still fit a budget that is not a
+      // multiple of 2 MiB.
+      bytes = r.size;
+      memory = this.#mallocWithinLimit(bytes, r);
+    }
     if (memory === null) return undefined;
     const segment = new Segment<H>(memory, r.stream, r.kind, r.pool.small, false);
     const block = new Block<H>(segment, memory.address, bytes);
