@@ -19,6 +19,8 @@ export class EpochBackend implements MemoryBackend<null> {
   readonly deferredFree = true;
   /** Segments made so far: WebGPU's createBuffer calls. */
   segmentsMade = 0;
+  /** Bytes of the segments made so far. */
+  bytesMade = 0;
   #epoch = 0;
   #nextAddress = 0x1000_0000;
 
@@ -29,6 +31,7 @@ export class EpochBackend implements MemoryBackend<null> {
 
   malloc(byteLength: number): MemoryBlock<null> {
     this.segmentsMade++;
+    this.bytesMade += byteLength;
     const address = this.#nextAddress;
     this.#nextAddress += byteLength;
     return { handle: null, byteOffset: 0, address, byteLength };

@@ -11,16 +11,25 @@ import { ALLOC } from './ReplayPlan.js';
 export class FreeListModel {
   /** `createBuffer` calls the manager makes over `plan`, the program submitting after every free. */
   static countCreates(plan: ReplayPlan): number {
+    return FreeListModel.replay(plan).creates;
+  }
+
+  /** `createBuffer` calls and the bytes of the buffers they make over `plan` (tfjs never destroys one). */
+  static replay(plan: ReplayPlan): { creates: number; createdBytes: number } {
     const waiting = new Map<number, number>();
     const sizeOf = new Float64Array(plan.slots);
     let creates = 0;
+    let createdBytes = 0;
     for (let i = 0; i < plan.length; i++) {
       const slot = plan.slot[i]!;
       if (plan.kind[i] === ALLOC) {
         const size = plan.size[i]!;
         const free = waiting.get(size) ?? 0;
         if (free > 0) waiting.set(size, free - 1);
-        else creates++;
+        else {
+          creates++;
+          createdBytes += size;
+        }
         sizeOf[slot] = size;
       } else {
         // Released at the submit that follows this free, before the next allocation.
@@ -28,6 +37,6 @@ export class FreeListModel {
         waiting.set(size, (waiting.get(size) ?? 0) + 1);
       }
     }
-    return creates;
+    return { creates, createdBytes };
   }
 }
