@@ -14,8 +14,11 @@ export class SubmitCounter {
   count = 0;
   /** The queue's own submit, which starts no epoch. */
   readonly submitUncounted: (buffers: Iterable<GPUCommandBuffer>) => undefined;
-  /** Called before every counted submit and every `writeBuffer` by the program: batched copies run first. */
-  readonly beforeSubmit = new Set<() => void>();
+  /**
+   * Called before every counted submit and every `writeBuffer` by the program: batched copies run first. An
+   * array walked by index: the program's every submit passes here, often before V8 has optimized it.
+   */
+  readonly #beforeSubmit: (() => void)[] = [];
   #users = 0;
   #active = true;
   readonly #restore: (() => void)[] = [];
@@ -45,6 +48,16 @@ export class SubmitCounter {
     return counter;
   }
 
+  /** Runs `flush` before every counted submit and program `writeBuffer` until `removeBeforeSubmit`. */
+  addBeforeSubmit(flush: () => void): void {
+    if (!this.#beforeSubmit.includes(flush)) this.#beforeSubmit.push(flush);
+  }
+
+  removeBeforeSubmit(flush: () => void): void {
+    const i = this.#beforeSubmit.indexOf(flush);
+    if (i >= 0) this.#beforeSubmit.splice(i, 1);
+  }
+
   release(): void {
     if (--this.#users > 0) return;
     this.#active = false;
@@ -53,7 +66,8 @@ export class SubmitCounter {
   }
 
   #flushBatched(): void {
-    for (const flush of this.beforeSubmit) flush();
+    const flushes = this.#beforeSubmit;
+    for (let i = 0; i < flushes.length; i++) flushes[i]!();
   }
 
   /** Installs `wrapper` as the queue's own `name`, remembering how to put back what was there (Note [Queue wrappers]). */

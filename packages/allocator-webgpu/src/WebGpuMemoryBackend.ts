@@ -83,7 +83,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.maxStorageBufferBindingSize = gpu.limits.maxStorageBufferBindingSize;
     this.keepAlive = options.keepAlive;
     this.#epochs = SubmitCounter.acquire(gpu.queue);
-    this.#epochs.beforeSubmit.add(this.#flushPending);
+    this.#epochs.addBeforeSubmit(this.#flushPending);
     const submit = this.#epochs.submitUncounted;
     this.#submit = submit;
     this.#readback = new StagingPool(gpu, 64 << 20, this.maxBufferSize);
@@ -268,7 +268,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     if (this.#disposed) return;
     this.#disposed = true;
     this.#flushPending();
-    this.#epochs.beforeSubmit.delete(this.#flushPending);
+    this.#epochs.removeBeforeSubmit(this.#flushPending);
     this.#epochs.release();
     this.#readback.dispose();
     this.#kernel.dispose();
