@@ -18,28 +18,28 @@ const DEFAULT_LIMIT = 2 ** 31;
 const MiB = 2 ** 20;
 
 /** The smallest segment the WebGPU allocator reserves by default (Note [WebGPU segment sizing]). */
-export const DEFAULT_MIN_SEGMENT_BYTES = 64 * MiB;
+export const DEFAULT_MIN_SEGMENT_BYTES = 48 * MiB;
 
 /**
  * Note [WebGPU segment sizing]: creating a GPUBuffer costs about 0.65 ms per MiB on software drivers and a
  * segment cannot be partly returned (no page mapping), so WebGPU segments are larger than PyTorch's and shared
- * by small and large tensors (`unifiedPools`): at least 64 MiB, growing to 1/16 of what is already reserved, at
+ * by small and large tensors (`unifiedPools`): at least 48 MiB, growing to 1/16 of what is already reserved, at
  * most maxBufferSize. A request larger than half the minimum gets a segment of its own size (rounded up to
  * 2 MiB), as PyTorch gives requests over half its 20 MiB segments their own: placed in a shared segment, it would
- * leave a remainder too small for another tensor of its size. Under a budget (`limit`) below 512 MiB the minimum is
+ * leave a remainder too small for another tensor of its size. Under a budget (`limit`) below 384 MiB the minimum is
  * an eighth of the budget instead, so that a small budget is not spent on one segment its first tensor splits.
  *
  * Fewer, larger segments mean fewer createBuffer calls but more memory left over when a program's peak ends
  * partway into its last segment; without knowing the peak in advance, no schedule keeps both small on every
  * program. The minimum was chosen with `pnpm bench:webgpu-segments`, which replays every PyTorch trace scaled to
  * five peaks (300–512 MiB; a smaller trace once, unscaled) twice, as the WebGPU bench's cold and warm passes,
- * without a device, and counts the cells meeting both targets of the WebGPU issue (createBuffer calls at most 2 %
- * of TensorFlow.js's buffer manager's; peak reserved at most 1.15× peak allocated): 93 of 126 at 64 MiB, against
- * 71 at 32 MiB, 79 at 40, 84 at 48, 91 at 56 and 83 at 80 (the reserved target alone: 116, 120, 120, 120, 118,
- * 99; the previous default, 32 MiB without the own-size rule: both on 71, the reserved target on 116). Adding
- * "creates no more buffer bytes than tfjs" (on software drivers the cold pass's cost is mostly bytes created),
- * 64 MiB still meets the most cells (29; 32 MiB: 19). Without the own-size rule 64 MiB scores the same within a
- * cell (94 and 116), with a higher geometric-mean reserved/peak.
+ * without a device, against the targets of the WebGPU issue (peak reserved at most 1.15× peak allocated;
+ * createBuffer calls at most 2 % of TensorFlow.js's buffer manager's). Memory comes first: it is what a budget
+ * runs out of, and on software drivers what the cold pass pays for (createBuffer costs per byte). The reserved
+ * target holds on 120 of 126 cells at 32, 40 and 48 MiB, 118 at 56, 116 at 64 and 99 at 80; among the first
+ * three, 48 MiB makes the fewest buffers (both targets on 84 cells, against 71 at 32 MiB and 79 at 40). 64 MiB
+ * would meet both on 93, but the reserved target on 4 fewer cells, 2 of them among the bench's 6 default traces.
+ * The previous default, 32 MiB without the own-size rule, met the reserved target on 116 and both on 71.
  */
 export function webGpuSegmentSize(maxBufferSize: number, minimumBytes = DEFAULT_MIN_SEGMENT_BYTES): (roundedBytes: number, reservedBytes: number) => number {
   return (roundedBytes, reservedBytes) => {

@@ -29,7 +29,7 @@ describe('WebGpuAllocator', function () {
       const a = allocator.allocate(1000);
       const b = allocator.allocate(3000);
       expect(a.handle).to.equal(b.handle);
-      expect((a.handle as GPUBuffer).size, 'Note [WebGPU segment sizing]: 64 MiB segments at first').to.equal(64 << 20);
+      expect((a.handle as GPUBuffer).size, 'Note [WebGPU segment sizing]: 48 MiB segments at first').to.equal(48 << 20);
       expect(b.byteOffset % context.device.limits.minStorageBufferOffsetAlignment).to.equal(0);
       expect(allocator.bindingOf(b)).to.deep.equal({ buffer: b.handle, offset: b.byteOffset, size: 3000 });
       expect(allocator.backend.createdBuffers).to.equal(1);

@@ -6,15 +6,15 @@ const MiB = 2 ** 20;
 describe('webGpuSegmentSize', () => {
   const size = webGpuSegmentSize(256 * MiB);
 
-  it('reserves at least 64 MiB, however small the request', () => {
-    expect(DEFAULT_MIN_SEGMENT_BYTES).to.equal(64 * MiB);
-    expect(size(512, 0)).to.equal(64 * MiB);
+  it('reserves at least 48 MiB, however small the request', () => {
+    expect(DEFAULT_MIN_SEGMENT_BYTES).to.equal(48 * MiB);
+    expect(size(512, 0)).to.equal(48 * MiB);
   });
 
   it('gives a request larger than half the minimum a segment of its own size, rounded up to 2 MiB', () => {
     expect(size(100 * MiB, 0)).to.equal(100 * MiB);
-    expect(size(33 * MiB, 0)).to.equal(34 * MiB);
-    expect(size(32 * MiB, 0), 'half the minimum still shares').to.equal(64 * MiB);
+    expect(size(25 * MiB, 0)).to.equal(26 * MiB);
+    expect(size(24 * MiB, 0), 'half the minimum still shares').to.equal(48 * MiB);
     expect(size(300 * MiB, 0), 'capped at maxBufferSize: the engine then asks for the request itself').to.equal(256 * MiB);
   });
 
