@@ -64,6 +64,8 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.#submit([encoder.finish()]);
   };
   readonly #epochs: SubmitCounter;
+  /** The event of the current epoch, once a free recorded it (recordEvent). */
+  #lastEvent: EpochEvent | null = null;
   /** Events of epochs below this are complete though no submit ended them (synchronizeEvent). */
   #forcedThrough = 0;
   #nextAddress = 0x1000_0000;
@@ -220,8 +222,11 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     return stream === 0;
   }
 
+  /** Every free of one epoch records the same event (they are immutable): no object per free. */
   recordEvent(stream: StreamId): BackendEvent {
-    const event: EpochEvent = { stream, epoch: this.#epochs.count };
+    const epoch = this.#epochs.count;
+    let event = this.#lastEvent;
+    if (event === null || event.epoch !== epoch) this.#lastEvent = event = { stream, epoch };
     return event;
   }
 
