@@ -108,4 +108,3 @@ export class DataPtr<H = unknown> implements Disposable {
     SHAPE_KEEPERS.push(new DataPtr<null>({ device: Object.freeze({ type: 'cpu', index: 0 }), byteLength: 0, handle: null, byteOffset: 0, address: 0, context: null, deleter: null }));
   }
 }
-
