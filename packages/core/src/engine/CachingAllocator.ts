@@ -762,7 +762,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     s.countFreed(small, block.size);
     this.#history?.record('free_requested', block.address, block.requestedSize, block.stream);
     if (block.streamUses !== null && block.streamUses.size > 0) this.#insertEvents(block, block.streamUses);
-    else if (this.backend.deferredFree) this.#insertEvents(block, [block.stream]);
+    else if (this.backend.deferredFree) this.#insertEvent(block, block.stream);
     else this.#freeBlock(block);
     if (this.emitter.hears('freed')) this.emitter.safeEmit('freed', { ptr });
   }
@@ -773,20 +773,23 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * merge) only when all of them have completed, checked at the start of each allocation and forced by
    * emptyCache. Until then it counts as active but not allocated ("active_pending_free").
    */
-  #insertEvents(block: Block<H>, streams: Iterable<StreamId>): void {
-    if (this.backend.deferredFree && block.streamUses !== null) block.streamUses.add(block.stream);
+  #insertEvents(block: Block<H>, streams: Set<StreamId>): void {
+    if (this.backend.deferredFree) streams.add(block.stream);
     block.streamUses = null;
-    for (const stream of streams) {
-      const event = this.backend.recordEvent(stream);
-      block.eventCount++;
-      let queue = this.#pendingEvents.get(stream);
-      if (!queue) {
-        this.#pendingEvents.set(stream, (queue = new EventQueue<H>()));
-        this.#eventQueues.push(queue);
-      }
-      queue.push(event, block);
-      this.#pendingCount++;
+    for (const stream of streams) this.#insertEvent(block, stream);
+  }
+
+  /** Records an event on `stream` that `block` waits for (the only one, for a deferred free used on its own stream). */
+  #insertEvent(block: Block<H>, stream: StreamId): void {
+    const event = this.backend.recordEvent(stream);
+    block.eventCount++;
+    let queue = this.#pendingEvents.get(stream);
+    if (!queue) {
+      this.#pendingEvents.set(stream, (queue = new EventQueue<H>()));
+      this.#eventQueues.push(queue);
     }
+    queue.push(event, block);
+    this.#pendingCount++;
   }
 
   /** Completes, per stream in order, the events that have completed; stops at a stream's first incomplete one. */

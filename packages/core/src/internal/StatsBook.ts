@@ -28,15 +28,24 @@ function decAt(v: Float64Array, at: number, amount: number): void {
   v[at + FREED] = v[at + FREED]! + amount;
 }
 
-/** `incAt` on a pooled statistic's `all` record and on its pool's (`pool` is SMALL or LARGE). */
+/** `incAt` on a pooled statistic's `all` record and on its pool's (`pool` is SMALL or LARGE), written out. */
 function incPooled(v: Float64Array, base: number, pool: number, amount: number): void {
-  incAt(v, base + ALL, amount);
-  incAt(v, base + pool, amount);
+  let current = (v[base + CURRENT] = v[base + CURRENT]! + amount);
+  v[base + ALLOCATED] = v[base + ALLOCATED]! + amount;
+  if (current > v[base + PEAK]!) v[base + PEAK] = current;
+  const at = base + pool;
+  current = v[at + CURRENT] = v[at + CURRENT]! + amount;
+  v[at + ALLOCATED] = v[at + ALLOCATED]! + amount;
+  if (current > v[at + PEAK]!) v[at + PEAK] = current;
 }
 
+/** `decAt` on a pooled statistic's `all` record and on its pool's, written out. */
 function decPooled(v: Float64Array, base: number, pool: number, amount: number): void {
-  decAt(v, base + ALL, amount);
-  decAt(v, base + pool, amount);
+  v[base + CURRENT] = v[base + CURRENT]! - amount;
+  v[base + FREED] = v[base + FREED]! + amount;
+  const at = base + pool;
+  v[at + CURRENT] = v[at + CURRENT]! - amount;
+  v[at + FREED] = v[at + FREED]! + amount;
 }
 
 /** One statistic with PyTorch's four fields. Invariant: current == allocated - freed; peak >= current. */
