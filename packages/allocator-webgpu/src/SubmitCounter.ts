@@ -16,9 +16,10 @@ export class SubmitCounter {
   readonly submitUncounted: (buffers: Iterable<GPUCommandBuffer>) => undefined;
   /**
    * Called before every counted submit and every `writeBuffer` by the program: batched copies run first. An
-   * array walked by index: the program's every submit passes here, often before V8 has optimized it.
+   * array walked by index (the program's every submit passes here, often before V8 has optimized it), replaced,
+   * never changed in place, when a flush is removed: a walk in progress still reaches every flush it started with.
    */
-  readonly #beforeSubmit: (() => void)[] = [];
+  #beforeSubmit: (() => void)[] = [];
   #users = 0;
   #active = true;
   readonly #restore: (() => void)[] = [];
@@ -54,8 +55,7 @@ export class SubmitCounter {
   }
 
   removeBeforeSubmit(flush: () => void): void {
-    const i = this.#beforeSubmit.indexOf(flush);
-    if (i >= 0) this.#beforeSubmit.splice(i, 1);
+    this.#beforeSubmit = this.#beforeSubmit.filter((f) => f !== flush);
   }
 
   release(): void {

@@ -22,7 +22,10 @@ export interface WebGpuMemoryBackendOptions {
 }
 
 interface EpochEvent extends BackendEvent {
+  /** The submit count when the free was recorded: complete once a submit moved past it. */
   readonly epoch: number;
+  /** The synchronizations before it: complete once another one forced it (synchronizeEvent). */
+  readonly generation: number;
 }
 
 /**
@@ -35,8 +38,9 @@ interface EpochEvent extends BackendEvent {
  * free records is the current submit count, and it completes at the next `queue.submit` by anyone. The
  * backend counts submits by wrapping `device.queue.submit` once per queue (SubmitCounter; removed when the last backend is disposed); its own transfers submit
  * through the unwrapped function and start no epoch. `synchronizeEvent` (emptyCache, the out-of-memory path)
- * completes this backend's events without a submit: work recorded before it and submitted after it is the
- * caller's risk under memory pressure. Other backends on the queue are not affected.
+ * completes the events this backend recorded so far without a submit: work recorded before it and submitted
+ * after it is the caller's risk under memory pressure. A free after it waits for the next submit as usual (each
+ * event carries the number of synchronizations before it). Other backends on the queue are not affected.
  *
  * Invariant: reservedBytes == sum of live segment sizes <= capacityBytes (the engine enforces the latter).
  */
@@ -66,8 +70,8 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   readonly #epochs: SubmitCounter;
   /** The event of the current epoch, once a free recorded it (recordEvent). */
   #lastEvent: EpochEvent | null = null;
-  /** Events of epochs below this are complete though no submit ended them (synchronizeEvent). */
-  #forcedThrough = 0;
+  /** Synchronizations so far: events of earlier generations are complete though no submit ended them. */
+  #synchronized = 0;
   #nextAddress = 0x1000_0000;
   #reservedBytes = 0;
   #createdBuffers = 0;
@@ -222,27 +226,28 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     return stream === 0;
   }
 
-  /** Every free of one epoch records the same event (they are immutable): no object per free. */
+  /** Every free of one epoch and generation records the same event (they are immutable): no object per free. */
   recordEvent(stream: StreamId): BackendEvent {
     const epoch = this.#epochs.count;
+    const generation = this.#synchronized;
     let event = this.#lastEvent;
-    if (event === null || event.epoch !== epoch) this.#lastEvent = event = { stream, epoch };
+    if (event === null || event.epoch !== epoch || event.generation !== generation) this.#lastEvent = event = { stream, epoch, generation };
     return event;
   }
 
   isEventComplete(event: BackendEvent): boolean {
-    const epoch = (event as EpochEvent).epoch;
-    return this.#epochs.count > epoch || this.#forcedThrough > epoch;
+    const e = event as EpochEvent;
+    return this.#epochs.count > e.epoch || this.#synchronized > e.generation;
   }
 
   /**
-   * Completes `event` without a submit (emptyCache, the out-of-memory path): this backend's events up to its
-   * epoch count as complete. Only this backend's: the submit count other allocators on the queue read is not
-   * touched, so their pending frees still wait for a real submit.
+   * Completes `event` without a submit (emptyCache, the out-of-memory path), and with it every event this backend
+   * recorded before. Only those: a free recorded afterwards, in the same submit epoch, still waits for the next
+   * submit (work the program records after the synchronization may read it). Only this backend's: the submit count
+   * other allocators on the queue read is not touched, so their pending frees still wait for a real submit.
    */
   synchronizeEvent(event: BackendEvent): void {
-    const epoch = (event as EpochEvent).epoch;
-    if (this.#forcedThrough <= epoch) this.#forcedThrough = epoch + 1;
+    if ((event as EpochEvent).generation === this.#synchronized) this.#synchronized++;
   }
 
   outOfMemoryHint(requestedBytes: number): string | undefined {

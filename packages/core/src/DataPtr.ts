@@ -26,12 +26,10 @@ export interface DataPtrInit<H> {
  * is alive at a garbage collection (a program between steps that frees everything, and any bench between
  * passes), the maps are collected and every compiled function that inlined the constructor or a field read is
  * thrown away and compiled again on the next step: measured with `--trace-deopt` on the WebGPU bench, five
- * functions per collection, on V8's compiler threads while the next step runs. One pointer made by the class's
- * static block (which bundlers keep with the class, unlike an unused export) and kept here for the life of the
- * module keeps the maps alive. It owns nothing and is never released.
+ * functions per collection, on V8's compiler threads while the next step runs. One pointer made when the class is
+ * defined (a static field, which bundlers keep with the class, unlike an unused export) and held by the class
+ * keeps the maps alive. It owns nothing and is never released.
  */
-const SHAPE_KEEPERS: DataPtr<null>[] = [];
-
 /**
  * One allocation as a storage sees it, after c10's DataPtr: where the bytes are, plus an opaque context and a
  * deleter that frees them. COW and IPC take ownership of an allocation by swapping the context and deleter in
@@ -104,7 +102,14 @@ export class DataPtr<H = unknown> implements Disposable {
     if (!this.#released) this.release();
   }
 
-  static {
-    SHAPE_KEEPERS.push(new DataPtr<null>({ device: Object.freeze({ type: 'cpu', index: 0 }), byteLength: 0, handle: null, byteOffset: 0, address: 0, context: null, deleter: null }));
-  }
+  /** Note [A DataPtr that never dies]. */
+  private static readonly shapeKeeper: DataPtr<null> = new DataPtr<null>({
+    device: Object.freeze({ type: 'cpu', index: 0 }),
+    byteLength: 0,
+    handle: null,
+    byteOffset: 0,
+    address: 0,
+    context: null,
+    deleter: null,
+  });
 }

@@ -16,14 +16,12 @@ function bySizeThenAddress<H>(a: Block<H>, b: Block<H>): number {
  * classes V8 compiles the pool's lookups against and holds weakly (as Note [A DataPtr that never dies] in
  * DataPtr.ts). A pool's tree shrinks to a single leaf whenever a program's step ends with everything freed, so
  * at the next garbage collection its internal nodes' hidden classes died and the compiled lookups were thrown
- * away, and compiled again once the trees grew back. One tree with internal nodes, kept for the life of the
- * module, keeps those classes alive; it holds blocks of no memory (copies of the first pool's probe). Measured with
- * `--trace-opt --trace-deopt` over the WebGPU bench's cold, warm and next pass of one trace (three runs each):
- * deoptimizations 0–1 per pass instead of 6–7 in the warm pass, TurboFan compiles in the warm pass 17–21 instead
- * of 21–32.
+ * away, and compiled again once the trees grew back. One tree with internal nodes, made with the first pool and
+ * held by the BlockPool class, keeps those classes alive; it holds blocks of no memory, copies of that pool's
+ * probe (of a segment of no memory). Measured with `--trace-opt --trace-deopt` over the WebGPU bench's cold,
+ * warm and next pass of one trace (three runs each): deoptimizations 0–1 per pass instead of 6–7 in the warm
+ * pass, TurboFan compiles in the warm pass 17–21 instead of 21–32.
  */
-let treeShapes: unknown;
-
 function keepTreeShapes<H>(probe: Block<H>): Tree<H> {
   const tree = new BTree<Block<H>, undefined>(undefined, bySizeThenAddress<H>);
   const BlockClass = probe.constructor as new (segment: Block<H>['segment'], address: number, size: number) => Block<H>;
@@ -38,6 +36,8 @@ function keepTreeShapes<H>(probe: Block<H>): Tree<H> {
  * Invariants: a block is in at most one tree, the one of its stream; every block in a tree is free.
  */
 export class BlockPool<H = unknown> {
+  /** Note [Tree shapes that never die]: made with the first pool, from its probe's class and segment. */
+  private static treeShapes: unknown;
   readonly #trees = new Map<StreamId, Tree<H>>();
   /**
    * The key of lower-bound searches: a real Block (never in a tree), so that the comparator only ever sees
@@ -53,7 +53,7 @@ export class BlockPool<H = unknown> {
     probe: Block<H>,
   ) {
     this.#probe = probe;
-    treeShapes ??= keepTreeShapes(probe);
+    BlockPool.treeShapes ??= keepTreeShapes(probe);
   }
 
   /** Number of free blocks. */
