@@ -5,7 +5,7 @@ import { compileReplayPlan } from './ReplayPlan.js';
 
 const alloc = (id: number, size: number): TraceEvent => ({ action: 'alloc', id, size, stream: 0 });
 const freed = (id: number): TraceEvent => ({ action: 'free_requested', id, size: 0, stream: 0 });
-const creates = (events: TraceEvent[]): number => FreeListModel.countCreates(compileReplayPlan(events, 1 << 30, 1));
+const creates = (events: TraceEvent[]): number => FreeListModel.replay(compileReplayPlan(events, 1 << 30, 1)).creates;
 
 describe('FreeListModel', () => {
   it('reuses a freed buffer for a later request of the same size, after the submit that follows the free', () => {

@@ -9,12 +9,10 @@ import { ALLOC } from './ReplayPlan.js';
  * on its six traces) without a device.
  */
 export class FreeListModel {
-  /** `createBuffer` calls the manager makes over `plan`, the program submitting after every free. */
-  static countCreates(plan: ReplayPlan): number {
-    return FreeListModel.replay(plan).creates;
-  }
-
-  /** `createBuffer` calls and the bytes of the buffers they make over `plan` (tfjs never destroys one). */
+  /**
+   * `createBuffer` calls the manager makes over `plan`, the program submitting after every free, and the bytes of
+   * the buffers they make (tfjs never destroys one).
+   */
   static replay(plan: ReplayPlan): { creates: number; createdBytes: number } {
     const waiting = new Map<number, number>();
     const sizeOf = new Float64Array(plan.slots);

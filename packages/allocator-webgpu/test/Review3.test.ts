@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import { DeviceError, DisposedError, InvalidArgumentError } from '@stowage/core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { createWebGpuAllocator, openWebGpuDevice, WebGpuAllocator, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
-import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
+import { createWebGpuAllocator, WebGpuAllocator, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
+import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, ownDeviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
 
 
 describe('WebGpuAllocator (review 3)', function () {
@@ -48,13 +48,9 @@ describe('WebGpuAllocator (review 3)', function () {
   });
 
   it("leaves the program's own queue.submit wrapper in place when the allocator is disposed", async function () {
-    const own = await openWebGpuDevice().catch((error: Error) => {
-      console.log(`    skipped: no WebGPU adapter for a device of its own — ${error.message}`);
-      return undefined;
-    });
-    if (!own) this.skip();
+    const own = await ownDeviceOrSkip(this);
     keep.push(own);
-    const queue = own!.device.queue;
+    const queue = own.device.queue;
     const original = queue.submit;
     let submits = 0;
     const tracing = function (this: GPUQueue, buffers: Iterable<GPUCommandBuffer>): undefined {
@@ -69,7 +65,7 @@ describe('WebGpuAllocator (review 3)', function () {
       queue.submit([]);
       expect(submits).to.equal(1);
     } finally {
-      own!.device.destroy();
+      own.device.destroy();
     }
   });
 

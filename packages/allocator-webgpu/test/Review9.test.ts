@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { createWebGpuAllocator, openWebGpuDevice } from '@stowage/allocator-webgpu';
-import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, readBuffer } from './testDevice.js';
+import { createWebGpuAllocator } from '@stowage/allocator-webgpu';
+import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, ownDeviceOrSkip, readBuffer } from './testDevice.js';
 
 describe('WebGpuAllocator (review 9)', function () {
   this.timeout(120_000);
@@ -39,13 +39,9 @@ describe('WebGpuAllocator (review 9)', function () {
   // installed before the allocators, which the backends' own submits pass through) shifts the next flush onto
   // the index just run, and it is skipped. The Set iterated before visited every flush still registered.
   it("runs every allocator's batched copies before the program's submit, though one allocator is disposed during the flushes", async function () {
-    const own = await openWebGpuDevice().catch((error: Error) => {
-      console.log(`    skipped: no WebGPU adapter for a device of its own — ${error.message}`);
-      return undefined;
-    });
-    if (!own) this.skip();
+    const own = await ownDeviceOrSkip(this);
     keep.push(own);
-    const device = own!.device;
+    const device = own.device;
     const queue = device.queue;
     const original = queue.submit;
     let afterSubmit: (() => void) | undefined;

@@ -12,8 +12,8 @@ import {
 } from '@stowage/core';
 import { patternBytes } from '@stowage/core/testing';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { createWebGpuAllocator, fromGpuBuffer, openWebGpuDevice, webgpu, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
-import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
+import { createWebGpuAllocator, fromGpuBuffer, webgpu, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
+import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, ownDeviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
 
 
 describe('WebGpuAllocator', function () {
@@ -271,17 +271,13 @@ describe('WebGpuAllocator', function () {
     });
 
     it('refuses allocations with a DeviceError after the device is lost, and nothing hangs', async function () {
-      const own = await openWebGpuDevice().catch((error: Error) => {
-        console.log(`    skipped: no WebGPU adapter for a device of its own — ${error.message}`);
-        return undefined;
-      });
-      if (!own) this.skip();
+      const own = await ownDeviceOrSkip(this);
       const allocator = createWebGpuAllocator(own!, { limit: '64MiB' });
       const ptr = allocator.allocate(64);
       const errors: DeviceErrorType[] = [];
       allocator.events.on('deviceError', (e) => errors.push(e.error));
-      own!.device.destroy();
-      await own!.device.lost;
+      own.device.destroy();
+      await own.device.lost;
       await new Promise((r) => setTimeout(r, 10));
       expect(() => allocator.allocate(64)).to.throw(DeviceError, /device was lost/);
       let rejected: unknown;

@@ -23,6 +23,19 @@ export async function deviceOrSkip(context: Mocha.Context): Promise<WebGpuContex
   return device as WebGpuContext;
 }
 
+/**
+ * A device of the test's own (for tests that destroy it or wrap its queue), or skips the test, printing why. The
+ * caller keeps the context alive to the end of the run (Dawn crashes if the GPU object goes first).
+ */
+export async function ownDeviceOrSkip(context: Mocha.Context): Promise<WebGpuContext> {
+  const own = await openWebGpuDevice().catch((error: Error) => {
+    console.log(`    skipped: no WebGPU adapter for a device of its own — ${error.message}`);
+    return undefined;
+  });
+  if (!own) context.skip();
+  return own!;
+}
+
 /** An allocator on the shared device. */
 export function allocatorOn(context: WebGpuContext, options: WebGpuOptions = {}): WebGpuAllocator {
   return createWebGpuAllocator(context, { limit: '512MiB', ...options });
