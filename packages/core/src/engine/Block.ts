@@ -28,12 +28,7 @@ export class Segment<H = unknown> {
   ) {
     this.mappedBytes = expandable ? 0 : memory.byteLength;
     this.extentBytes = this.mappedBytes;
-    this.gaps = new BlockPool<H>(false, new Block<H>(this, -1, 0));
-  }
-
-  /** A segment of no memory, for the probe blocks of an engine's pools (BlockPool). */
-  static empty<H>(): Segment<H> {
-    return new Segment<H>({ handle: null as H, byteOffset: 0, address: 0, byteLength: 0 }, 0, 0, false, false);
+    this.gaps = new BlockPool<H>(false);
   }
 
   get address(): number {

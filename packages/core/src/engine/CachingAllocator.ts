@@ -196,8 +196,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   #poolsOf(kind: number): readonly [BlockPool<H>, BlockPool<H>] {
     let pools = this.#pools.get(kind);
     if (!pools) {
-      const probes = Segment.empty<H>();
-      this.#pools.set(kind, (pools = [new BlockPool<H>(true, new Block<H>(probes, -1, 0)), new BlockPool<H>(false, new Block<H>(probes, -1, 0))]));
+      this.#pools.set(kind, (pools = [new BlockPool<H>(true), new BlockPool<H>(false)]));
     }
     return pools;
   }
