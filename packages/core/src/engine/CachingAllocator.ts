@@ -159,9 +159,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     let block: Block<H>;
     try {
       block =
-        this.#takeQuick(request) ??
-        this.#findFreeBlock(request) ??
-        (this.#flushQuickLists() ? this.#findFreeBlock(request) : undefined) ??
+        this.#takeCached(request) ??
+        (this.#flushQuickLists() ? this.#takeCached(request) : undefined) ??
         this.#reserveBlock(request, nbytes);
     } catch (error) {
       this.#emitSegmentEvents(); // out of memory: what was released on the way is still reported
@@ -357,7 +356,18 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     }
     const block = context as Block<H>;
     if (block.released) return; // the engine was disposed while the pointer lived
-    this.#free(block);
+    // The caller freed the block: it leaves the allocated stats now, and goes to the pool now or once its events
+    // complete.
+    const small = block.small;
+    block.allocated = false;
+    const ptr = block.ptr!;
+    block.ptr = null;
+    this.stats.countFreed(small, block.size);
+    this.#history?.record('free_requested', block.address, block.requestedSize, block.stream);
+    if (block.streamUses !== null && block.streamUses.size > 0) this.#insertEvents(block, block.streamUses);
+    else if (this.backend.deferredFree) this.#insertEvent(block, block.stream);
+    else this.#freeBlock(block);
+    if (this.emitter.hears('freed')) this.emitter.safeEmit('freed', { ptr });
     if (this.#segmentEvents.length > 0) this.#emitSegmentEvents(); // a retired segment went back
   }
 
@@ -428,8 +438,31 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     });
   }
 
-  /** Best fit in the request's pool and stream, honouring the max split size; removes the block from the pool. */
-  #findFreeBlock(r: Request<H>): Block<H> | undefined {
+  /**
+   * A cached block for the request, taken out of its quick list or pool: one of exactly its size that a quick
+   * list holds (Note [Deferred coalescing]), else the best fit in its pool and stream, honouring the max split
+   * size. Undefined when none.
+   *
+   * Note [Few large functions on the hot path]: Node 20's V8 optimizes a function after it has run a number of
+   * 66 KB budgets of its own bytecode: three, plus one per 150 bytes of its length (`--trace-opt-verbose`).
+   * - A short function called once per operation therefore needs 2,000–3,500 calls, more than the first pass of
+   *   most traces, so the second pass (a training program's second step, the WebGPU bench's warm pass) ran
+   *   partly unoptimized, while V8's compiler threads took the machine's other core.
+   * - Code that never runs on the hot path (building error messages) lengthens a function without spending its
+   *   budget, so it lives in functions of its own (AllocatorBase's checkPtr).
+   * - The hot path is a few longer functions: the quick list and the pool search here, the caller's free in
+   *   releaseAllocation, event completion in #processEvents. On the compiled-step trace, replayed with the engine
+   *   alone, 7 of its functions were still unoptimized after the first pass, against 10 before this change.
+   */
+  #takeCached(r: Request<H>): Block<H> | undefined {
+    if (this.#quickBytes > 0) {
+      const quick = this.#quick.get(quickKey(r.kind, r.stream, r.size))?.pop();
+      if (quick !== undefined) {
+        quick.quick = false;
+        this.#quickBytes -= quick.size;
+        return quick;
+      }
+    }
     const pool = r.pool;
     if (this.options.garbageCollectionThreshold > 0) pool.searchCount++;
     const block = pool.lowerBound(r.stream, r.size);
@@ -455,13 +488,13 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       this.#newSegmentBlock(r, false) ??
       (this.#releaseAvailableCachedBlocks(r) ? this.#newSegmentBlock(r, false) : undefined) ??
       // Releasing the cache completes pending frees and merges quick lists: a block may fit now.
-      (this.#releaseCachedBlocks() ? (this.#findFreeBlock(r) ?? this.#newSegmentBlock(r, true)) : undefined);
+      (this.#releaseCachedBlocks() ? (this.#takeCached(r) ?? this.#newSegmentBlock(r, true)) : undefined);
     if (block) return block;
     for (const reclaimer of this.options.reclaimers()) {
       if (reclaimer.reclaim(this.device, r.size) <= 0) continue;
       // What the reclaimer freed went to this engine's cache: look there, then release the cache and retry.
       if (this.#pendingCount > 0) this.#processEvents();
-      block = this.#findFreeBlock(r) ?? (this.#releaseCachedBlocks() ? (this.#findFreeBlock(r) ?? this.#newSegmentBlock(r, true)) : undefined);
+      block = this.#takeCached(r) ?? (this.#releaseCachedBlocks() ? (this.#takeCached(r) ?? this.#newSegmentBlock(r, true)) : undefined);
       if (block) return block;
     }
     return this.#throwOutOfMemory(nbytes);
@@ -751,21 +784,6 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
 
   // ---- free path ------------------------------------------------------------------------------------------
 
-  /** A caller freed `block`: it leaves the allocated stats now, and the pool now or once its events complete. */
-  #free(block: Block<H>): void {
-    const s = this.stats;
-    const small = block.small;
-    block.allocated = false;
-    const ptr = block.ptr!;
-    block.ptr = null;
-    s.countFreed(small, block.size);
-    this.#history?.record('free_requested', block.address, block.requestedSize, block.stream);
-    if (block.streamUses !== null && block.streamUses.size > 0) this.#insertEvents(block, block.streamUses);
-    else if (this.backend.deferredFree) this.#insertEvent(block, block.stream);
-    else this.#freeBlock(block);
-    if (this.emitter.hears('freed')) this.emitter.safeEmit('freed', { ptr });
-  }
-
   /**
    * Note [Stream-ordered reuse]: a block used on other streams may still be read or written by work queued on
    * them. At free time the engine records an event on each such stream; the block returns to its pool (and may
@@ -799,7 +817,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       for (let event = queue.peek(); event !== undefined && this.backend.isEventComplete(event); event = queue.peek()) {
         const block = queue.shift();
         this.#pendingCount--;
-        this.#eventCompleted(block);
+        if (--block.eventCount === 0) this.#freeBlock(block);
       }
     }
   }
@@ -811,13 +829,9 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
         this.backend.synchronizeEvent(event); // first: should it throw, the entry is still queued and counted
         const block = queue.shift();
         this.#pendingCount--;
-        this.#eventCompleted(block);
+        if (--block.eventCount === 0) this.#freeBlock(block);
       }
     }
-  }
-
-  #eventCompleted(block: Block<H>): void {
-    if (--block.eventCount === 0) this.#freeBlock(block);
   }
 
   /** A block's caller and streams are done with it: it becomes inactive, in a quick list or its pool. */
@@ -896,16 +910,6 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       this.stats.inactive_split_bytes.add(block.small, block.size);
     }
     return true;
-  }
-
-  /** Takes a quick-listed block of exactly the request's size; undefined when none. */
-  #takeQuick(r: Request<H>): Block<H> | undefined {
-    const list = this.#quick.get(quickKey(r.kind, r.stream, r.size));
-    const block = list?.pop();
-    if (block === undefined) return undefined;
-    block.quick = false;
-    this.#quickBytes -= block.size;
-    return block;
   }
 
   /** Moves every quick-listed block into its pool (Note [Deferred coalescing]); true when there were any. */
