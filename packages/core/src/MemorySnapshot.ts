@@ -3,6 +3,10 @@
  * visualizer can load a Stowage snapshot saved as JSON. Field names are PyTorch's, hence snake_case.
  */
 export interface MemorySnapshot {
+  /**
+   * By address: one entry per segment, and for an expandable segment one per contiguous mapped range (as
+   * PyTorch lists them), so an entry's blocks always tile `[address, address + total_size)`.
+   */
   readonly segments: SnapshotSegment[];
   /** One trace per device index; empty unless history recording is on. */
   readonly device_traces: SnapshotTraceEntry[][];

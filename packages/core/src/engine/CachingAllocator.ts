@@ -251,7 +251,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   snapshot(): MemorySnapshot {
     this.checkOpen('snapshot');
     const segments: SnapshotSegment[] = [];
-    for (const segment of this.#segments) segments.push(this.#snapshotSegment(segment));
+    for (const segment of this.#segments) this.#snapshotSegment(segment, segments);
     segments.sort((a, b) => a.address - b.address);
     return { segments, device_traces: [this.#history?.entries() ?? []], allocator_settings: this.#settings(), external_annotations: [] };
   }
@@ -1155,14 +1155,34 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
 
   // ---- snapshots ------------------------------------------------------------------------------------------
 
-  #snapshotSegment(segment: Segment<H>): SnapshotSegment {
+  /**
+   * Adds a segment's snapshot entries to `out`: one for a segment, and for an expandable segment one per
+   * contiguous mapped range, as PyTorch's snapshot lists them. Each entry's blocks tile exactly
+   * `[address, address + total_size)`: an unmapped gap in the middle of an expandable segment ends one entry, and
+   * the next mapped block starts another.
+   */
+  #snapshotSegment(segment: Segment<H>, out: SnapshotSegment[]): void {
+    let run: Block<H>[] = [];
+    for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; b; b = b.next) {
+      if (b.mapped) run.push(b);
+      else if (run.length > 0) {
+        out.push(this.#snapshotRange(segment, run));
+        run = [];
+      }
+    }
+    if (run.length > 0) out.push(this.#snapshotRange(segment, run));
+  }
+
+  /** The snapshot entry of a mapped range of `segment`: its blocks, adjacent, in address order. */
+  #snapshotRange(segment: Segment<H>, range: readonly Block<H>[]): SnapshotSegment {
     const blocks: SnapshotBlock[] = [];
+    let total = 0;
     let allocated = 0;
     let active = 0;
     let requested = 0;
-    for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; b; b = b.next) {
-      if (!b.mapped) continue;
+    for (const b of range) {
       const state = b.allocated ? 'active_allocated' : b.eventCount > 0 ? 'active_pending_free' : 'inactive';
+      total += b.size;
       if (b.allocated) allocated += b.size;
       if (state !== 'inactive') active += b.size;
       requested += b.requestedSize;
@@ -1170,8 +1190,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     }
     return {
       device: this.device.index,
-      address: segment.address,
-      total_size: segment.mappedBytes,
+      address: range[0]!.address,
+      total_size: total,
       allocated_size: allocated,
       active_size: active,
       requested_size: requested,

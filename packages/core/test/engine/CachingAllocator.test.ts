@@ -11,7 +11,7 @@ import {
   VirtualMemoryBackend,
 } from '@stowage/core';
 import { describeAllocatorContract } from '@stowage/core/testing';
-import { blockOf, engine, KiB, MiB } from './helpers.js';
+import { blockOf, engine, expectSnapshotCoversReserved, KiB, MiB } from './helpers.js';
 
 describeAllocatorContract('CachingAllocator (pytorch preset) over a virtual device', () => new CachingAllocator(new VirtualMemoryBackend(), { preset: 'pytorch' }));
 describeAllocatorContract('CachingAllocator (best preset) over a virtual device', () => new CachingAllocator(new VirtualMemoryBackend(), { preset: 'best' }));
@@ -519,6 +519,23 @@ describe('CachingAllocator#memoryStats', () => {
 });
 
 describe('CachingAllocator#snapshot', () => {
+  it('lists each mapped range of an expandable segment as an entry of its own, as PyTorch does', () => {
+    const { allocator } = engine({ preset: 'best' });
+    const a = allocator.allocate(3 * MiB);
+    const b = allocator.allocate(6 * MiB);
+    const c = allocator.allocate(3 * MiB);
+    allocator.free(b);
+    allocator.emptyCache(); // unmaps b's whole pages: a gap between a and c
+    const entries = allocator.snapshot().segments;
+    expect(entries, 'one entry before the gap, one after').to.have.length(2);
+    expect(entries.every((s) => s.is_expandable)).to.equal(true);
+    expect(entries[0]!.blocks.map((x) => x.address)).to.include(a.address);
+    expect(entries[1]!.blocks.map((x) => x.address)).to.include(c.address);
+    expect(entries[1]!.address, 'the second entry starts after the unmapped gap').to.be.greaterThan(entries[0]!.address + entries[0]!.total_size);
+    expectSnapshotCoversReserved(allocator);
+    expect(allocator.memoryStats()['segment.all.current'], 'still one segment').to.equal(1);
+  });
+
   it('records a bounded history with PyTorch action names and monotonic times', () => {
     const { allocator } = engine();
     allocator.recordHistory({ maxEntries: 4 });

@@ -74,3 +74,29 @@ export function applyEngineStep(
       return undefined;
   }
 }
+
+/**
+ * A snapshot lists every reserved byte once, as PyTorch's does: its entries' sizes add up to the reserved bytes,
+ * each entry's blocks tile `[address, address + total_size)` in order, entries do not overlap, and there is an
+ * entry for each counted segment (an expandable segment has one per mapped range, so possibly more).
+ */
+export function expectSnapshotCoversReserved(allocator: CachingAllocator<number>): void {
+  const segments = allocator.snapshot().segments;
+  const stats = allocator.memoryStats();
+  expect(segments.reduce((n, s) => n + s.total_size, 0), 'the entries add up to the reserved bytes').to.equal(allocator.reservedBytes);
+  expect(segments.reduce((n, s) => n + s.allocated_size, 0), 'the entries add up to the allocated bytes').to.equal(stats['allocated_bytes.all.current']);
+  let end = -1;
+  for (const s of segments) {
+    expect(s.address, 'entries are sorted and disjoint').to.be.at.least(end);
+    let at = s.address;
+    for (const b of s.blocks) {
+      expect(b.address, `the blocks of the entry at 0x${s.address.toString(16)} tile it`).to.equal(at);
+      at += b.size;
+    }
+    expect(at, `the blocks of the entry at 0x${s.address.toString(16)} end at its total size`).to.equal(s.address + s.total_size);
+    end = at;
+  }
+  const whole = segments.filter((s) => !s.is_expandable).length;
+  if (whole === segments.length) expect(whole, 'one entry per segment').to.equal(stats['segment.all.current']);
+  else expect(segments.length, 'at least one entry per segment').to.be.at.least(stats['segment.all.current']);
+}
