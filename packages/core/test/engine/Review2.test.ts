@@ -71,7 +71,6 @@ describe('CachingAllocator fragmentation sweep at a new peak (re-entrant listene
     const big = allocator.allocate(16 * MiB, { stream: 0 }); // new live peak: sweeps X, then Y
     expect(fromListener).to.have.length(1);
     allocator.assertInvariants();
-    const s = allocator.memoryStats();
     expectSnapshotCoversReserved(allocator);
     expect(backend.reservedBytes).to.equal(allocator.reservedBytes);
     allocator.free(x2);
