@@ -22,7 +22,8 @@ export class EpochBackend implements MemoryBackend<null> {
   /** Bytes of the segments made so far. */
   bytesMade = 0;
   #epoch = 0;
-  #nextAddress = 0x1000_0000;
+  /** As WebGpuMemoryBackend's segment addresses: above 2^31 from the start. */
+  #nextAddress = 2 ** 32;
 
   /** The program's `queue.submit`: frees recorded before it may be reused. */
   submit(): void {

@@ -72,7 +72,13 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   #lastEvent: EpochEvent | null = null;
   /** Synchronizations so far: events of earlier generations are complete though no submit ended them. */
   #synchronized = 0;
-  #nextAddress = 0x1000_0000;
+  /**
+   * Segment addresses (names for snapshots and ordering; never reused) start above 2^31, so they are never V8
+   * small integers. Starting lower, they crossed 2^30 after about 800 MiB of segments had been made, and every
+   * engine function and object shape compiled for small-integer addresses was thrown away at once (`--trace-deopt`:
+   * 'not a Smi', 'overflow' and 'wrong map' in eight functions, in a replay that kept making segments).
+   */
+  #nextAddress = 2 ** 32;
   #reservedBytes = 0;
   #createdBuffers = 0;
   #lost: DeviceError | undefined;
