@@ -66,6 +66,14 @@ function isPooledFree<H>(b: Block<H>): boolean {
   return !b.allocated && b.mapped && !b.quick && b.eventCount === 0 && (b.streamUses === null || b.streamUses.size === 0);
 }
 
+/**
+ * Whether a free block of `blockBytes` may serve a request of `size` under the max split size: an oversize block
+ * never serves a request that could split a smaller one, nor serves an oversize request much smaller than itself.
+ */
+function maySplitFor(blockBytes: number, size: number, maxSplit: number): boolean {
+  return size < maxSplit ? blockBytes < maxSplit : blockBytes < size + LARGE_SEGMENT_BYTES;
+}
+
 function expandableKey(kind: number, stream: number, small: boolean): string {
   return `${kind}:${stream}:${small ? 's' : 'l'}`;
 }
@@ -467,11 +475,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (this.options.garbageCollectionThreshold > 0) pool.searchCount++;
     const block = pool.lowerBound(r.stream, r.size);
     if (block === undefined) return undefined;
-    const maxSplit = this.options.maxSplitSize;
-    // Do not hand an oversize block to a request that could split a smaller one, nor a much larger one to an
-    // oversize request.
-    if (r.size < maxSplit && block.size >= maxSplit) return undefined;
-    if (r.size >= maxSplit && block.size >= r.size + LARGE_SEGMENT_BYTES) return undefined;
+    if (!maySplitFor(block.size, r.size, this.options.maxSplitSize)) return undefined;
     pool.remove(block);
     return block;
   }
@@ -480,7 +484,9 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * Note [Out-of-memory chain]: no cached block fits. In order: garbage-collect (with a threshold), reserve a
    * new segment, release cached oversize blocks and retry, release every unsplit cached segment and retry,
    * then each reclaimer in turn (IPC collect, LMS reclaim) followed by a retry, and only then throw. Each step
-   * runs only when the previous one failed, so a device with room never loses its cache.
+   * runs only when the previous one failed, so a device with room never loses its cache. A retry after a
+   * reclaimer looks in the quick lists as well as the pools (#takeCached), so a block of exactly the request's
+   * size that the reclaimer freed serves it before any cached segment is released.
    */
   #reserveBlock(r: Request<H>, nbytes: number): Block<H> {
     if (this.options.garbageCollectionThreshold > 0) this.#garbageCollect();
@@ -587,7 +593,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const mapping = this.backend.pageMapping!;
     const page = mapping.pageBytes;
     const tail = segment && segment.extentBytes > 0 ? segment.tail : undefined;
-    const tailFree = tail !== undefined && isPooledFree(tail);
+    const tailFree = tail !== undefined && this.#mayExtend(tail, r);
     if (this.reservedBytes + grow > this.#allowedBytes) return undefined;
     if (!segment) {
       // Address space is cheap and gaps fragment it: reserve several times the memory that can be mapped.
@@ -627,10 +633,19 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     return block;
   }
 
-  /** Bytes of pages to map at the end of `segment` for `r`: less the free last block, when there is one. */
+  /**
+   * Whether pages mapped next to `b` may join it to serve `r`: it is free in its pool and the max split size lets
+   * `r` take it. Counting an oversize free neighbour's bytes would map less than `r` needs: nothing, or a negative
+   * amount when it is larger than `r`.
+   */
+  #mayExtend(b: Block<H>, r: Request<H>): boolean {
+    return isPooledFree(b) && maySplitFor(b.size, r.size, this.options.maxSplitSize);
+  }
+
+  /** Bytes of pages to map at the end of `segment` for `r`: less the free last block, when `r` may extend it. */
   #tailGrowth(segment: Segment<H> | undefined, r: Request<H>): number {
     const tail = segment && segment.extentBytes > 0 ? segment.tail : undefined;
-    const need = tail !== undefined && isPooledFree(tail) ? r.size - tail.size : r.size;
+    const need = tail !== undefined && this.#mayExtend(tail, r) ? r.size - tail.size : r.size;
     return Math.ceil(need / this.backend.pageMapping!.pageBytes) * this.backend.pageMapping!.pageBytes;
   }
 
@@ -650,12 +665,12 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   #findGap(segment: Segment<H>, r: Request<H>): { gap: Block<H>; mapBytes: number } | undefined {
     if (segment.gaps.size === 0) return undefined;
     const page = this.backend.pageMapping!.pageBytes;
-    const freeBefore = (gap: Block<H>): number => (gap.prev && isPooledFree(gap.prev) ? gap.prev.size : 0);
+    const usable = (b: Block<H> | null): number => (b !== null && this.#mayExtend(b, r) ? b.size : 0);
+    const freeBefore = (gap: Block<H>): number => usable(gap.prev);
     let best: Block<H> | undefined;
     let gap = segment.gaps.lowerBound(segment.stream, r.size - 2 * page);
     for (let scanned = 0; gap !== undefined && gap.size < r.size && scanned < GAP_SCAN_LIMIT; scanned++) {
-      const next = gap.next && isPooledFree(gap.next) ? gap.next.size : 0;
-      if (freeBefore(gap) + gap.size + next >= r.size) {
+      if (freeBefore(gap) + gap.size + usable(gap.next) >= r.size) {
         best = gap;
         break;
       }
