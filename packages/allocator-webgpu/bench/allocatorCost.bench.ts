@@ -124,6 +124,9 @@ async function main(): Promise<void> {
   }
 }
 
+/** What starts a child's pass line on its stdout, so that output of V8 flags is never read as one. */
+const PASS_PREFIX = 'stowage-pass ';
+
 /** One (allocator, trace) run in a fresh Node process; its pass lines. */
 function spawnChild(nodeFlags: readonly string[], allocator: string, trace: string, passes: number): ChildPass[] {
   const script = fileURLToPath(import.meta.url);
@@ -131,10 +134,19 @@ function spawnChild(nodeFlags: readonly string[], allocator: string, trace: stri
   const child = spawnSync(process.execPath, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] });
   if (child.error) throw child.error;
   if (child.status !== 0) throw new Error(`The ${allocator} run on ${trace} exited with ${child.status ?? child.signal}: node ${args.join(' ')}`);
-  const lines = child.stdout
-    .split('\n')
-    .filter((l) => l !== '')
-    .map((l) => JSON.parse(l) as ChildPass);
+  // V8 flags such as --trace-gc print to stdout too: pass lines carry a prefix, the rest goes to stderr.
+  const lines: ChildPass[] = [];
+  for (const line of child.stdout.split('\n')) {
+    if (!line.startsWith(PASS_PREFIX)) {
+      if (line !== '') process.stderr.write(`${line}\n`);
+      continue;
+    }
+    try {
+      lines.push(JSON.parse(line.slice(PASS_PREFIX.length)) as ChildPass);
+    } catch (error) {
+      throw new Error(`The ${allocator} run on ${trace} printed a pass line that is not JSON (${String(error)}): ${line}`);
+    }
+  }
   if (lines.length !== passes) throw new Error(`The ${allocator} run on ${trace} printed ${lines.length} passes, not ${passes}.`);
   return lines;
 }
@@ -155,7 +167,7 @@ async function runChild(kinds: readonly ReplayAllocatorKind[], traceName: string
       const run = replayPass(allocator, plan, { submitEveryFrees: 1, stopReservedBytes: STOP_RESERVED_BYTES, rssEveryOps: RSS_EVERY_OPS, rss });
       if (run.failed !== undefined) throw new Error(run.failed);
       const line: ChildPass = { pass, ops: run.ops, seconds: run.seconds, ...(run.cpu.mainThreadCpuMs === undefined ? {} : { mainThreadCpuMs: run.cpu.mainThreadCpuMs }) };
-      process.stdout.write(`${JSON.stringify(line)}\n`);
+      process.stdout.write(`${PASS_PREFIX}${JSON.stringify(line)}\n`);
     }
   } finally {
     allocator.dispose();

@@ -585,6 +585,9 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     let grow = this.#tailGrowth(segment, r);
     if (this.#atNewPeak(allocated, grow) && this.reservedBytes + grow - allocated > this.options.fragmentationLimit * allocated) {
       for (const other of [...this.#expandable.values()]) this.#unmapFreePages(other);
+      // Unmapping shrinks an oversize free block to the partial pages at its ends, which the request may take.
+      const cached = this.#takeCached(r);
+      if (cached) return cached;
       segment = this.#expandable.get(key);
       const freed = segment ? this.#findGap(segment, r) : undefined;
       if (segment && freed) return this.#mapGap(segment, freed, r);
@@ -683,8 +686,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   }
 
   /**
-   * Maps the start of a gap found by #findGap, merges it with its free neighbours and takes the result from the
-   * pool. Undefined when the limit or the device said no.
+   * Maps the start of a gap found by #findGap and merges it with the free neighbours the request may take (and a
+   * free block after it). Undefined when the limit or the device said no.
    */
   #mapGap(segment: Segment<H>, { gap, mapBytes }: { gap: Block<H>; mapBytes: number }, r: Request<H>): Block<H> | undefined {
     if (this.reservedBytes + mapBytes > this.#allowedBytes) return undefined;
@@ -704,8 +707,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     } else segment.gaps.remove(gap);
     mapped.mapped = true;
     const address = mapped.address;
-    this.#coalesceIntoPool(mapped);
-    r.pool.remove(mapped);
+    // A free neighbour joins only if the request may take it (#findGap counted it): merged with an oversize block
+    // before it, the request would be placed at that block's start and split it. One after it may join: the
+    // request takes the front.
+    if (mapped.prev !== null && this.#mayExtend(mapped.prev, r)) this.#tryMerge(mapped, mapped.prev, r.pool);
+    this.#tryMerge(mapped, mapped.next, r.pool);
     this.#segmentEvents.push({ reserved: true, address, bytes: mapBytes });
     return mapped;
   }
