@@ -6,6 +6,7 @@ import {
   AllocatorFactory,
   BackendUnavailableError,
   cpu,
+  DataPtr,
   createCpuAllocator,
   createRuntime,
   DisposedError,
@@ -197,5 +198,19 @@ describe('Runtime#dispose with a failing hook', () => {
     await rt.dispose().catch((e: unknown) => (error = e));
     expect(error).to.be.instanceOf(AggregateError);
     expect(() => allocator.allocate(8)).to.throw(DisposedError);
+  });
+});
+
+describe('Runtime#adopt', () => {
+  it("adopts its own allocator's pointers and pointers with a deleter of their own, and refuses another runtime's", async () => {
+    await using a = await createRuntime();
+    await using b = await createRuntime();
+    const own = b.adopt(b.allocator().allocate(16));
+    expect(own.byteLength).to.equal(16);
+    const foreign = new DataPtr({ device: { type: 'cpu', index: 0 }, byteLength: 8, handle: new ArrayBuffer(8), byteOffset: 0, address: 0, context: null, deleter: () => {} });
+    expect(b.adopt(foreign).byteLength, 'a pointer no allocator made is the caller to vouch for').to.equal(8);
+    const theirs = a.allocator().allocate(32);
+    expect(() => b.adopt(theirs)).to.throw(ForeignPointerError);
+    expect(a.adopt(theirs).byteLength, 'its own runtime still adopts it').to.equal(32);
   });
 });

@@ -1,6 +1,7 @@
 import type { Deleter, StorageImpl } from '@stowage/core';
 import { BeforeWrite } from '@stowage/core';
 import type { WriteGuard } from '@stowage/core';
+import type { SharedCowPins } from './SharedCowPins.js';
 
 /** Word indices of a context's state. */
 const REFCOUNT = 0;
@@ -34,8 +35,8 @@ export class CowContext implements WriteGuard {
   readonly #shared: boolean;
   /** Bytes of the data while this thread holds a sharing pin on it (Note [COW across threads]); 0 without one. */
   #pinnedBytes = 0;
-  /** The contexts of this thread with a sharing pin: `collectShared` frees those whose receivers are done. */
-  static readonly #pinned = new Set<CowContext>();
+  /** The runtime's set this context is in while pinned: its `collect` frees the data once receivers are done. */
+  #pins: SharedCowPins | null = null;
 
   /**
    * A context with one reference, or (with `state`) a handle on the state another thread made: then the
@@ -77,14 +78,16 @@ export class CowContext implements WriteGuard {
   /**
    * Takes, once, the sharing pin of data this thread owns and hands to other threads (Note [COW across
    * threads]): one extra reference that only this thread drops, so the data outlives every receiver even when
-   * this thread's storages go first, and is freed here once the receivers are done.
+   * this thread's storages go first, and is freed here once the receivers are done. `pins` is the runtime's
+   * set (SharedCowPins) that collects it.
    */
-  pinForSharing(byteLength: number): void {
+  pinForSharing(byteLength: number, pins: SharedCowPins): void {
     if (this.#pinnedBytes > 0) return;
     if (this.originalDeleter === null) throw new Error('CowContext: only the owner of the data can pin it');
     this.incref();
     this.#pinnedBytes = Math.max(byteLength, 1);
-    CowContext.#pinned.add(this);
+    this.#pins = pins;
+    pins.contexts.add(this);
   }
 
   /**
@@ -96,17 +99,6 @@ export class CowContext implements WriteGuard {
     if (bytes === 0 || Atomics.compareExchange(this.state, REFCOUNT, 1, 0) !== 1) return 0;
     this.#unpin();
     this.originalDeleter?.(this.originalContext);
-    return bytes;
-  }
-
-  /**
-   * Frees the data of every context of this thread whose sharing pin is its last reference; returns the bytes
-   * freed. Runs at each `shareCow`, from the cow plugin's out-of-memory reclaimer, and when called
-   * (`collectSharedCow`).
-   */
-  static collectShared(): number {
-    let bytes = 0;
-    for (const context of [...CowContext.#pinned]) bytes += context.releasePinIfLast();
     return bytes;
   }
 
@@ -131,7 +123,8 @@ export class CowContext implements WriteGuard {
   #unpin(): void {
     if (this.#pinnedBytes === 0) return;
     this.#pinnedBytes = 0;
-    CowContext.#pinned.delete(this);
+    this.#pins?.contexts.delete(this);
+    this.#pins = null;
   }
 
   lockShared(): void {

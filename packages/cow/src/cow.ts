@@ -1,7 +1,7 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { MemoryReclaimer, Plugin } from '@stowage/core';
 import { AliasReshapePolicy, InvalidArgumentError, IpcCollector, ReshapePolicy, TensorHooks } from '@stowage/core';
-import { collectSharedCow } from './shareCow.js';
+import { createSharedCowPins, SharedCowPins } from './SharedCowPins.js';
 import { CowReshapePolicy } from './CowReshapePolicy.js';
 import { WarnReshapePolicy } from './WarnReshapePolicy.js';
 
@@ -15,8 +15,8 @@ export interface CowOptions {
 }
 
 /**
- * Registers the COW reshape policy, and the collection of storages shared with other threads in the host
- * allocators' out-of-memory path (under IpcCollector). Lazy clones themselves need no registration: `lazyClone` works on any
+ * Registers the COW reshape policy, and the runtime's set of storages shared with other threads (SharedCowPins),
+ * collected in the host allocators' out-of-memory path (under IpcCollector). Lazy clones themselves need no registration: `lazyClone` works on any
  * storage whose allocator owns its data, and writes materialize through the DataPtr context
  * (core's WriteGuard), with or without this plugin.
  * @throws InvalidArgumentError for options that are not an object or an unknown reshape mode
@@ -24,7 +24,10 @@ export interface CowOptions {
 export function registerCow(container: DependencyContainer, options: CowOptions = {}): void {
   const mode = checkOptions(options).reshape ?? 'alias';
   if (mode !== 'alias' && mode !== 'cow' && mode !== 'warn') throw new InvalidArgumentError('options.reshape', mode, "'alias', 'cow' or 'warn'");
-  container.register(IpcCollector, { useValue: sharedCowCollector });
+  const pins = createSharedCowPins();
+  container.register(SharedCowPins, { useValue: pins });
+  const collector: MemoryReclaimer = { reclaim: (device) => (device.type === 'cpu' ? pins.collect() : 0) };
+  container.register(IpcCollector, { useValue: collector });
   if (mode === 'warn') {
     const policy = new WarnReshapePolicy();
     container.register(ReshapePolicy, { useValue: policy });
@@ -42,11 +45,6 @@ export function cow(options: CowOptions = {}): Plugin {
   checkOptions(options);
   return { name: 'cow', register: (container) => registerCow(container, options) };
 }
-
-/** In the out-of-memory path of host allocators: frees shared storages whose receivers are done. */
-const sharedCowCollector: MemoryReclaimer = {
-  reclaim: (device) => (device.type === 'cpu' ? collectSharedCow() : 0),
-};
 
 function checkOptions(options: CowOptions): CowOptions {
   if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', options, "an object such as { reshape: 'cow' }");

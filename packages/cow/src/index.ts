@@ -6,6 +6,7 @@ export { CowReshapePolicy } from './CowReshapePolicy.js';
 export { lazyClone } from './lazyClone.js';
 export type { Materialization } from './materialize.js';
 export { materialize } from './materialize.js';
+export { createSharedCowPins, SharedCowPins } from './SharedCowPins.js';
 export type { SharedCowStorage } from './shareCow.js';
 export { collectSharedCow, receiveCow, shareCow } from './shareCow.js';
 export type { ReshapeWarningEvents } from './WarnReshapePolicy.js';

@@ -1,9 +1,9 @@
-import type { Runtime } from '@stowage/core';
-import { DataPtr, InvalidArgumentError, StorageImpl, UseAfterReleaseError } from '@stowage/core';
+import { DataPtr, InvalidArgumentError, Runtime, StorageImpl, UseAfterReleaseError } from '@stowage/core';
 import { CowContext } from './CowContext.js';
 import { cowDeleter, isCowDataPtr } from './cowDeleter.js';
 import { lazyClone } from './lazyClone.js';
 import { materialize } from './materialize.js';
+import { sharedCowPinsOf } from './SharedCowPins.js';
 
 /**
  * A lazy copy of a shared-memory storage, as plain data that `postMessage` carries to a worker_thread: the
@@ -19,21 +19,24 @@ export interface SharedCowStorage {
 }
 
 /**
- * Makes a lazy copy of `storage` to hand to one other thread: one more reference on its COW context (made COW
- * first if needed), described by shared memory only. The receiver makes a storage of it with `receiveCow`,
- * once; its release drops that reference. Call once per receiver. The data stays owned by this thread's
- * allocator, which frees it here once every receiver is done, even if this thread's own storages went first
- * (Note [COW across threads]).
- * @throws InvalidArgumentError when the storage is not SharedArrayBuffer-backed or its allocator does not own it
+ * Makes a lazy copy of `storage`, a storage of `rt`, to hand to one other thread: one more reference on its COW
+ * context (made COW first if needed), described by shared memory only. The receiver makes a storage of it with
+ * `receiveCow`, once; its release drops that reference. Call once per receiver. The data stays owned by this
+ * runtime's allocator, which frees it here once every receiver is done, even if this thread's own storages went
+ * first (Note [COW across threads]); `rt` keeps the pins that `collectSharedCow(rt)` collects.
+ * @throws InvalidArgumentError when `rt` is not a Runtime, the storage is not SharedArrayBuffer-backed, or its
+ * allocator does not own it
  */
-export function shareCow(storage: StorageImpl): SharedCowStorage {
+export function shareCow(rt: Runtime, storage: StorageImpl): SharedCowStorage {
+  if (!(rt instanceof Runtime)) throw new InvalidArgumentError('rt', rt, 'the Runtime that made the storage');
   if (!(storage instanceof StorageImpl)) throw new InvalidArgumentError('storage', storage, 'a StorageImpl');
   if (storage.isReleased) throw new UseAfterReleaseError('Cannot share a released storage.');
   const ptr = storage.peekDataPtr();
   if (!(ptr.handle instanceof SharedArrayBuffer)) {
     throw new InvalidArgumentError('storage', 'a storage over ' + (ptr.handle as object)?.constructor?.name, 'SharedArrayBuffer-backed to cross threads (allocate it with { shared: true })');
   }
-  CowContext.collectShared(); // frees what earlier receivers are done with
+  const pins = sharedCowPinsOf(rt);
+  pins.collect(); // frees what earlier receivers are done with
   if (!isCowDataPtr(ptr)) {
     const probe = lazyClone(storage); // converts the pointer to COW in place
     if (probe === null) throw new InvalidArgumentError('storage', 'a storage whose allocator does not own its data', 'owned by its allocator');
@@ -41,7 +44,7 @@ export function shareCow(storage: StorageImpl): SharedCowStorage {
   }
   const context = ptr.context as CowContext;
   // A storage received from another thread is forwarded: the owner's pin already outlives every reference.
-  if (context.originalDeleter !== null) context.pinForSharing(ptr.byteLength);
+  if (context.originalDeleter !== null) context.pinForSharing(ptr.byteLength, pins);
   context.incref();
   return {
     data: ptr.handle,
@@ -53,12 +56,15 @@ export function shareCow(storage: StorageImpl): SharedCowStorage {
 }
 
 /**
- * Frees the data of storages this thread shared whose receivers and local storages are all done; returns the
- * bytes freed. It runs by itself at each `shareCow`, when this thread's last storage over the data goes, and
- * (with the cow plugin) when the allocator runs out of memory; call it to return memory sooner.
+ * Frees the data of storages `rt` shared whose receivers and local storages are all done; returns the bytes
+ * freed. It runs by itself at each `shareCow`, when the last local storage over the data goes, and (with the cow
+ * plugin) when the allocator runs out of memory; call it to return memory sooner. Other runtimes' shared
+ * storages are theirs to collect.
+ * @throws InvalidArgumentError when `rt` is not a Runtime
  */
-export function collectSharedCow(): number {
-  return CowContext.collectShared();
+export function collectSharedCow(rt: Runtime): number {
+  if (!(rt instanceof Runtime)) throw new InvalidArgumentError('rt', rt, 'a Runtime');
+  return sharedCowPinsOf(rt).collect();
 }
 
 /**
@@ -67,7 +73,7 @@ export function collectSharedCow(): number {
  * Only the sender's allocator can free the data, so the sender pins it (one extra reference, once per context)
  * when it first shares it: a receiver then never holds the last reference, copies when it writes, and never
  * steals; the sender frees the data when the pin is the only reference left, which it sees when its own last
- * storage over the data goes, at its next `shareCow`, in its out-of-memory path, or in `collectSharedCow`. A
+ * storage over the data goes, at its runtime's next `shareCow`, in its out-of-memory path, or in `collectSharedCow`. A
  * descriptor that is never received keeps its reference, and with it the data, for the sender's lifetime.
  * @throws InvalidArgumentError for a descriptor that is not one `shareCow` made, or one already received
  */

@@ -18,7 +18,7 @@ describe('COW across worker_threads', function () {
       return s;
     });
     const workers = [0, 1, 2, 3].map((worker) => {
-      const shared = storages.map((s) => shareCow(s));
+      const shared = storages.map((s) => shareCow(rt, s));
       return new Promise<{ errors: string[]; copies: number }>((resolve, reject) => {
         const w = new Worker(new URL('./cowWorker.js', import.meta.url), { workerData: { worker, iterations: 60, shared, originals } });
         w.once('message', resolve);
@@ -49,7 +49,7 @@ describe('COW across worker_threads', function () {
       return s;
     });
     const workers = [0, 1].map((worker) => {
-      const shared = storages.map((s) => shareCow(s));
+      const shared = storages.map((s) => shareCow(rt, s));
       return new Promise<{ errors: string[]; copies: number }>((resolve, reject) => {
         const w = new Worker(new URL('./cowWorker.js', import.meta.url), { workerData: { worker, iterations: 10, shared, originals } });
         w.once('message', resolve);
@@ -61,7 +61,7 @@ describe('COW across worker_threads', function () {
     const results = await Promise.all(workers);
     expect(results.flatMap((r) => r.errors), 'the workers never saw the sender\'s writes').to.deep.equal([]);
     expect(allocator.memoryStats()['allocation.all.current'] - baseline, 'the originals wait for the sender').to.equal(2 * originals.length);
-    expect(collectSharedCow(), 'the sender frees the originals').to.equal(4096 * originals.length);
+    expect(collectSharedCow(rt), 'the sender frees the originals').to.equal(4096 * originals.length);
     expect(allocator.memoryStats()['allocation.all.current'] - baseline, 'only its own copies are left').to.equal(originals.length);
     for (const s of storages) expect(hostBytes(s.data()).every((b) => b === 1)).to.equal(true);
   });

@@ -160,7 +160,7 @@ describe('lazyClone', () => {
   it('refuses to share across threads a storage that is not host shared memory', async () => {
     const { rt } = await runtime();
     await using _ = rt;
-    expect(() => shareCow(rt.storage(8))).to.throw(InvalidArgumentError, /SharedArrayBuffer-backed/);
+    expect(() => shareCow(rt, rt.storage(8))).to.throw(InvalidArgumentError, /SharedArrayBuffer-backed/);
     expect(() => receiveCow(rt, { data: new ArrayBuffer(8) } as never)).to.throw(InvalidArgumentError, /shareCow/);
     expect(() => lazyClone({} as StorageImpl)).to.throw(InvalidArgumentError, /StorageImpl/);
   });

@@ -1,17 +1,23 @@
 import type { Deleter } from '../DataPtr.js';
 
 /**
- * The deleters of every Stowage allocator in this thread (AllocatorBase, ForwardingAllocator). A pointer whose
- * deleter is one of them was made by an allocator; `Runtime#adopt` refuses such a pointer unless one of its own
- * allocators owns it. Pointers with other deleters (an imported buffer, COW, IPC) are not allocators' to judge.
+ * Marks the deleter of a Stowage allocator (AllocatorBase, ForwardingAllocator). A pointer whose deleter is
+ * marked was made by an allocator; `Runtime#adopt` refuses such a pointer unless one of its own allocators owns
+ * it. Pointers with other deleters (an imported buffer, COW, IPC) are not allocators' to judge.
+ *
+ * The mark is a property of the deleter itself, not an entry in a module-level registry: each allocator carries
+ * its own, so no state is shared between runtimes (or between two copies of core: the key is a registered
+ * symbol).
  */
-const deleters = new WeakSet<Deleter>();
+const ALLOCATOR_DELETER = Symbol.for('stowage.allocatorDeleter');
+
+type MarkedDeleter = Deleter & { readonly [ALLOCATOR_DELETER]?: true };
 
 export function markAllocatorDeleter<D extends Deleter>(deleter: D): D {
-  deleters.add(deleter);
+  Object.defineProperty(deleter, ALLOCATOR_DELETER, { value: true });
   return deleter;
 }
 
 export function isAllocatorDeleter(deleter: Deleter | null): boolean {
-  return deleter !== null && deleters.has(deleter);
+  return deleter !== null && (deleter as MarkedDeleter)[ALLOCATOR_DELETER] === true;
 }
