@@ -25,23 +25,37 @@ describe('parseRmmCsv', () => {
     expect(parseRmmCsv(`${HEADER}\n`)).to.deep.equal([]);
   });
 
+  it('reads the logs RMM writes: columns by header, decimal pointers, hex streams, times of day, deallocate rows, blank lines', () => {
+    const text = 'Action,Size,Pointer,Stream,Time\nallocate,16,4096,0x1a,08:20:17.000010\n\ndeallocate,16,0x1000,0x1a,08:20:17.5\n';
+    expect(parseRmmCsv(text)).to.deep.equal([
+      { thread: 0, timeSeconds: 30017.00001, action: 'allocate', address: 4096, size: 16, stream: 0x1a },
+      { thread: 0, timeSeconds: 30017.5, action: 'free', address: 4096, size: 16, stream: 0x1a },
+    ]);
+    expect(parseRmmCsv('Action,Pointer,Size\nallocate,0x10,8\n')[0]!.timeSeconds, 'no Time column').to.equal(null);
+  });
+
+  it('names the source and line of a malformed line, and refuses a header without Action, Pointer and Size', () => {
+    expect(() => parseRmmCsv(`${HEADER}\n0,0,allocate,0x10,sixteen,0\n`, 'log.csv')).to.throw(InvalidArgumentError, /^line 2 of log\.csv must be a record .*Size/);
+    expect(() => parseRmmCsv('Thread,Time,Pointer\n0,0,0x10\n', 'h.csv')).to.throw(InvalidArgumentError, /header on line 1 of h\.csv/);
+  });
+
   it('rejects a malformed line with InvalidArgumentError naming its line number', () => {
     const cases: [string, RegExp][] = [
-      ['0,0.1,allocate,0x10,8', /six comma-separated fields/],
+      ['0,0.1,allocate,0x10,8', /of 6 comma-separated fields \(it has 5\)/],
       ['0,0.1,malloc,0x10,8,0', /Action/],
-      ['0,0.1,allocate,16,8,0', /Pointer/],
+      ['0,0.1,allocate,nowhere,8,0', /Pointer/],
       ['0,0.1,allocate,0x10,-8,0', /Size/],
       ['0,0.1,allocate,0x10,1.5,0', /Size/],
       ['x,0.1,allocate,0x10,8,0', /Thread/],
       ['0,-1,allocate,0x10,8,0', /Time/],
       ['0,0.1,allocate,0x10,8,', /Stream/],
-      ['', /six comma-separated fields/],
+      ['0,0.1', /of 6 comma-separated fields \(it has 2\)/],
       [HEADER, /Thread is/],
     ];
     for (const [line, reason] of cases) {
       const text = [HEADER, '0,0.000001,allocate,0x40,8,0', line, '0,0.1,free,0x40,8,0'].join('\n');
       expect(() => parseRmmCsv(text), line)
-        .to.throw(InvalidArgumentError, /^text line 3 must be a record /)
+        .to.throw(InvalidArgumentError, /^line 3 of text must be a record /)
         .with.property('message')
         .that.matches(reason);
     }

@@ -41,7 +41,7 @@ describe('parseRmmCsvLog', () => {
       .with.property('message')
       .that.contains('line 3 of log.csv');
     expect(() => parseRmmCsvLog('Thread,Time,Action,Pointer,Size,Stream\n1,0,allocate,0x10\n', 'short.csv')).to.throw(InvalidArgumentError, /line 2 of short\.csv/);
-    expect(() => parseRmmCsvLog('Thread,Time,Action,Pointer,Size,Stream\n1,0,resize,0x10,1,0\n', 'act.csv')).to.throw(InvalidArgumentError, /Action on line 2/);
+    expect(() => parseRmmCsvLog('Thread,Time,Action,Pointer,Size,Stream\n1,0,resize,0x10,1,0\n', 'act.csv')).to.throw(InvalidArgumentError, /line 2 of act\.csv .*Action/);
   });
 
   it('rejects a header without the Action, Pointer and Size columns, and a pointer allocated twice while live', () => {
