@@ -1,6 +1,5 @@
 import { expect } from 'chai';
-import { VirtualMemoryBackend } from '@stowage/core';
-import { assertAllocatorInvariants, describeAllocatorContract } from '@stowage/core/testing';
+import { VirtualMemoryBackend, assertAllocatorInvariants, describeAllocatorContract } from '@stowage/core/testing';
 import { createExactSizePoolAllocator } from './ExactSizePoolAllocator.js';
 
 describeAllocatorContract('exact-size-pool (bench baseline)', () => createExactSizePoolAllocator(new VirtualMemoryBackend({ capacityBytes: 1 << 30 })));

@@ -1,6 +1,7 @@
-import type { Allocator, VirtualMemoryBackend } from '@stowage/core';
+import type { Allocator } from '@stowage/core';
 import { CachingAllocator, makeDirectAllocator } from '@stowage/core';
 import { createExactSizePoolAllocator } from './ExactSizePoolAllocator.js';
+import type { VirtualMemoryBackend } from '@stowage/core/testing';
 
 /** An allocator under test: its name in the bench's output and how to build one over a fresh backend. */
 export interface BenchAllocator {

@@ -1,5 +1,5 @@
-import { VirtualMemoryBackend } from '@stowage/core';
 import { createExactSizePoolAllocator } from './ExactSizePoolAllocator.js';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 /**
  * The bench's self-check of its exact-size-pool baseline, run before any figure is taken: a freed block is reused

@@ -1,7 +1,7 @@
 import { Worker } from 'node:worker_threads';
 import type { DataPtr } from '@stowage/core';
-import { VirtualMemoryBackend } from '@stowage/core';
 import type { BenchAllocator } from './benchAllocators.js';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 /** The one size class of the tight loop. */
 const PAIR_BYTES = 4096;

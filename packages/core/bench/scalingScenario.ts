@@ -1,7 +1,7 @@
 import type { DataPtr } from '@stowage/core';
-import { VirtualMemoryBackend } from '@stowage/core';
 import type { BenchAllocator } from './benchAllocators.js';
 import { createRandom } from './createRandom.js';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 /** Smallest and largest block of the scaling scenario. */
 const MIN_BYTES = 512;

@@ -1,8 +1,8 @@
-import { VirtualMemoryBackend } from '@stowage/core';
 import type { TraceEvent } from '@stowage/core/replay';
 import { replayTrace } from '@stowage/core/replay';
 import type { BenchAllocator } from './benchAllocators.js';
 import { createRandom } from './createRandom.js';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 /** Backend segment counts when one allocator instance replays the same sequence several times. */
 export interface StaticShapeRun {

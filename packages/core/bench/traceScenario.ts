@@ -1,7 +1,7 @@
-import { VirtualMemoryBackend } from '@stowage/core';
 import type { ReplayResult, TraceEvent } from '@stowage/core/replay';
 import { replayTrace } from '@stowage/core/replay';
 import type { BenchAllocator } from './benchAllocators.js';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 /** One allocator's figures on one trace. */
 export interface TraceRun {

@@ -11,9 +11,8 @@ import {
   makeAllocator,
   makeDirectAllocator,
   StowageError,
-  VirtualMemoryBackend,
 } from '@stowage/core';
-import { allocatorContract } from '@stowage/core/testing';
+import { VirtualMemoryBackend, allocatorContract } from '@stowage/core/testing';
 import { allocatorNames, BenchUsageError, parseBenchFlags, selectByName } from '@stowage/bench-kit';
 
 /** The arena example, loaded from its build output (core does not depend on it). */

@@ -1,5 +1,4 @@
 import type { Runtime, Token } from '@stowage/core';
-import type { CowContext } from './CowContext.js';
 
 /**
  * The COW contexts whose data one runtime shared with other threads and still pins (Note [COW across threads]
@@ -8,9 +7,15 @@ import type { CowContext } from './CowContext.js';
  * Invariants: a context is in `contexts` exactly while it holds a sharing pin; every context in it was pinned
  * by a storage of this runtime.
  */
+/** What the set needs of a pinned COW context (CowContext). */
+export interface PinnedCowContext {
+  /** Frees the data when the pin is its last reference; returns the bytes freed, else 0. */
+  releasePinIfLast(): number;
+}
+
 export interface SharedCowPins {
   /** Contexts with a sharing pin; each adds and removes itself (CowContext#pinForSharing). */
-  readonly contexts: Set<CowContext>;
+  readonly contexts: Set<PinnedCowContext>;
   /**
    * Frees the data of every context whose sharing pin is its last reference (all receivers and local storages
    * are done); returns the bytes freed.
@@ -22,7 +27,7 @@ export const SharedCowPins: Token<SharedCowPins> = Symbol('stowage.cow.SharedCow
 
 /** A runtime's empty set of pins. */
 export function createSharedCowPins(): SharedCowPins {
-  const contexts = new Set<CowContext>();
+  const contexts = new Set<PinnedCowContext>();
   return {
     contexts,
     collect() {

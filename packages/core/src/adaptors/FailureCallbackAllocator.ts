@@ -1,9 +1,9 @@
-import type { AllocateOptions, Allocator } from '../Allocator.js';
-import type { DataPtr } from '../DataPtr.js';
+import type { AllocateOptions, Allocator } from '../contracts/Allocator.js';
+import type { DataPtr } from '../storage/DataPtr.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
-import type { ForwardingAllocatorOptions } from '../ForwardingAllocator.js';
-import { ForwardingAllocator } from '../ForwardingAllocator.js';
+import type { ForwardingAllocatorOptions } from '../allocators/ForwardingAllocator.js';
+import { ForwardingAllocator } from '../allocators/ForwardingAllocator.js';
 import { checkUpstream } from '../internal/checkUpstream.js';
 
 /** What a {@link FailureCallback} is told about a failed attempt. */

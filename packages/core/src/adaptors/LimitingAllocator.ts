@@ -1,11 +1,11 @@
-import type { AllocateOptions, Allocator, AllocatorEventSource } from '../Allocator.js';
-import type { AllocatorStats } from '../AllocatorStats.js';
-import type { DataPtr } from '../DataPtr.js';
+import type { AllocateOptions, Allocator, AllocatorEventSource } from '../contracts/Allocator.js';
+import type { AllocatorStats } from '../contracts/AllocatorStats.js';
+import type { DataPtr } from '../storage/DataPtr.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
-import { parseBytes } from '../formatBytes.js';
-import type { ForwardingAllocatorOptions } from '../ForwardingAllocator.js';
-import { ForwardingAllocator } from '../ForwardingAllocator.js';
+import { parseBytes } from '../units/formatBytes.js';
+import type { ForwardingAllocatorOptions } from '../allocators/ForwardingAllocator.js';
+import { ForwardingAllocator } from '../allocators/ForwardingAllocator.js';
 import { checkUpstream } from '../internal/checkUpstream.js';
 import { RelayEmitter } from '../internal/RelayEmitter.js';
 import { checkByteCount } from '../internal/validate.js';

@@ -1,10 +1,10 @@
-import type { AllocateOptions, Allocator } from '../Allocator.js';
-import type { DataPtr } from '../DataPtr.js';
-import { formatDevice } from '../Device.js';
-import { formatBytes } from '../formatBytes.js';
+import type { AllocateOptions, Allocator } from '../contracts/Allocator.js';
+import type { DataPtr } from '../storage/DataPtr.js';
+import { formatDevice } from '../contracts/Device.js';
+import { formatBytes } from '../units/formatBytes.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
-import type { ForwardingAllocatorOptions } from '../ForwardingAllocator.js';
-import { ForwardingAllocator } from '../ForwardingAllocator.js';
+import type { ForwardingAllocatorOptions } from '../allocators/ForwardingAllocator.js';
+import { ForwardingAllocator } from '../allocators/ForwardingAllocator.js';
 import { checkUpstream } from '../internal/checkUpstream.js';
 import { checkCount } from '../internal/validate.js';
 

@@ -1,6 +1,6 @@
-import type { DataPtr } from '../DataPtr.js';
-import type { MemoryBlock } from '../MemoryBlock.js';
-import type { StreamId } from '../MemoryBackend.js';
+import type { DataPtr } from '../storage/DataPtr.js';
+import type { MemoryBlock } from '../contracts/MemoryBlock.js';
+import type { StreamId } from '../contracts/MemoryBackend.js';
 import { BlockPool } from './BlockPool.js';
 
 /** One segment from the backend (or one expandable address range) and the blocks that tile it. */

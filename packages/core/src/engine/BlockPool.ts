@@ -1,4 +1,4 @@
-import type { StreamId } from '../MemoryBackend.js';
+import type { StreamId } from '../contracts/MemoryBackend.js';
 import type { Block } from './Block.js';
 
 /**

@@ -19,17 +19,17 @@
  *   reserving new fixed segments; freed pages at the end are unmapped by emptyCache/trim.
  * - Statistics use PyTorch's names and meanings; `snapshot()` uses PyTorch's snapshot schema.
  */
-import type { AllocateOptions } from '../Allocator.js';
-import { DataPtr } from '../DataPtr.js';
-import { formatDevice } from '../Device.js';
+import type { AllocateOptions } from '../contracts/Allocator.js';
+import { DataPtr } from '../storage/DataPtr.js';
+import { formatDevice } from '../contracts/Device.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
 import { checkByteCount, checkOptions } from '../internal/validate.js';
-import type { MemoryBackend, StreamId } from '../MemoryBackend.js';
-import type { MemoryBlock } from '../MemoryBlock.js';
-import type { MemorySnapshot, SnapshotBlock, SnapshotSegment } from '../MemorySnapshot.js';
+import type { MemoryBackend, StreamId } from '../contracts/MemoryBackend.js';
+import type { MemoryBlock } from '../contracts/MemoryBlock.js';
+import type { MemorySnapshot, SnapshotBlock, SnapshotSegment } from '../contracts/MemorySnapshot.js';
 import { Block, Segment } from './Block.js';
 import { BlockPool } from './BlockPool.js';
 import type { CachingAllocatorOptions, ResolvedCachingOptions } from './CachingAllocatorOptions.js';

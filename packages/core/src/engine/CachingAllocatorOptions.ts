@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
-import { parseBytes } from '../formatBytes.js';
-import type { MemoryReclaimer } from '../MemoryReclaimer.js';
+import { parseBytes } from '../units/formatBytes.js';
+import type { MemoryReclaimer } from '../contracts/MemoryReclaimer.js';
 import { LARGE_SEGMENT_BYTES, ROUNDUP_INTERVALS } from './SizeClass.js';
 
 /**

@@ -1,4 +1,4 @@
-import type { BackendEvent } from '../MemoryBackend.js';
+import type { BackendEvent } from '../contracts/MemoryBackend.js';
 import type { Block } from './Block.js';
 
 /**

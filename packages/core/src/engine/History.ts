@@ -1,4 +1,4 @@
-import type { SnapshotAction, SnapshotFrame, SnapshotTraceEntry } from '../MemorySnapshot.js';
+import type { SnapshotAction, SnapshotFrame, SnapshotTraceEntry } from '../contracts/MemorySnapshot.js';
 
 export interface HistoryOptions {
   /** Entries kept; the oldest are dropped first. Default 10,000. */

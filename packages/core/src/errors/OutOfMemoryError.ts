@@ -1,7 +1,7 @@
-import type { AllocatorStats } from '../AllocatorStats.js';
-import type { Device } from '../Device.js';
-import { formatDevice } from '../Device.js';
-import { formatBytes } from '../formatBytes.js';
+import type { AllocatorStats } from '../contracts/AllocatorStats.js';
+import type { Device } from '../contracts/Device.js';
+import { formatDevice } from '../contracts/Device.js';
+import { formatBytes } from '../units/formatBytes.js';
 import { StowageError } from './StowageError.js';
 
 /** What an allocator knew about its device when it gave up. */

@@ -1,5 +1,5 @@
-import type { AllocatorEventSource } from '../Allocator.js';
-import type { AllocatorEvents } from '../AllocatorEvents.js';
+import type { AllocatorEventSource } from '../contracts/Allocator.js';
+import type { AllocatorEvents } from '../contracts/AllocatorEvents.js';
 import { SafeEmitter } from './SafeEmitter.js';
 
 /** Every allocator event but `listenerFailed`. */

@@ -1,5 +1,5 @@
 import { EventEmitter } from 'eventemitter3';
-import type { AllocatorEvents } from '../AllocatorEvents.js';
+import type { AllocatorEvents } from '../contracts/AllocatorEvents.js';
 
 /**
  * An allocator's private emitter. `safeEmit` never throws: a listener's error is re-emitted as

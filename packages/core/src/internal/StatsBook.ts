@@ -1,4 +1,4 @@
-import type { AllocatorStats, CounterName, StatKey, StatName } from '../AllocatorStats.js';
+import type { AllocatorStats, CounterName, StatKey, StatName } from '../contracts/AllocatorStats.js';
 
 // Note [Flat statistics]: every statistic lives in one Float64Array of four-slot records (current, peak, allocated,
 // freed); Stat and PooledStat are views over it. The hot path's counts (countAllocated, countFreed,

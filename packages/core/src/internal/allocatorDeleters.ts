@@ -1,4 +1,4 @@
-import type { Deleter } from '../DataPtr.js';
+import type { Deleter } from '../storage/DataPtr.js';
 
 /**
  * Marks the deleter of a Stowage allocator (AllocatorBase, ForwardingAllocator). A pointer whose deleter is

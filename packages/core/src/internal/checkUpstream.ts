@@ -1,4 +1,4 @@
-import type { Allocator } from '../Allocator.js';
+import type { Allocator } from '../contracts/Allocator.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 
 /** Throws unless `value` looks like an {@link Allocator} (has `allocate`, `free` and `memoryStats`); for adaptors' constructors. */

@@ -1,4 +1,4 @@
-import type { SnapshotAction } from '../MemorySnapshot.js';
+import type { SnapshotAction } from '../contracts/MemorySnapshot.js';
 
 /** What a trace event records: the actions of PyTorch's snapshot traces (c10 `TraceEntry::Action`) but `snapshot`. */
 export type TraceAction = Exclude<SnapshotAction, 'snapshot'>;

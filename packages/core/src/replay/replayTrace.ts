@@ -1,5 +1,5 @@
-import type { AllocateOptions, Allocator } from '../Allocator.js';
-import type { DataPtr } from '../DataPtr.js';
+import type { AllocateOptions, Allocator } from '../contracts/Allocator.js';
+import type { DataPtr } from '../storage/DataPtr.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { isOutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { ReplayStoppedError } from './ReplayStoppedError.js';

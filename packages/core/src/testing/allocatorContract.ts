@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { Allocator } from '../Allocator.js';
-import { DataPtr } from '../DataPtr.js';
-import { isSameDevice } from '../Device.js';
+import type { Allocator } from '../contracts/Allocator.js';
+import { DataPtr } from '../storage/DataPtr.js';
+import { isSameDevice } from '../contracts/Device.js';
 import { DisposedError } from '../errors/DisposedError.js';
 import { DoubleFreeError } from '../errors/DoubleFreeError.js';
 import { ForeignPointerError } from '../errors/ForeignPointerError.js';

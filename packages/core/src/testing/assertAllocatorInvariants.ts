@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import type { Allocator } from '../Allocator.js';
-import type { DataPtr } from '../DataPtr.js';
+import type { Allocator } from '../contracts/Allocator.js';
+import type { DataPtr } from '../storage/DataPtr.js';
 
 /**
  * Checks what must hold of any allocator between calls, given the pointers the caller holds live:

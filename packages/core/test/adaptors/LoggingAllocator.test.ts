@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import type { Allocator, RmmLogRecord } from '@stowage/core';
-import { CachingAllocator, createCpuAllocator, InvalidArgumentError, VirtualMemoryBackend, LoggingAllocator, OutOfMemoryError, parseRmmCsv, RMM_CSV_HEADER } from '@stowage/core';
-import { describeAllocatorContract } from '@stowage/core/testing';
+import { CachingAllocator, createCpuAllocator, InvalidArgumentError, LoggingAllocator, OutOfMemoryError, parseRmmCsv, RMM_CSV_HEADER } from '@stowage/core';
+import { VirtualMemoryBackend, describeAllocatorContract } from '@stowage/core/testing';
 
 describeAllocatorContract('LoggingAllocator over the CPU allocator', () => new LoggingAllocator(createCpuAllocator(), () => {}));
 

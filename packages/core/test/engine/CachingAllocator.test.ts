@@ -8,9 +8,8 @@ import {
   InvalidArgumentError,
   OutOfMemoryError,
   UseAfterReleaseError,
-  VirtualMemoryBackend,
 } from '@stowage/core';
-import { describeAllocatorContract } from '@stowage/core/testing';
+import { VirtualMemoryBackend, describeAllocatorContract } from '@stowage/core/testing';
 import { blockOf, engine, expectSnapshotCoversReserved, KiB, MiB } from './helpers.js';
 
 describeAllocatorContract('CachingAllocator (pytorch preset) over a virtual device', () => new CachingAllocator(new VirtualMemoryBackend(), { preset: 'pytorch' }));

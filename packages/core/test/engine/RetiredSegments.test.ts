@@ -1,9 +1,10 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import type { CachingAllocatorOptions, DataPtr } from '@stowage/core';
-import { CachingAllocator, VirtualMemoryBackend } from '@stowage/core';
+import { CachingAllocator } from '@stowage/core';
 import type { EngineStep } from './helpers.js';
 import { applyEngineStep, MiB } from './helpers.js';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 /** The engine with its protected `retireSegment` reachable, as a backend-specific allocator has it. */
 class RetiringAllocator extends CachingAllocator<number> {

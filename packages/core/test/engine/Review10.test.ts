@@ -8,12 +8,12 @@ import {
   InvalidArgumentError,
   OutOfMemoryError,
   UseAfterReleaseError,
-  VirtualMemoryBackend,
 } from '@stowage/core';
 // The pool is internal to the engine (not exported): the test reaches it through the built package.
 import { Block, Segment } from '../../dist/engine/Block.js';
 import { BlockPool } from '../../dist/engine/BlockPool.js';
 import { engine, expectSnapshotCoversReserved, KiB, MiB } from './helpers.js';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 /** (size, address) order: the pool's order within a stream. */
 function byKey(a: Block, b: Block): number {

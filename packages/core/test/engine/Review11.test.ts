@@ -1,8 +1,9 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import type { DataPtr } from '@stowage/core';
-import { CachingAllocator, OutOfMemoryError, VirtualMemoryBackend } from '@stowage/core';
+import { CachingAllocator, OutOfMemoryError } from '@stowage/core';
 import { expectSnapshotCoversReserved, MiB } from './helpers.js';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 /** An engine with expandable segments and a 32 MiB max split size whose backend records every map/unmap size. */
 function recordingEngine(options: { fragmentationLimit?: number; capacityBytes?: number; preset?: 'pytorch' | 'best' } = {}) {

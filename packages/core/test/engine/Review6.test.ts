@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import type { CachingAllocatorOptions } from '@stowage/core';
-import { CachingAllocator, InvalidArgumentError, OutOfMemoryError, VirtualMemoryBackend } from '@stowage/core';
+import { CachingAllocator, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
 import { engine, MiB } from './helpers.js';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 /** The engine with its protected `retireSegment` reachable, as a backend-specific allocator has it. */
 class RetiringAllocator extends CachingAllocator<number> {

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
-import { CachingAllocator, VirtualMemoryBackend } from '@stowage/core';
+import { CachingAllocator } from '@stowage/core';
 import { findTraceRoot, listTraces, readPytorchReference, readTraceFile, replayTrace } from '@stowage/core/replay';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 const GiB = 2 ** 30;
 

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import type { CachingAllocatorOptions, DataPtr } from '@stowage/core';
-import { CachingAllocator, OutOfMemoryError, VirtualMemoryBackend } from '@stowage/core';
+import { CachingAllocator, OutOfMemoryError } from '@stowage/core';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 export const KiB = 1 << 10;
 export const MiB = 1 << 20;

@@ -1,8 +1,9 @@
 import { expect } from 'chai';
 import type { AllocateOptions, Allocator } from '@stowage/core';
-import { InvalidArgumentError, makeDirectAllocator, OutOfMemoryError, VirtualMemoryBackend } from '@stowage/core';
+import { InvalidArgumentError, makeDirectAllocator, OutOfMemoryError } from '@stowage/core';
 import type { TraceEvent } from '@stowage/core/replay';
 import { findTraceRoot, listTraces, readTraceFile, ReplayStoppedError, replayTrace, traceSummary } from '@stowage/core/replay';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 const alloc = (id: number, size: number, extra: Partial<TraceEvent> = {}): TraceEvent => ({ action: 'alloc', id, size, stream: 0, ...extra });
 const freeRequested = (id: number): TraceEvent => ({ action: 'free_requested', id, size: 0, stream: 0 });

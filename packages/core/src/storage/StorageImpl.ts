@@ -1,14 +1,14 @@
-import type { AllocateOptions, Allocator } from './Allocator.js';
+import type { AllocateOptions, Allocator } from '../contracts/Allocator.js';
 import type { DataPtr } from './DataPtr.js';
-import type { Device } from './Device.js';
-import { formatDevice, isSameDevice } from './Device.js';
-import { DeviceMismatchError } from './errors/DeviceMismatchError.js';
-import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
-import { UseAfterReleaseError } from './errors/UseAfterReleaseError.js';
-import { checkByteCount } from './internal/validate.js';
-import type { LmsStorage } from './LmsStorage.js';
-import type { StorageHooks } from './StorageHooks.js';
-import { BeforeWrite, isWriteGuard } from './WriteGuard.js';
+import type { Device } from '../contracts/Device.js';
+import { formatDevice, isSameDevice } from '../contracts/Device.js';
+import { DeviceMismatchError } from '../errors/DeviceMismatchError.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
+import { checkByteCount } from '../internal/validate.js';
+import type { LmsStorage } from '../contracts/LmsStorage.js';
+import type { StorageHooks } from '../contracts/StorageHooks.js';
+import { BeforeWrite, isWriteGuard } from '../contracts/WriteGuard.js';
 
 export interface StorageInit {
   readonly dataPtr: DataPtr;

@@ -1,9 +1,9 @@
-import type { Allocator } from './Allocator.js';
-import type { AllocatorContext, AllocatorDecorator, AllocatorFactory } from './AllocatorFactory.js';
-import type { Device, DeviceLike } from './Device.js';
-import { formatDevice, parseDevice } from './Device.js';
-import { BackendUnavailableError } from './errors/BackendUnavailableError.js';
-import { DeviceMismatchError } from './errors/DeviceMismatchError.js';
+import type { Allocator } from '../contracts/Allocator.js';
+import type { AllocatorContext, AllocatorDecorator, AllocatorFactory } from '../contracts/AllocatorFactory.js';
+import type { Device, DeviceLike } from '../contracts/Device.js';
+import { formatDevice, parseDevice } from '../contracts/Device.js';
+import { BackendUnavailableError } from '../errors/BackendUnavailableError.js';
+import { DeviceMismatchError } from '../errors/DeviceMismatchError.js';
 
 /**
  * One runtime's allocators, one per device, made on first use by the registered factories.

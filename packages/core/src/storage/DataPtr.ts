@@ -1,6 +1,6 @@
-import type { Device } from './Device.js';
-import { formatDevice } from './Device.js';
-import { DoubleFreeError } from './errors/DoubleFreeError.js';
+import type { Device } from '../contracts/Device.js';
+import { formatDevice } from '../contracts/Device.js';
+import { DoubleFreeError } from '../errors/DoubleFreeError.js';
 
 /** Frees what a DataPtr points at, given the pointer's context. Called at most once per pointer. */
 export type Deleter = (context: unknown) => void;

@@ -1,11 +1,11 @@
 import type { EventEmitter } from 'eventemitter3';
 import type { AllocatorEvents } from './AllocatorEvents.js';
 import type { AllocatorStats } from './AllocatorStats.js';
-import type { DataPtr } from './DataPtr.js';
+import type { DataPtr } from '../storage/DataPtr.js';
 import type { Device } from './Device.js';
 import type { LmsStorage } from './LmsStorage.js';
 import type { MemorySnapshot } from './MemorySnapshot.js';
-import type { StorageImpl } from './StorageImpl.js';
+import type { StorageImpl } from '../storage/StorageImpl.js';
 import type { Token } from './Token.js';
 
 /** Per-allocation options. Allocators ignore the ones that do not apply to their device. */

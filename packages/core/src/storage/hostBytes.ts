@@ -1,7 +1,7 @@
 import type { DataPtr } from './DataPtr.js';
-import { formatDevice } from './Device.js';
-import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
-import { UseAfterReleaseError } from './errors/UseAfterReleaseError.js';
+import { formatDevice } from '../contracts/Device.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 
 /**
  * A Uint8Array over a host pointer's bytes, without copying: for kernels that run on the CPU. Take it from

@@ -1,16 +1,16 @@
 import type { DependencyContainer } from 'tsyringe';
-import type { Allocator } from './Allocator.js';
-import { AllocatorFactory, type AllocatorContext } from './AllocatorFactory.js';
-import { CpuMemoryBackend, type HostBuffer } from './CpuMemoryBackend.js';
-import { CachingAllocator } from './engine/CachingAllocator.js';
-import type { CachingAllocatorOptions } from './engine/CachingAllocatorOptions.js';
-import type { Device } from './Device.js';
-import { formatDevice } from './Device.js';
-import { BackendUnavailableError } from './errors/BackendUnavailableError.js';
-import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
-import { checkOptions } from './internal/validate.js';
-import { parseBytes } from './formatBytes.js';
-import type { Plugin } from './Plugin.js';
+import type { Allocator } from '../contracts/Allocator.js';
+import { AllocatorFactory, type AllocatorContext } from '../contracts/AllocatorFactory.js';
+import { CpuMemoryBackend, type HostBuffer } from '../backends/CpuMemoryBackend.js';
+import { CachingAllocator } from '../engine/CachingAllocator.js';
+import type { CachingAllocatorOptions } from '../engine/CachingAllocatorOptions.js';
+import type { Device } from '../contracts/Device.js';
+import { formatDevice } from '../contracts/Device.js';
+import { BackendUnavailableError } from '../errors/BackendUnavailableError.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { checkOptions } from '../internal/validate.js';
+import { parseBytes } from '../units/formatBytes.js';
+import type { Plugin } from '../contracts/Plugin.js';
 
 export interface CpuAllocatorOptions extends Omit<CachingAllocatorOptions, 'memoryLimit'> {
   /** Back every allocation with a SharedArrayBuffer (per-allocation `{ shared }` overrides). Default false. */

@@ -1,17 +1,17 @@
-import type { AllocateOptions, Allocator } from './Allocator.js';
-import { DataPtr } from './DataPtr.js';
-import type { DeviceLike } from './Device.js';
-import { formatDevice, parseDevice } from './Device.js';
-import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
-import { OutOfMemoryError } from './errors/OutOfMemoryError.js';
-import { AllocatorBase } from './internal/AllocatorBase.js';
-import { isSmallRequest } from './engine/SizeClass.js';
-import { checkByteCount, checkOptions } from './internal/validate.js';
-import type { LmsStorage } from './LmsStorage.js';
-import type { BackendEvent, MemoryBackend } from './MemoryBackend.js';
-import type { MemoryBlock } from './MemoryBlock.js';
-import type { MemorySnapshot, SnapshotSegment } from './MemorySnapshot.js';
-import type { StorageImpl } from './StorageImpl.js';
+import type { AllocateOptions, Allocator } from '../contracts/Allocator.js';
+import { DataPtr } from '../storage/DataPtr.js';
+import type { DeviceLike } from '../contracts/Device.js';
+import { formatDevice, parseDevice } from '../contracts/Device.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
+import { AllocatorBase } from '../internal/AllocatorBase.js';
+import { isSmallRequest } from '../engine/SizeClass.js';
+import { checkByteCount, checkOptions } from '../internal/validate.js';
+import type { LmsStorage } from '../contracts/LmsStorage.js';
+import type { BackendEvent, MemoryBackend } from '../contracts/MemoryBackend.js';
+import type { MemoryBlock } from '../contracts/MemoryBlock.js';
+import type { MemorySnapshot, SnapshotSegment } from '../contracts/MemorySnapshot.js';
+import type { StorageImpl } from '../storage/StorageImpl.js';
 
 /**
  * The least an allocator must do; {@link makeAllocator} supplies the rest. Methods receive validated

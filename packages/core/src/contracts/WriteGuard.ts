@@ -1,4 +1,4 @@
-import type { StorageImpl } from './StorageImpl.js';
+import type { StorageImpl } from '../storage/StorageImpl.js';
 
 /**
  * The key of the method a DataPtr context implements to act before any write through a storage:

@@ -1,4 +1,4 @@
-import type { DataPtr } from './DataPtr.js';
+import type { DataPtr } from '../storage/DataPtr.js';
 import type { Device } from './Device.js';
 import type { Token } from './Token.js';
 

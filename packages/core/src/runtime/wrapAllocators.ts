@@ -1,7 +1,7 @@
-import type { Allocator } from './Allocator.js';
-import { AllocatorDecorator } from './AllocatorFactory.js';
-import type { Device } from './Device.js';
-import type { Plugin } from './Plugin.js';
+import type { Allocator } from '../contracts/Allocator.js';
+import { AllocatorDecorator } from '../contracts/AllocatorFactory.js';
+import type { Device } from '../contracts/Device.js';
+import type { Plugin } from '../contracts/Plugin.js';
 
 /**
  * A plugin that wraps the allocator of every device of one type in adaptors, e.g.

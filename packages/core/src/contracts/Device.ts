@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 
 /** The device types Stowage ships allocators for; a third party may use any other lowercase name. */
 export type KnownDeviceType = 'cpu' | 'cuda' | 'webgpu';

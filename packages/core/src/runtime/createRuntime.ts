@@ -1,16 +1,17 @@
 import type { DependencyContainer } from 'tsyringe';
-import { Allocator } from './Allocator.js';
-import { AllocatorContext, AllocatorDecorator, AllocatorFactory } from './AllocatorFactory.js';
+import { Allocator } from '../contracts/Allocator.js';
+import { AllocatorContext, AllocatorDecorator, AllocatorFactory } from '../contracts/AllocatorFactory.js';
 import { AllocatorRegistry } from './AllocatorRegistry.js';
-import { IpcCollector, LmsReclaimer } from './MemoryReclaimer.js';
+import { IpcCollector, LmsReclaimer } from '../contracts/MemoryReclaimer.js';
 import { registerCpuAllocator } from './cpu.js';
-import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
-import type { Plugin } from './Plugin.js';
-import { AliasReshapePolicy, ReshapePolicy } from './ReshapePolicy.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import type { Plugin } from '../contracts/Plugin.js';
+import { AliasReshapePolicy } from '../storage/AliasReshapePolicy.js';
+import { ReshapePolicy } from '../contracts/ReshapePolicy.js';
 import { Runtime } from './Runtime.js';
-import { StorageHooks } from './StorageHooks.js';
-import { TensorHooks } from './TensorHooks.js';
-import { resolve, resolveAll } from './Token.js';
+import { StorageHooks } from '../contracts/StorageHooks.js';
+import { TensorHooks } from '../contracts/TensorHooks.js';
+import { resolve, resolveAll } from '../contracts/Token.js';
 
 export interface RuntimeOptions {
   /** Plugins in order; a later registration of a token wins over an earlier one (and over core's defaults). */

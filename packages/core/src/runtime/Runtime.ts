@@ -1,25 +1,25 @@
 import type { DependencyContainer } from 'tsyringe';
-import type { Allocator } from './Allocator.js';
-import { DataPtr } from './DataPtr.js';
-import { UseAfterReleaseError } from './errors/UseAfterReleaseError.js';
+import type { Allocator } from '../contracts/Allocator.js';
+import { DataPtr } from '../storage/DataPtr.js';
+import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import type { AllocatorRegistry } from './AllocatorRegistry.js';
-import type { Device, DeviceLike } from './Device.js';
-import { formatDevice, parseDevice } from './Device.js';
-import type { DType } from './DType.js';
-import { checkDType, itemsizeOf } from './DType.js';
-import { DisposedError } from './errors/DisposedError.js';
-import { ForeignPointerError } from './errors/ForeignPointerError.js';
-import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
-import { formatBytes } from './formatBytes.js';
-import { isAllocatorDeleter } from './internal/allocatorDeleters.js';
-import { checkByteCount, checkBytes, checkRange } from './internal/validate.js';
-import { checkSizes, numelOf } from './internal/shape.js';
-import type { ReshapePolicy } from './ReshapePolicy.js';
-import type { StorageHooks } from './StorageHooks.js';
-import type { TensorHooks } from './TensorHooks.js';
-import { StorageImpl } from './StorageImpl.js';
-import type { TensorContext } from './TensorImpl.js';
-import { TensorImpl } from './TensorImpl.js';
+import type { Device, DeviceLike } from '../contracts/Device.js';
+import { formatDevice, parseDevice } from '../contracts/Device.js';
+import type { DType } from '../contracts/DType.js';
+import { checkDType, itemsizeOf } from '../contracts/DType.js';
+import { DisposedError } from '../errors/DisposedError.js';
+import { ForeignPointerError } from '../errors/ForeignPointerError.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { formatBytes } from '../units/formatBytes.js';
+import { isAllocatorDeleter } from '../internal/allocatorDeleters.js';
+import { checkByteCount, checkBytes, checkRange } from '../internal/validate.js';
+import { checkSizes, numelOf } from '../internal/shape.js';
+import type { ReshapePolicy } from '../contracts/ReshapePolicy.js';
+import type { StorageHooks } from '../contracts/StorageHooks.js';
+import type { TensorHooks } from '../contracts/TensorHooks.js';
+import { StorageImpl } from '../storage/StorageImpl.js';
+import type { TensorContext } from '../storage/TensorImpl.js';
+import { TensorImpl } from '../storage/TensorImpl.js';
 
 export interface StorageOptions {
   /** Default `'cpu'`. */

@@ -1,9 +1,9 @@
-import type { Device, DeviceLike } from './Device.js';
-import { parseDevice } from './Device.js';
-import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
-import { checkByteCount } from './internal/validate.js';
-import type { BackendEvent, MemoryBackend, PageMapping, StreamId } from './MemoryBackend.js';
-import type { MemoryBlock } from './MemoryBlock.js';
+import type { Device, DeviceLike } from '../contracts/Device.js';
+import { parseDevice } from '../contracts/Device.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { checkByteCount } from '../internal/validate.js';
+import type { BackendEvent, MemoryBackend, PageMapping, StreamId } from '../contracts/MemoryBackend.js';
+import type { MemoryBlock } from '../contracts/MemoryBlock.js';
 
 export interface VirtualMemoryBackendOptions {
   /** Default `{ type: 'virtual', index: 0 }`. */

@@ -1,6 +1,5 @@
-import type { TensorImpl } from './TensorImpl.js';
+import type { TensorImpl } from '../storage/TensorImpl.js';
 import type { Token } from './Token.js';
-import { viewStrides } from './internal/shape.js';
 
 /**
  * Decides what `TensorImpl#reshape` returns. Registered under the `ReshapePolicy` token; `@stowage/cow`
@@ -16,14 +15,3 @@ export interface ReshapePolicy {
 }
 
 export const ReshapePolicy: Token<ReshapePolicy> = Symbol('stowage.ReshapePolicy');
-
-/** The default: a view when the layout allows one (PyTorch's rule), otherwise a contiguous copy. */
-export class AliasReshapePolicy implements ReshapePolicy {
-  readonly name = 'alias';
-
-  reshape(tensor: TensorImpl, sizes: readonly number[]): TensorImpl {
-    const strides = viewStrides(tensor.sizes, tensor.strides, sizes);
-    if (strides) return tensor.asStrided(sizes, strides, tensor.storageOffset);
-    return tensor.contiguous().view(sizes);
-  }
-}

@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 
 /** Element types and their sizes in bytes. */
 export const DTYPE_ITEMSIZE = Object.freeze({

@@ -1,6 +1,6 @@
 import type { AllocatorStats } from './AllocatorStats.js';
-import type { DataPtr } from './DataPtr.js';
-import type { DeviceError } from './errors/DeviceError.js';
+import type { DataPtr } from '../storage/DataPtr.js';
+import type { DeviceError } from '../errors/DeviceError.js';
 
 /**
  * What an allocator reports, past tense, one readonly payload each (c10 TraceEntry vocabulary). Listeners run

@@ -1,15 +1,15 @@
-import type { AllocateOptions, Allocator, AllocatorEventSource } from './Allocator.js';
-import type { AllocatorStats } from './AllocatorStats.js';
-import { DataPtr, type Deleter } from './DataPtr.js';
-import { formatDevice } from './Device.js';
-import { DisposedError } from './errors/DisposedError.js';
-import { DoubleFreeError } from './errors/DoubleFreeError.js';
-import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
-import type { Device } from './Device.js';
-import type { LmsStorage } from './LmsStorage.js';
-import type { MemorySnapshot } from './MemorySnapshot.js';
-import type { StorageImpl } from './StorageImpl.js';
-import { markAllocatorDeleter } from './internal/allocatorDeleters.js';
+import type { AllocateOptions, Allocator, AllocatorEventSource } from '../contracts/Allocator.js';
+import type { AllocatorStats } from '../contracts/AllocatorStats.js';
+import { DataPtr, type Deleter } from '../storage/DataPtr.js';
+import { formatDevice } from '../contracts/Device.js';
+import { DisposedError } from '../errors/DisposedError.js';
+import { DoubleFreeError } from '../errors/DoubleFreeError.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import type { Device } from '../contracts/Device.js';
+import type { LmsStorage } from '../contracts/LmsStorage.js';
+import type { MemorySnapshot } from '../contracts/MemorySnapshot.js';
+import type { StorageImpl } from '../storage/StorageImpl.js';
+import { markAllocatorDeleter } from '../internal/allocatorDeleters.js';
 
 export interface ForwardingAllocatorOptions {
   /** Dispose the upstream when this adaptor is disposed (default true: the stack is owned top-down). */

@@ -1,4 +1,4 @@
-import type { TensorImpl } from './TensorImpl.js';
+import type { TensorImpl } from '../storage/TensorImpl.js';
 import type { Token } from './Token.js';
 
 /**

@@ -1,8 +1,8 @@
-import type { AllocateOptions } from './Allocator.js';
-import type { Device } from './Device.js';
-import { checkByteCount } from './internal/validate.js';
-import type { BackendEvent, MemoryBackend, SegmentOptions, StreamId } from './MemoryBackend.js';
-import type { MemoryBlock } from './MemoryBlock.js';
+import type { AllocateOptions } from '../contracts/Allocator.js';
+import type { Device } from '../contracts/Device.js';
+import { checkByteCount } from '../internal/validate.js';
+import type { BackendEvent, MemoryBackend, SegmentOptions, StreamId } from '../contracts/MemoryBackend.js';
+import type { MemoryBlock } from '../contracts/MemoryBlock.js';
 
 export type HostBuffer = ArrayBuffer | SharedArrayBuffer;
 

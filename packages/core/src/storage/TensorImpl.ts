@@ -1,14 +1,14 @@
-import type { Device } from './Device.js';
-import { formatDevice } from './Device.js';
-import type { DType } from './DType.js';
-import { checkDType, itemsizeOf } from './DType.js';
-import { InvalidArgumentError } from './errors/InvalidArgumentError.js';
-import { UseAfterReleaseError } from './errors/UseAfterReleaseError.js';
+import type { Device } from '../contracts/Device.js';
+import { formatDevice } from '../contracts/Device.js';
+import type { DType } from '../contracts/DType.js';
+import { checkDType, itemsizeOf } from '../contracts/DType.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import type { DataPtr } from './DataPtr.js';
-import type { ReshapePolicy } from './ReshapePolicy.js';
-import type { TensorHooks } from './TensorHooks.js';
+import type { ReshapePolicy } from '../contracts/ReshapePolicy.js';
+import type { TensorHooks } from '../contracts/TensorHooks.js';
 import type { StorageImpl } from './StorageImpl.js';
-import { checkCount } from './internal/validate.js';
+import { checkCount } from '../internal/validate.js';
 import {
   checkSizes,
   checkStrides,
@@ -17,8 +17,8 @@ import {
   inferSizes,
   isContiguousLayout,
   numelOf,
-  viewStrides,
-} from './internal/shape.js';
+} from '../internal/shape.js';
+import { viewStrides } from './viewStrides.js';
 
 /** What a tensor needs from the runtime that made it: new storages and the reshape policy. */
 export interface TensorContext {

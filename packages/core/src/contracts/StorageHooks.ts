@@ -1,4 +1,4 @@
-import type { StorageImpl } from './StorageImpl.js';
+import type { StorageImpl } from '../storage/StorageImpl.js';
 import type { Token } from './Token.js';
 
 /**
