@@ -97,6 +97,28 @@ export class ForwardingAllocator implements Allocator {
     return ptr;
   }
 
+  /**
+   * Forwards to the upstream's `recordStream`; nothing to record when the upstream has none (one stream). A
+   * pointer this adaptor adopted is shown to the upstream as it made it, with its own deleter and context, for
+   * the call (Note [Adopting pointers]).
+   */
+  recordStream(ptr: DataPtr, stream: number): void {
+    this.checkOpen('recordStream');
+    const upstream = this.upstream;
+    if (upstream.recordStream === undefined) return;
+    if (!(ptr instanceof DataPtr) || this.onReleased === undefined || ptr.deleter !== this.#deleter) {
+      upstream.recordStream(ptr, stream);
+      return;
+    }
+    const adopted = ptr.context as Adopted;
+    ptr.compareExchangeDeleter(this.#deleter, adopted.deleter, adopted.context);
+    try {
+      upstream.recordStream(ptr, stream);
+    } finally {
+      ptr.compareExchangeDeleter(adopted.deleter, this.#deleter, adopted);
+    }
+  }
+
   copyData(dst: DataPtr, src: DataPtr, nbytes: number, dstOffset?: number, srcOffset?: number): void {
     this.checkOpen('copyData');
     this.upstream.copyData(dst, src, nbytes, dstOffset, srcOffset);

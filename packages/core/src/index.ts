@@ -58,6 +58,8 @@ export { IpcCollector, LmsReclaimer } from './MemoryReclaimer.js';
 export type { PagedData } from './Pager.js';
 export { Pager } from './Pager.js';
 export type { Plugin } from './Plugin.js';
+export type { DeviceAllocatorOptions, DeviceAllocatorSettings, DeviceAllocatorSpec } from './registerDeviceAllocator.js';
+export { createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from './registerDeviceAllocator.js';
 export { AliasReshapePolicy, ReshapePolicy } from './ReshapePolicy.js';
 export { viewStrides } from './internal/shape.js';
 export type { RuntimeServices, StorageOptions, TensorOptions } from './Runtime.js';

@@ -24,6 +24,11 @@ export type LimitingAllocatorOptions = ForwardingAllocatorOptions;
  * back when a pointer is released by any path, `free(ptr)` or `ptr.release()` (Note [Adopting pointers]), even
  * after this adaptor was disposed.
  *
+ * For allocators that are not the caching engine (a `makeAllocator` allocator, a third party's): the engine has its
+ * own budget, `memoryLimit` (a device plugin's `limit`), which counts reserved bytes and runs the out-of-memory
+ * chain (cache, IPC, LMS) before it gives up. Over the engine this adaptor would be a second budget that refuses
+ * before that chain runs; give the engine its `memoryLimit` instead.
+ *
  * Invariants: usedBytes == sum of byteLength over live pointers this adaptor returned; 0 <= usedBytes <= limitBytes.
  */
 export class LimitingAllocator extends ForwardingAllocator {
