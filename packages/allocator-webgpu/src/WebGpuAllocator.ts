@@ -46,11 +46,15 @@ export class WebGpuAllocator extends ForwardingAllocator {
     this.pager = new WebGpuPager(this);
   }
 
-  /** @throws DeviceError after the device was lost; otherwise as the engine's `allocate` */
+  /**
+   * Straight to the engine (which is disposed with this allocator, so it refuses after dispose): this allocator
+   * adopts no pointers, and the hot path pays for no layer between them.
+   * @throws DeviceError after the device was lost; otherwise as the engine's `allocate`
+   */
   override allocate(nbytes: number, options?: AllocateOptions): DataPtr<GPUBuffer> {
     const lost = this.backend.lostError;
     if (lost) throw lost;
-    return super.allocate(nbytes, options) as DataPtr<GPUBuffer>;
+    return this.engine.allocate(nbytes, options);
   }
 
   /** Frees a pointer the engine allocated, or forgets one `importBuffer` returned (its buffer is untouched). */
@@ -60,7 +64,7 @@ export class WebGpuAllocator extends ForwardingAllocator {
       ptr.release();
       return;
     }
-    super.free(ptr);
+    this.engine.free(ptr);
   }
 
   override copyData(dst: DataPtr, src: DataPtr, nbytes: number, dstOffset?: number, srcOffset?: number): void {

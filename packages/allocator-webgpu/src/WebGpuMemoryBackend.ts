@@ -1,5 +1,5 @@
 import type { BackendEvent, Device, MemoryBackend, MemoryBlock, SegmentOptions, StreamId, AllocateOptions } from '@stowage/core';
-import { DeviceError, formatBytes } from '@stowage/core';
+import { DeviceError, formatBytes, InvalidArgumentError } from '@stowage/core';
 import { ByteCopyKernel } from './ByteCopyKernel.js';
 import { roundedBufferSize, StagingPool } from './StagingPool.js';
 import { SubmitCounter } from './SubmitCounter.js';
@@ -151,7 +151,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     if (this.capacityBytes !== undefined && this.#reservedBytes + byteLength > this.capacityBytes) return null;
     const gpu = this.gpuDevice;
     const usage = KIND_FLAGS[options.kind ?? 0];
-    if (usage === undefined) throw new DeviceError(`No WebGPU segment kind ${String(options.kind)}: the engine asked for a kind this backend never named.`);
+    if (usage === undefined) throw new InvalidArgumentError('options.kind', options.kind, `a segment kind of this backend (0 to ${KIND_FLAGS.length - 1})`);
     gpu.pushErrorScope('out-of-memory');
     gpu.pushErrorScope('validation');
     let buffer: GPUBuffer | undefined;
