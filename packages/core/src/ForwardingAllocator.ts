@@ -26,7 +26,9 @@ interface Adopted {
 /**
  * The base of RMM-style adaptors: forwards every member to `upstream`, so that a subclass overrides only the
  * behaviour it adds. Adaptors stack without a container:
- * `new StatisticsAllocator(new LimitingAllocator(new CachingAllocator(backend), 8 * GiB))`.
+ * `new StatisticsAllocator(new LimitingAllocator(new CachingAllocator(backend), 8 * GiB))`. A device allocator uses
+ * it the same way: it holds the caching engine as its upstream and keeps its device services beside it
+ * (`WebGpuAllocator`: importing buffers, bindings, the pager), never subclassing the engine.
  *
  * Note [Adopting pointers]: a pointer is freed through `allocator.free(ptr)` or `ptr.release()` (storages, COW
  * and IPC use the latter), so an adaptor that keeps per-allocation state cannot rely on its own `free` being

@@ -15,6 +15,11 @@ export interface OutOfMemoryDetails {
    * device's capacity that ran out: the message then names the budget.
    */
   readonly budgetBytes?: number | undefined;
+  /**
+   * Bytes counted against the budget, when it counts something other than reserved bytes (LimitingAllocator
+   * counts the requested bytes of live pointers). Default: reserved bytes.
+   */
+  readonly budgetUsedBytes?: number | undefined;
   readonly stats: AllocatorStats;
   /** A sentence appended to the message, e.g. a device limit the request exceeds. */
   readonly hint?: string;
@@ -51,7 +56,7 @@ function describeOutOfMemory(d: OutOfMemoryDetails): string {
   const cached = Math.max(0, reserved - allocated);
   const capacity =
     d.budgetBytes !== undefined
-      ? `the allocator's budget is ${formatBytes(d.budgetBytes)}, of which ${formatBytes(Math.max(0, d.budgetBytes - reserved))} is free`
+      ? `the allocator's budget is ${formatBytes(d.budgetBytes)}, of which ${formatBytes(Math.max(0, d.budgetBytes - (d.budgetUsedBytes ?? reserved)))} is free`
       : d.capacityBytes === undefined
         ? "the device's capacity is unknown"
         : `the device has ${formatBytes(d.capacityBytes)} total capacity, of which ${formatBytes(Math.max(0, d.capacityBytes - reserved))} is free`;
