@@ -72,11 +72,11 @@ export function resolveDeviceOptions<O extends DeviceAllocatorOptions, K extends
     throw new InvalidArgumentError(
       'options.reclaimers',
       raw.reclaimers,
-      `nothing: the ${spec.deviceType} allocator always runs the runtime's reclaimers (register an IpcCollector or LmsReclaimer in a plugin instead)`,
+      `left out: the ${spec.deviceType} allocator always runs the runtime's reclaimers (register an IpcCollector or LmsReclaimer in a plugin instead)`,
     );
   }
   if (raw.memoryLimit !== undefined) {
-    throw new InvalidArgumentError('options.memoryLimit', raw.memoryLimit, `nothing: the ${spec.deviceType} plugin's budget is options.limit`);
+    throw new InvalidArgumentError('options.memoryLimit', raw.memoryLimit, `left out: the ${spec.deviceType} plugin's budget is options.limit (it becomes the engine's memoryLimit)`);
   }
   const own: Record<string, unknown> = {};
   const engine: Record<string, unknown> = {};
