@@ -1,10 +1,14 @@
-import type { AllocateOptions, CachingAllocatorOptions, DataPtr, DeviceError } from '@stowage/core';
-import { CachingAllocator, DataPtr as DataPtrClass, InvalidArgumentError, isSameDevice } from '@stowage/core';
+import type { AllocateOptions, CachingAllocatorOptions, Deleter, DeviceError } from '@stowage/core';
+import { CachingAllocator, DataPtr, DeviceMismatchError, ForwardingAllocator, formatDevice, InvalidArgumentError, isSameDevice } from '@stowage/core';
 import type { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
 import { WebGpuPager } from './WebGpuPager.js';
+import { BufferUsage } from './WebGpuUsage.js';
 
 /** The context of a pointer over a caller's GPUBuffer: Stowage never frees it. */
 const IMPORTED = Symbol('imported GPUBuffer');
+
+/** What a caller's buffer must allow to hold a tensor: copies in and out, and storage bindings (the byte-copy kernel). */
+const IMPORT_USAGE = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
 
 export interface ImportOptions {
   /** Start of the range inside the buffer. Default 0; a multiple of 4. */
@@ -14,32 +18,79 @@ export interface ImportOptions {
 }
 
 /**
- * The caching engine over WebGPU: tensors are (GPUBuffer, offset, size) binding ranges carved from large
- * buffers, frees wait for the next submit (Note [Submit epochs]), and `flush()` waits until released segments
- * are really freed. A lost device or a rejected segment is reported as a `deviceError` event naming the live
- * pointers affected; after a loss every allocation throws DeviceError.
+ * The WebGPU allocator: the caching engine over a WebGpuMemoryBackend (its upstream, `engine`), with the device's
+ * services beside it. Tensors are (GPUBuffer, offset, size) binding ranges carved from large buffers, frees wait
+ * for the next submit (Note [Submit epochs]), and `flush()` waits until released segments are really freed.
+ * Beside the engine: `importBuffer` (a caller's buffer as a pointer Stowage never frees), `bindingOf`, `flush`,
+ * `pager` (LMS), and device-error reports: a lost device or a rejected segment is reported as a `deviceError`
+ * event naming the live pointers affected; after a loss every allocation throws DeviceError.
+ *
+ * Copies and writes check that every pointer's buffer belongs to this allocator's GPUDevice (two runtimes' devices
+ * are both `webgpu:0`): a GPUBuffer of another GPUDevice is a DeviceMismatchError, not a copy the device drops.
  */
-export class WebGpuAllocator extends CachingAllocator<GPUBuffer> {
-  declare readonly backend: WebGpuMemoryBackend;
+export class WebGpuAllocator extends ForwardingAllocator {
+  /** The caching engine that places and caches this allocator's memory. */
+  readonly engine: CachingAllocator<GPUBuffer>;
+  readonly backend: WebGpuMemoryBackend;
   /** Pages blocks out to host memory and back, for LMS. */
   readonly pager: WebGpuPager;
+  /** The deleter of imported pointers: releasing one only forgets it. */
+  readonly #forget: Deleter = () => {};
 
+  /** @throws InvalidArgumentError for a bad engine option */
   constructor(backend: WebGpuMemoryBackend, options: CachingAllocatorOptions = {}) {
-    super(backend, options);
+    const engine = new CachingAllocator<GPUBuffer>(backend, options);
+    super(engine);
+    this.engine = engine;
+    this.backend = backend;
     this.pager = new WebGpuPager(this);
   }
 
+  /**
+   * Straight to the engine (which is disposed with this allocator, so it refuses after dispose): this allocator
+   * adopts no pointers, and the hot path pays for no layer between them.
+   * @throws DeviceError after the device was lost; otherwise as the engine's `allocate`
+   */
   override allocate(nbytes: number, options?: AllocateOptions): DataPtr<GPUBuffer> {
     const lost = this.backend.lostError;
     if (lost) throw lost;
-    return super.allocate(nbytes, options);
+    return this.engine.allocate(nbytes, options);
+  }
+
+  /** Frees a pointer the engine allocated, or forgets one `importBuffer` returned (its buffer is untouched). */
+  override free(ptr: DataPtr): void {
+    if (ptr instanceof DataPtr && ptr.deleter === this.#forget) {
+      this.checkOpen('free');
+      ptr.release();
+      return;
+    }
+    this.engine.free(ptr);
+  }
+
+  override copyData(dst: DataPtr, src: DataPtr, nbytes: number, dstOffset?: number, srcOffset?: number): void {
+    this.#checkBuffer('dst', dst);
+    this.#checkBuffer('src', src);
+    super.copyData(dst, src, nbytes, dstOffset, srcOffset);
+  }
+
+  override writeBytes(dst: DataPtr, bytes: Uint8Array, dstOffset?: number): void {
+    this.#checkBuffer('dst', dst);
+    super.writeBytes(dst, bytes, dstOffset);
+  }
+
+  override async readBytes(src: DataPtr, srcOffset?: number, byteLength?: number): Promise<Uint8Array> {
+    this.#checkBuffer('src', src);
+    return super.readBytes(src, srcOffset, byteLength);
   }
 
   /**
    * Wraps a caller's GPUBuffer (or a range of it) as a pointer without copying. Stowage never frees or destroys
-   * it; releasing the pointer only forgets it. Wrap it in a storage with `runtime.adopt(ptr)`.
-   * @throws InvalidArgumentError for a range outside the buffer's whole 4-byte words or an offset not 4-byte
-   * aligned; DisposedError after dispose; DeviceError after the device was lost
+   * it; releasing the pointer (`free(ptr)`, `ptr.release()`) only forgets it. Wrap it in a storage with
+   * `runtime.adopt(ptr)`. The pointer is not the engine's: `owns(ptr)` is false, so COW copies it rather than
+   * sharing it.
+   * @throws InvalidArgumentError for a buffer without STORAGE, COPY_SRC and COPY_DST usage (a mappable buffer, say:
+   * copy into a buffer of the program's own), options that are not an object, a range outside the buffer's whole
+   * 4-byte words or an offset not 4-byte aligned; DisposedError after dispose; DeviceError after the device was lost
    */
   importBuffer(buffer: GPUBuffer, options: ImportOptions = {}): DataPtr<GPUBuffer> {
     this.checkOpen('importBuffer');
@@ -47,6 +98,14 @@ export class WebGpuAllocator extends CachingAllocator<GPUBuffer> {
     if (lost) throw lost;
     if (typeof buffer !== 'object' || buffer === null || typeof (buffer as GPUBuffer).size !== 'number') {
       throw new InvalidArgumentError('buffer', buffer, 'a GPUBuffer of this device');
+    }
+    if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', options, 'an options object (or nothing)');
+    if (((buffer.usage ?? 0) & IMPORT_USAGE) !== IMPORT_USAGE) {
+      throw new InvalidArgumentError(
+        'buffer.usage',
+        `0x${(buffer.usage ?? 0).toString(16)}`,
+        'a buffer with STORAGE | COPY_SRC | COPY_DST usage: Stowage copies into and out of it and binds it as storage (copy a mappable buffer into such a buffer instead)',
+      );
     }
     const byteOffset = options.byteOffset ?? 0;
     const byteLength = options.byteLength ?? buffer.size - byteOffset;
@@ -59,14 +118,15 @@ export class WebGpuAllocator extends CachingAllocator<GPUBuffer> {
       const tail = copyable < buffer.size ? ` (WebGPU copies whole 4-byte words, so the last ${buffer.size - copyable} of its ${buffer.size} bytes cannot be read or written)` : '';
       throw new InvalidArgumentError('options.byteLength', byteLength, `a length within the buffer's first ${copyable} bytes from offset ${byteOffset}${tail}`);
     }
-    return new DataPtrClass<GPUBuffer>({
+    this.backend.adoptBuffer(buffer);
+    return new DataPtr<GPUBuffer>({
       device: this.device,
       byteLength,
       handle: buffer,
       byteOffset,
       address: this.backend.takeAddress(byteLength),
       context: IMPORTED,
-      deleter: null,
+      deleter: this.#forget,
     });
   }
 
@@ -88,7 +148,7 @@ export class WebGpuAllocator extends CachingAllocator<GPUBuffer> {
   /** Releases the cached segments, and the scratch and readback buffers of host transfers. */
   override emptyCache(): void {
     super.emptyCache();
-    if (!this.isDisposed) this.backend.releaseTransferBuffers();
+    this.backend.releaseTransferBuffers();
   }
 
   /** Resolves once released segments are really freed (destroy takes effect after the queue moves on). */
@@ -103,22 +163,29 @@ export class WebGpuAllocator extends CachingAllocator<GPUBuffer> {
    */
   segmentFailed(buffer: GPUBuffer, error: DeviceError): void {
     if (this.isDisposed) return;
-    this.emitter.safeEmit('deviceError', { error, ptrs: this.livePointersIn(buffer) });
-    this.retireSegment(buffer);
+    this.engine.reportDeviceError(error, this.engine.livePointersIn(buffer));
+    this.engine.retireSegment(buffer);
   }
 
   /** Called by the backend when the device is lost: every live pointer is affected. */
   deviceLost(error: DeviceError): void {
-    this.emitter.safeEmit('deviceError', { error, ptrs: this.livePointers() });
+    if (this.isDisposed) return;
+    this.engine.reportDeviceError(error, this.engine.livePointers());
   }
 
-  protected override releaseAllocation(context: unknown): void {
-    if (context === IMPORTED) return;
-    super.releaseAllocation(context);
-  }
-
-  protected override disposeResources(): void {
-    super.disposeResources();
+  /** Disposes the engine (its segments go back to the backend), then the backend's own buffers. Idempotent. */
+  override dispose(): void {
+    if (this.isDisposed) return;
+    super.dispose();
     this.backend.dispose();
+  }
+
+  /** @throws DeviceMismatchError when a live pointer's buffer was made by another GPUDevice */
+  #checkBuffer(argument: string, ptr: DataPtr): void {
+    if (!(ptr instanceof DataPtr) || ptr.isReleased || ptr.handle === null || !isSameDevice(ptr.device, this.device)) return; // the engine's checks answer
+    if (this.backend.isDeviceBuffer(ptr.handle as GPUBuffer)) return;
+    throw new DeviceMismatchError(
+      `${argument} is a buffer of another GPUDevice (an allocator of another runtime or device, both ${formatDevice(this.device)}); this allocator's device cannot use it. Copy through the host (readBytes, then writeBytes).`,
+    );
   }
 }

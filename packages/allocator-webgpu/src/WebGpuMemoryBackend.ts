@@ -1,5 +1,5 @@
 import type { BackendEvent, Device, MemoryBackend, MemoryBlock, SegmentOptions, StreamId, AllocateOptions } from '@stowage/core';
-import { DeviceError, formatBytes } from '@stowage/core';
+import { DeviceError, formatBytes, InvalidArgumentError } from '@stowage/core';
 import { ByteCopyKernel } from './ByteCopyKernel.js';
 import { roundedBufferSize, StagingPool } from './StagingPool.js';
 import { SubmitCounter } from './SubmitCounter.js';
@@ -9,8 +9,12 @@ export interface WebGpuMemoryBackendOptions {
   readonly device: GPUDevice;
   /** Ordinal of this device among the runtime's WebGPU devices. Default 0. */
   readonly index?: number;
-  /** The allocator's budget: WebGPU reports no free memory, so this is what the engine may reserve. */
-  readonly capacityBytes: number;
+  /**
+   * What the device can hold, when a caller knows (tests use it to run the device out of memory). WebGPU reports
+   * neither total nor free memory, so by default it is unknown; the allocator's budget is the engine's
+   * `memoryLimit` (the plugin's `limit`), not this.
+   */
+  readonly capacityBytes?: number;
   /** Overrides the device's maxBufferSize (tests use it to make the device reject a segment). */
   readonly maxBufferSize?: number;
   /** Keeps alive objects the device depends on (the `webgpu` package's GPU object must outlive its devices). */
@@ -42,12 +46,13 @@ interface EpochEvent extends BackendEvent {
  * after it is the caller's risk under memory pressure. A free after it waits for the next submit as usual (each
  * event carries the number of synchronizations before it). Other backends on the queue are not affected.
  *
- * Invariant: reservedBytes == sum of live segment sizes <= capacityBytes (the engine enforces the latter).
+ * Invariants: reservedBytes == sum of live segment sizes; reservedBytes <= capacityBytes when one was given
+ * (malloc returns null past it). The allocator's budget is not here: the engine enforces its `memoryLimit`.
  */
 export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   readonly device: Device;
   readonly alignment: number;
-  readonly capacityBytes: number;
+  readonly capacityBytes: number | undefined;
   readonly defaultStream: StreamId = 0;
   readonly deferredFree = true;
   readonly gpuDevice: GPUDevice;
@@ -83,6 +88,13 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   #createdBuffers = 0;
   #lost: DeviceError | undefined;
   #disposed = false;
+  /**
+   * The buffers pointers of each GPUDevice may name (segments and imported buffers), shared by every backend on
+   * that device: a pointer whose buffer is not in its device's set belongs to another GPUDevice. Keyed weakly
+   * by the device, as SubmitCounter is by its queue: device state, not a runtime's.
+   */
+  static readonly #buffersOf = new WeakMap<GPUDevice, WeakSet<GPUBuffer>>();
+  readonly #buffers: WeakSet<GPUBuffer>;
 
   constructor(options: WebGpuMemoryBackendOptions) {
     const gpu = options.device;
@@ -94,6 +106,9 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.maxBufferSize = options.maxBufferSize ?? gpu.limits.maxBufferSize;
     this.maxStorageBufferBindingSize = gpu.limits.maxStorageBufferBindingSize;
     this.keepAlive = options.keepAlive;
+    let buffers = WebGpuMemoryBackend.#buffersOf.get(gpu);
+    if (!buffers) WebGpuMemoryBackend.#buffersOf.set(gpu, (buffers = new WeakSet()));
+    this.#buffers = buffers;
     this.#epochs = SubmitCounter.acquire(gpu.queue);
     this.#epochs.addBeforeSubmit(this.#flushPending);
     const submit = this.#epochs.submitUncounted;
@@ -132,17 +147,27 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
 
   malloc(byteLength: number, options: SegmentOptions = {}): MemoryBlock<GPUBuffer> | null {
     this.#checkUsable();
-    if (byteLength > this.maxBufferSize || this.#reservedBytes + byteLength > this.capacityBytes) return null;
+    if (byteLength > this.maxBufferSize) return null;
+    if (this.capacityBytes !== undefined && this.#reservedBytes + byteLength > this.capacityBytes) return null;
     const gpu = this.gpuDevice;
+    const usage = KIND_FLAGS[options.kind ?? 0];
+    if (usage === undefined) throw new InvalidArgumentError('options.kind', options.kind, `a segment kind of this backend (0 to ${KIND_FLAGS.length - 1})`);
     gpu.pushErrorScope('out-of-memory');
     gpu.pushErrorScope('validation');
-    const buffer = gpu.createBuffer({ size: byteLength, usage: KIND_FLAGS[options.kind ?? 0]!, label: `stowage segment ${formatBytes(byteLength)}` });
-    const report = (error: GPUError | null): void => {
-      if (error === null || this.#disposed) return;
-      this.#options.onSegmentFailed?.(buffer, new DeviceError(`The WebGPU device rejected a ${formatBytes(byteLength)} segment: ${error.message}`));
-    };
-    void gpu.popErrorScope().then(report, () => {});
-    void gpu.popErrorScope().then(report, () => {});
+    let buffer: GPUBuffer | undefined;
+    try {
+      buffer = gpu.createBuffer({ size: byteLength, usage, label: `stowage segment ${formatBytes(byteLength)}` });
+    } finally {
+      // Popped on every path: a scope left pushed would swallow the program's own errors.
+      const made = buffer;
+      const report = (error: GPUError | null): void => {
+        if (error === null || this.#disposed || made === undefined) return;
+        this.#options.onSegmentFailed?.(made, new DeviceError(`The WebGPU device rejected a ${formatBytes(byteLength)} segment: ${error.message}`));
+      };
+      void gpu.popErrorScope().then(report, () => {});
+      void gpu.popErrorScope().then(report, () => {});
+    }
+    this.#buffers.add(buffer);
     this.#createdBuffers++;
     this.#reservedBytes += byteLength;
     return { handle: buffer, byteOffset: 0, address: this.takeAddress(byteLength), byteLength };
@@ -154,6 +179,19 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     segment.handle.destroy();
     // destroy() frees nothing until the queue moves on: an empty submit (no epoch) gets it going; flush() waits.
     if (!this.#lost) this.#submit([]);
+  }
+
+  /** Records a caller's buffer (importBuffer) as one of this device's, for `isDeviceBuffer`. */
+  adoptBuffer(buffer: GPUBuffer): void {
+    this.#buffers.add(buffer);
+  }
+
+  /**
+   * True when `buffer` is a segment or an imported buffer of this backend's GPUDevice (by any backend on it);
+   * false for a buffer of another GPUDevice, which this device cannot use.
+   */
+  isDeviceBuffer(buffer: GPUBuffer): boolean {
+    return this.#buffers.has(buffer);
   }
 
   /** A fresh range of the virtual address space Stowage gives GPUBuffers (for snapshots and imported buffers). */
@@ -185,7 +223,9 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.#checkUsable();
     this.#flushPending(); // writeBuffer runs on the queue at once: earlier copies must be submitted first
     if (dstOffset % 4 === 0 && bytes.byteLength % 4 === 0) {
-      this.gpuDevice.queue.writeBuffer(dst, dstOffset, bytes);
+      // Dawn for Node crashes the process on SharedArrayBuffer-backed data (cpu storages with `shared`, IPC's
+      // shared memory): such bytes are copied into a plain array first.
+      this.gpuDevice.queue.writeBuffer(dst, dstOffset, isShared(bytes) ? bytes.slice() : bytes);
       return;
     }
     const padded = new Uint8Array(Math.ceil(bytes.byteLength / 4) * 4);
@@ -202,6 +242,8 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     const staging = this.#readback.take(length);
     // A copy the device rejects (a buffer the caller destroyed, say) must not hand back what the staging buffer
     // held before: the copy and its submit run in a validation scope, checked before the bytes are trusted.
+    // Copies batched before this read are submitted first, outside the scope: their errors are not this read's.
+    this.#flushPending();
     const gpu = this.gpuDevice;
     gpu.pushErrorScope('validation');
     this.#copyAligned(staging, 0, src, start, length);
@@ -319,4 +361,8 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   #checkUsable(): void {
     if (this.#lost) throw this.#lost;
   }
+}
+
+function isShared(bytes: Uint8Array): boolean {
+  return typeof SharedArrayBuffer !== 'undefined' && bytes.buffer instanceof SharedArrayBuffer;
 }

@@ -25,7 +25,8 @@ export const KIND_FLAGS: readonly number[] = [
 /** @throws InvalidArgumentError for a usage the allocator cannot serve */
 export function kindOfUsage(usage: string | undefined): number {
   if (usage === undefined) return 0;
-  const kind = (USAGE_KINDS as Record<string, number>)[usage];
+  // An own key only: 'toString' or '__proto__' must not find Object.prototype's members.
+  const kind = typeof usage === 'string' && Object.hasOwn(USAGE_KINDS, usage) ? (USAGE_KINDS as Record<string, number>)[usage] : undefined;
   if (kind === undefined) {
     throw new InvalidArgumentError(
       'options.usage',

@@ -6,9 +6,11 @@ import { WebGpuAllocator } from './WebGpuAllocator.js';
 /**
  * A storage over a caller's GPUBuffer (or a range of it), without copying: tensors can view it, `rt.read` and
  * `rt.write` reach it, and Stowage never destroys the buffer (releasing the storage only forgets it).
- * @throws InvalidArgumentError when the runtime's `device` allocator is not a WebGpuAllocator, or for a bad range
+ * @throws InvalidArgumentError when the runtime's `device` allocator is not a WebGpuAllocator, for options that are
+ * not an object, or as `importBuffer` (a bad range, a buffer without STORAGE | COPY_SRC | COPY_DST usage)
  */
 export function fromGpuBuffer(rt: Runtime, buffer: GPUBuffer, options: ImportOptions & { readonly device?: string } = {}): StorageImpl {
+  if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', options, 'an options object (or nothing)');
   let webgpu: WebGpuAllocator | undefined;
   for (let a: Allocator | undefined = rt.allocator(options.device ?? 'webgpu'); a && !webgpu; a = (a as Allocator).upstream) {
     if (a instanceof WebGpuAllocator) webgpu = a;

@@ -35,6 +35,6 @@ describe('WebGpuAllocator (review findings)', function () {
     allocator.free(a); // waits for the next submit (Note [Submit epochs])
     const again = allocator.allocate(2 << 20);
     expect(again.handle).to.equal(a.handle);
-    allocator.assertInvariants();
+    allocator.engine.assertInvariants();
   });
 });

@@ -1,8 +1,12 @@
 import { expect } from 'chai';
-import type { DataPtr, DeviceError as DeviceErrorType } from '@stowage/core';
+import type { DataPtr, DeviceError as DeviceErrorType, MemoryReclaimer, Plugin } from '@stowage/core';
 import {
+  BackendUnavailableError,
+  cpu,
   createCpuAllocator,
   createRuntime,
+  IpcCollector,
+  LmsReclaimer,
   DeviceError,
   makeDirectAllocator,
   DeviceMismatchError,
@@ -11,7 +15,7 @@ import {
   UseAfterReleaseError,
 } from '@stowage/core';
 import { patternBytes } from '@stowage/core/testing';
-import type { WebGpuContext } from '@stowage/allocator-webgpu';
+import type { WebGpuAllocator, WebGpuContext, WebGpuOptions } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator, fromGpuBuffer, webgpu, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
 import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, ownDeviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
 
@@ -65,7 +69,7 @@ describe('WebGpuAllocator', function () {
     it('runs out of its budget with an OutOfMemoryError after releasing its cache', () => {
       using allocator = allocatorOn(context, { limit: '40MiB', preset: 'pytorch' });
       const a = allocator.allocate(30 << 20);
-      expect(() => allocator.allocate(20 << 20)).to.throw(OutOfMemoryError, /40\.00 MiB total capacity/);
+      expect(() => allocator.allocate(20 << 20)).to.throw(OutOfMemoryError, /budget is 40\.00 MiB/);
       allocator.free(a);
       expect(allocator.allocate(20 << 20).byteLength).to.equal(20 << 20);
     });
@@ -304,5 +308,76 @@ describe('webgpu plugin', function () {
     const got = new Uint16Array((await rt.read(copy.storage)).buffer);
     expect([...got.slice(0, 6)]).to.deep.equal([0, 6, 12, 18, 1, 7]);
     expect(rt.allocator('webgpu').memoryStats()['allocation.all.current']).to.equal(2);
+  });
+
+  it('runs the reclaimers registered in the runtime (IPC, then LMS) before OutOfMemoryError, and retries after one that freed', async function () {
+    const context = await deviceOrSkip(this);
+    const calls: string[] = [];
+    const held: DataPtr[] = [];
+    const ipc: MemoryReclaimer = { reclaim: () => (calls.push('ipc'), 0) };
+    const lms: MemoryReclaimer = { reclaim: () => (calls.push('lms'), held.splice(0).reduce((n, p) => (p.release(), n + p.byteLength), 0)) };
+    const reclaimers: Plugin = {
+      name: 'fake reclaimers',
+      register: (c) => {
+        c.register(IpcCollector, { useValue: ipc });
+        c.register(LmsReclaimer, { useValue: lms });
+      },
+    };
+    await using rt = await createRuntime({ plugins: [webgpu({ device: context.device, limit: '64MiB' }), reclaimers] });
+    const allocator = rt.allocator('webgpu');
+    const kept = allocator.allocate(40 << 20);
+    expect(() => allocator.allocate(40 << 20)).to.throw(OutOfMemoryError, /budget is 64\.00 MiB/);
+    expect(calls, 'nothing to reclaim: IPC, then LMS, then the error').to.deep.equal(['ipc', 'lms']);
+    held.push(kept);
+    calls.length = 0;
+    expect(allocator.allocate(40 << 20).byteLength, 'served once LMS freed the held tensor').to.equal(40 << 20);
+    expect(calls).to.deep.equal(['ipc', 'lms']);
+  });
+
+  it("refuses a reclaimers option: no option replaces the runtime's reclaimers", () => {
+    const reclaimers = (): readonly MemoryReclaimer[] => [];
+    expect(() => webgpu({ reclaimers } as WebGpuOptions)).to.throw(InvalidArgumentError, /runtime's reclaimers/);
+  });
+
+  it('passes engine options it does not own through to the engine, garbageCollectionThreshold among them', async function () {
+    const context = await deviceOrSkip(this);
+    await using rt = await createRuntime({ plugins: [webgpu({ device: context.device, limit: '64MiB', garbageCollectionThreshold: 0.5 })] });
+    const allocator = rt.allocator('webgpu') as WebGpuAllocator;
+    expect(allocator.engine.options.garbageCollectionThreshold).to.equal(0.5);
+    expect(allocator.engine.options.memoryLimit, 'limit is the engine budget').to.equal(64 << 20);
+    expect(allocator.backend.capacityBytes, 'WebGPU reports no capacity').to.equal(undefined);
+  });
+
+  it('answers a device index it does not serve with the BackendUnavailableError every device plugin gives', async function () {
+    const context = await deviceOrSkip(this);
+    await using rt = await createRuntime({ plugins: [webgpu({ device: context.device })] });
+    expect(() => rt.storage(8, { device: 'webgpu:1' })).to.throw(BackendUnavailableError, /^webgpu:1 does not exist: this runtime has one webgpu device, webgpu:0\. Use that one\.$/);
+  });
+
+  it('runs out of memory at the same point as the CPU allocator under the same limit and engine options', async function () {
+    const context = await deviceOrSkip(this);
+    const MiB = 1 << 20;
+    // One budget, one meaning: the same requests reach the same out-of-memory point on both devices.
+    const options = { limit: '24MiB', preset: 'pytorch', unifiedPools: true, garbageCollectionThreshold: 0.75, segmentSize: (rounded: number) => Math.ceil(rounded / (2 * MiB)) * 2 * MiB } as const;
+    await using rt = await createRuntime({ plugins: [cpu(options), webgpu({ device: context.device, ...options })] });
+    const outcome = (device: string) => {
+      const allocator = rt.allocator(device);
+      const sizes: number[] = [];
+      for (let i = 0; ; i++) {
+        const bytes = [1, 3, 5][i % 3]! * MiB;
+        try {
+          allocator.allocate(bytes);
+        } catch (error) {
+          expect(error, String(error)).to.be.instanceOf(OutOfMemoryError);
+          return { served: sizes, failedAt: bytes, budgetBytes: (error as OutOfMemoryError).budgetBytes, reserved: allocator.memoryStats()['reserved_bytes.all.current'] };
+        }
+        sizes.push(bytes);
+      }
+    };
+    const onCpu = outcome('cpu');
+    const onWebGpu = outcome('webgpu');
+    expect(onWebGpu).to.deep.equal(onCpu);
+    expect(onCpu.budgetBytes).to.equal(24 * MiB);
+    expect(onCpu.reserved).to.be.at.most(24 * MiB);
   });
 });

@@ -73,6 +73,8 @@ export type { Token } from './contracts/Token.js';
 export { resolve, resolveAll } from './contracts/Token.js';
 export type { WriteGuard } from './contracts/WriteGuard.js';
 export { BeforeWrite, isWriteGuard } from './contracts/WriteGuard.js';
+export type { DeviceAllocatorOptions, DeviceAllocatorSettings, DeviceAllocatorSpec } from './runtime/registerDeviceAllocator.js';
+export { createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from './runtime/registerDeviceAllocator.js';
 export type { AllocationFailure, FailureCallback, FailureCallbackAllocatorOptions } from './adaptors/FailureCallbackAllocator.js';
 export { FailureCallbackAllocator } from './adaptors/FailureCallbackAllocator.js';
 export type { LimitingAllocatorOptions } from './adaptors/LimitingAllocator.js';

@@ -16,7 +16,7 @@ describe('createCpuAllocator', () => {
     expect(sharedByDefault.allocate(8).handle).to.be.instanceOf(SharedArrayBuffer);
   });
 
-  it('enforces a limit with an OutOfMemoryError that names the capacity', () => {
+  it('enforces a limit with an OutOfMemoryError that names the budget', () => {
     using allocator = createCpuAllocator({ limit: '64MiB' });
     const a = allocator.allocate(40 << 20);
     let error: unknown;
@@ -26,7 +26,8 @@ describe('createCpuAllocator', () => {
       error = e;
     }
     expect(error).to.be.instanceOf(OutOfMemoryError);
-    expect((error as OutOfMemoryError).message).to.contain('tried to allocate 30.00 MiB').and.contain('64.00 MiB total capacity');
+    expect((error as OutOfMemoryError).message).to.contain('tried to allocate 30.00 MiB').and.contain("the allocator's budget is 64.00 MiB");
+    expect((error as OutOfMemoryError).budgetBytes).to.equal(64 << 20);
     expect((error as OutOfMemoryError).capacityBytes).to.equal(64 << 20);
     allocator.free(a);
     expect(allocator.allocate(30 << 20).byteLength).to.equal(30 << 20);

@@ -16,13 +16,19 @@ export type LimitingAllocatorOptions = ForwardingAllocatorOptions;
 /**
  * A hard budget over the bytes of the live allocations this adaptor handed out, after RMM's
  * `limiting_resource_adaptor`: `new LimitingAllocator(upstream, '8GiB')`. A request that would take the
- * requested bytes of its live pointers past `limitBytes` throws `OutOfMemoryError` (with `capacityBytes` the
- * limit) without reaching the upstream; the adaptor's own `events` then report `outOfMemory` and its
- * `memoryStats()` count it in `num_ooms`. A request within budget goes to the upstream, which may still run out.
+ * requested bytes of its live pointers past `limitBytes` throws `OutOfMemoryError` (with `capacityBytes` and
+ * `budgetBytes` the limit; its message names the budget) without reaching the upstream; the adaptor's own
+ * `events` then report `outOfMemory` and its `memoryStats()` count it in `num_ooms`. A request within budget goes
+ * to the upstream, which may still run out.
  *
  * The budget counts requested bytes (`ptr.byteLength`), not what the upstream rounds to or caches. Bytes come
  * back when a pointer is released by any path, `free(ptr)` or `ptr.release()` (Note [Adopting pointers]), even
  * after this adaptor was disposed.
+ *
+ * For allocators that are not the caching engine (a `makeAllocator` allocator, a third party's): the engine has its
+ * own budget, `memoryLimit` (a device plugin's `limit`), which counts reserved bytes and runs the out-of-memory
+ * chain (cache, IPC, LMS) before it gives up. Over the engine this adaptor would be a second budget that refuses
+ * before that chain runs; give the engine its `memoryLimit` instead.
  *
  * Invariants: usedBytes == sum of byteLength over live pointers this adaptor returned; 0 <= usedBytes <= limitBytes.
  */
@@ -97,6 +103,6 @@ export class LimitingAllocator extends ForwardingAllocator {
     this.#refusals++;
     const stats = this.memoryStats();
     this.#emitter.safeEmit('outOfMemory', { requestedBytes: nbytes, stats });
-    throw new OutOfMemoryError({ device: this.device, requestedBytes: nbytes, capacityBytes: this.limitBytes, stats });
+    throw new OutOfMemoryError({ device: this.device, requestedBytes: nbytes, capacityBytes: this.limitBytes, budgetBytes: this.limitBytes, budgetUsedBytes: this.#usedBytes, stats });
   }
 }

@@ -26,7 +26,9 @@ interface Adopted {
 /**
  * The base of RMM-style adaptors: forwards every member to `upstream`, so that a subclass overrides only the
  * behaviour it adds. Adaptors stack without a container:
- * `new StatisticsAllocator(new LimitingAllocator(new CachingAllocator(backend), 8 * GiB))`.
+ * `new StatisticsAllocator(new LimitingAllocator(new CachingAllocator(backend), 8 * GiB))`. A device allocator uses
+ * it the same way: it holds the caching engine as its upstream and keeps its device services beside it
+ * (`WebGpuAllocator`: importing buffers, bindings, the pager), never subclassing the engine.
  *
  * Note [Adopting pointers]: a pointer is freed through `allocator.free(ptr)` or `ptr.release()` (storages, COW
  * and IPC use the latter), so an adaptor that keeps per-allocation state cannot rely on its own `free` being
@@ -95,6 +97,28 @@ export class ForwardingAllocator implements Allocator {
     const adopted: Adopted = { ptr, deleter: ptr.deleter, context: ptr.context };
     ptr.compareExchangeDeleter(adopted.deleter, this.#deleter, adopted);
     return ptr;
+  }
+
+  /**
+   * Forwards to the upstream's `recordStream`; nothing to record when the upstream has none (one stream). A
+   * pointer this adaptor adopted is shown to the upstream as it made it, with its own deleter and context, for
+   * the call (Note [Adopting pointers]).
+   */
+  recordStream(ptr: DataPtr, stream: number): void {
+    this.checkOpen('recordStream');
+    const upstream = this.upstream;
+    if (upstream.recordStream === undefined) return;
+    if (!(ptr instanceof DataPtr) || this.onReleased === undefined || ptr.deleter !== this.#deleter) {
+      upstream.recordStream(ptr, stream);
+      return;
+    }
+    const adopted = ptr.context as Adopted;
+    ptr.compareExchangeDeleter(this.#deleter, adopted.deleter, adopted.context);
+    try {
+      upstream.recordStream(ptr, stream);
+    } finally {
+      ptr.compareExchangeDeleter(adopted.deleter, this.#deleter, adopted);
+    }
   }
 
   copyData(dst: DataPtr, src: DataPtr, nbytes: number, dstOffset?: number, srcOffset?: number): void {

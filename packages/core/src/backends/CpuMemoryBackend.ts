@@ -9,7 +9,10 @@ export type HostBuffer = ArrayBuffer | SharedArrayBuffer;
 export interface CpuMemoryBackendOptions {
   /** Default for segments that do not say: SharedArrayBuffer-backed when true. */
   readonly shared?: boolean;
-  /** A budget in bytes; `malloc` returns null past it. Unlimited (up to what V8 will allocate) when absent. */
+  /**
+   * What the host can hold, for tests that run it out of memory: `malloc` returns null past it. Unknown (up to what
+   * V8 will allocate) when absent, as in `cpu()`: the allocator's budget is the engine's `memoryLimit` (`limit`).
+   */
   readonly capacityBytes?: number;
 }
 
@@ -20,7 +23,8 @@ const COMPLETE: BackendEvent = Object.freeze({ stream: 0 });
  * Host memory on ArrayBuffer or SharedArrayBuffer. Addresses are virtual (a bump counter, never reused), so
  * that snapshots and overlap checks have numbers to work with. One immediate stream: every event is complete.
  *
- * Invariants: reservedBytes == sum of byteLength over segments not yet freed; reservedBytes <= capacityBytes.
+ * Invariants: reservedBytes == sum of byteLength over segments not yet freed; reservedBytes <= capacityBytes when
+ * one was given.
  */
 export class CpuMemoryBackend implements MemoryBackend<HostBuffer> {
   readonly device: Device = Object.freeze({ type: 'cpu', index: 0 });

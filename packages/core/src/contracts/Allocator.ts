@@ -58,6 +58,18 @@ export interface Allocator extends Disposable {
   free(ptr: DataPtr): void;
 
   /**
+   * Marks `ptr` as used on `stream` as well as on the stream it was allocated on, so that once freed its memory
+   * is reused only after the work queued on `stream` so far has completed (PyTorch's `recordStream`). A member of
+   * allocators for devices with several streams (the caching engine; CUDA); adaptors forward it. Default
+   * (absent): the device orders all work on one stream or queue (CPU, WebGPU), so there is nothing to record;
+   * callers write `allocator.recordStream?.(ptr, stream)`.
+   * @throws UseAfterReleaseError when `ptr` was released
+   * @throws ForeignPointerError when this allocator (or its upstream) did not allocate `ptr`
+   * @throws InvalidArgumentError for a stream the device does not have
+   */
+  recordStream?(ptr: DataPtr, stream: number): void;
+
+  /**
    * Copies `nbytes` from `src[srcOffset…]` to `dst[dstOffset…]`, both allocated by this allocator's device. The
    * ranges may be in one allocation only if they do not overlap.
    * @throws InvalidArgumentError when a range runs past its pointer or the counts are not byte counts

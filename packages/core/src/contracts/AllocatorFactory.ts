@@ -17,7 +17,9 @@ export interface AllocatorContext {
 
 /**
  * Makes the allocator for each device of one type, on first use. Multi-registered: a plugin registers one per
- * device type it serves; for a type registered twice, the later registration wins.
+ * device type it serves; for a type registered twice, the later registration wins. A device plugin over the caching
+ * engine registers its factory through `registerDeviceAllocator`, which gives the engine the context's reclaimers
+ * and the plugin's budget, and checks device indices.
  */
 export interface AllocatorFactory {
   readonly deviceType: string;

@@ -30,7 +30,10 @@ export interface MemoryBackend<H = unknown> {
   readonly device: Device;
   /** Every segment's address is a multiple of this power of two. */
   readonly alignment: number;
-  /** Bytes the device can hold, or undefined when the device cannot say (then only `malloc` failing tells). */
+  /**
+   * Bytes the device (the hardware) can hold, or undefined when the device cannot say (then only `malloc` failing
+   * tells). Never an allocator's budget: that is the engine's `memoryLimit` (a device plugin's `limit`).
+   */
   readonly capacityBytes: number | undefined;
   readonly defaultStream: StreamId;
   /**

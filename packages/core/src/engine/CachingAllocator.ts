@@ -22,6 +22,7 @@
 import type { AllocateOptions } from '../contracts/Allocator.js';
 import { DataPtr } from '../storage/DataPtr.js';
 import { formatDevice } from '../contracts/Device.js';
+import type { DeviceError } from '../errors/DeviceError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
@@ -264,8 +265,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     return { segments, device_traces: [this.#history?.entries() ?? []], allocator_settings: this.#settings(), external_annotations: [] };
   }
 
-  /** The live pointers whose memory lies in the backend segment with handle `handle` (for failure reports). */
-  protected livePointersIn(handle: H): DataPtr<H>[] {
+  /**
+   * The live pointers whose memory lies in the backend segment with handle `handle`, for a device's failure
+   * reports (`reportDeviceError`); empty when no segment has that handle. O(blocks of that segment).
+   */
+  livePointersIn(handle: H): DataPtr<H>[] {
     const ptrs: DataPtr<H>[] = [];
     for (const segment of this.#segments) {
       if (segment.memory.handle !== handle) continue;
@@ -274,9 +278,18 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     return ptrs;
   }
 
-  /** Every live pointer (for failure reports). */
-  protected livePointers(): DataPtr<H>[] {
+  /** Every live pointer, for a device's failure reports (a lost device). O(blocks). */
+  livePointers(): DataPtr<H>[] {
     return [...this.#segments].flatMap((segment) => this.livePointersIn(segment.memory.handle));
+  }
+
+  /**
+   * Reports that the device failed under live allocations (a rejected segment, a lost device): emits
+   * `deviceError` with `ptrs`, the pointers whose memory is gone. For a device's services beside the engine;
+   * changes nothing in the engine (retire the segment with `retireSegment`). No-op after dispose.
+   */
+  reportDeviceError(error: DeviceError, ptrs: readonly DataPtr[]): void {
+    if (!this.isDisposed) this.emitter.safeEmit('deviceError', { error, ptrs });
   }
 
   /**
@@ -384,9 +397,9 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * buffer the device rejected asynchronously, after blocks of it were handed out). Retiring it takes it out of
    * service: its free blocks leave the pools and quick lists, a block freed later is not pooled again, and the
    * segment goes back to the backend once nothing in it is allocated or waiting on an event. Returns whether
-   * a segment had that handle.
+   * a segment had that handle. Called by a device's services beside the engine (never needed on the hot path).
    */
-  protected retireSegment(handle: H): boolean {
+  retireSegment(handle: H): boolean {
     let found = false;
     for (const segment of [...this.#segments]) {
       if (segment.memory.handle !== handle || segment.retired) continue;
@@ -520,7 +533,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const stats = this.memoryStats();
     this.emitter.safeEmit('outOfMemory', { requestedBytes: nbytes, stats });
     const hint = this.backend.outOfMemoryHint?.(nbytes);
-    throw new OutOfMemoryError({ device: this.device, requestedBytes: nbytes, capacityBytes: this.capacityBytes, stats, ...(hint === undefined ? {} : { hint }) });
+    const budgetBytes = Number.isFinite(this.#allowedBytes) ? this.#allowedBytes : undefined;
+    throw new OutOfMemoryError({ device: this.device, requestedBytes: nbytes, capacityBytes: this.capacityBytes, budgetBytes, stats, ...(hint === undefined ? {} : { hint }) });
   }
 
   /** Asks the backend for a new segment (or expandable pages) for `r`; undefined when it has no room. */

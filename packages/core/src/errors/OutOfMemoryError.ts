@@ -10,6 +10,16 @@ export interface OutOfMemoryDetails {
   readonly requestedBytes: number;
   /** Total bytes the device (or the allocator's budget) can hold; undefined when unknown. */
   readonly capacityBytes: number | undefined;
+  /**
+   * The allocator's budget (the engine's `memoryLimit`, a plugin's `limit`), when it is a budget and not the
+   * device's capacity that ran out: the message then names the budget.
+   */
+  readonly budgetBytes?: number | undefined;
+  /**
+   * Bytes counted against the budget, when it counts something other than reserved bytes (LimitingAllocator
+   * counts the requested bytes of live pointers). Default: reserved bytes.
+   */
+  readonly budgetUsedBytes?: number | undefined;
   readonly stats: AllocatorStats;
   /** A sentence appended to the message, e.g. a device limit the request exceeds. */
   readonly hint?: string;
@@ -23,6 +33,7 @@ export class OutOfMemoryError extends StowageError {
   readonly device: Device;
   readonly requestedBytes: number;
   readonly capacityBytes: number | undefined;
+  readonly budgetBytes: number | undefined;
   readonly stats: AllocatorStats;
 
   constructor(details: OutOfMemoryDetails, options?: ErrorOptions) {
@@ -30,6 +41,7 @@ export class OutOfMemoryError extends StowageError {
     this.device = details.device;
     this.requestedBytes = details.requestedBytes;
     this.capacityBytes = details.capacityBytes;
+    this.budgetBytes = details.budgetBytes;
     this.stats = details.stats;
   }
 }
@@ -43,9 +55,11 @@ function describeOutOfMemory(d: OutOfMemoryDetails): string {
   const reserved = d.stats['reserved_bytes.all.current'];
   const cached = Math.max(0, reserved - allocated);
   const capacity =
-    d.capacityBytes === undefined
-      ? "the device's capacity is unknown"
-      : `the device has ${formatBytes(d.capacityBytes)} total capacity, of which ${formatBytes(Math.max(0, d.capacityBytes - reserved))} is free`;
+    d.budgetBytes !== undefined
+      ? `the allocator's budget is ${formatBytes(d.budgetBytes)}, of which ${formatBytes(Math.max(0, d.budgetBytes - (d.budgetUsedBytes ?? reserved)))} is free`
+      : d.capacityBytes === undefined
+        ? "the device's capacity is unknown"
+        : `the device has ${formatBytes(d.capacityBytes)} total capacity, of which ${formatBytes(Math.max(0, d.capacityBytes - reserved))} is free`;
   let message =
     `Out of memory on ${formatDevice(d.device)}: tried to allocate ${formatBytes(d.requestedBytes)}; ${capacity}. ` +
     `${formatBytes(reserved)} is reserved by Stowage, of which ${formatBytes(allocated)} is allocated and ${formatBytes(cached)} is cached but unallocated.`;

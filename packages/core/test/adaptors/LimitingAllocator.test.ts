@@ -77,7 +77,8 @@ describe('LimitingAllocator#allocate', () => {
     expect(oom.requestedBytes).to.equal(512 * KiB);
     expect(oom.capacityBytes).to.equal(MiB);
     expect(oom.stats.num_ooms).to.equal(1);
-    expect(oom.message).to.contain('tried to allocate 512.00 KiB');
+    expect(oom.message).to.contain('tried to allocate 512.00 KiB').and.contain("the allocator's budget is 1.00 MiB, of which 256.00 KiB is free");
+    expect(oom.budgetBytes).to.equal(MiB);
     expect(upstreamCalls, 'upstream allocations').to.deep.equal([]);
     expect(allocator.upstream.memoryStats().num_ooms, "the upstream's own num_ooms").to.equal(0);
     expect(allocator.memoryStats().num_ooms).to.equal(1);

@@ -278,7 +278,7 @@ describe('CachingAllocator out-of-memory chain', () => {
     }
     expect(error).to.be.instanceOf(OutOfMemoryError);
     expect((error as Error).message).to.equal(
-      'Out of memory on virtual:0: tried to allocate 36.00 MiB; the device has 40.00 MiB total capacity, of which 10.00 MiB is free. ' +
+      "Out of memory on virtual:0: tried to allocate 36.00 MiB; the allocator's budget is 40.00 MiB, of which 10.00 MiB is free. " +
         '30.00 MiB is reserved by Stowage, of which 30.00 MiB is allocated and 0 B is cached but unallocated.',
     );
     expect(calls).to.deep.equal(['ipc']);
@@ -582,6 +582,6 @@ describe('CachingAllocator options', () => {
   it('takes a memory limit as a fraction of the device capacity', () => {
     const { allocator } = engine({ preset: 'pytorch', memoryLimit: { fraction: 0.5 } }, { capacityBytes: 64 * MiB });
     expect(allocator.capacityBytes).to.equal(32 * MiB);
-    expect(() => allocator.allocate(40 * MiB)).to.throw(OutOfMemoryError, /32\.00 MiB total capacity/);
+    expect(() => allocator.allocate(40 * MiB)).to.throw(OutOfMemoryError, /budget is 32\.00 MiB/);
   });
 });

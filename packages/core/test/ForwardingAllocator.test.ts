@@ -1,0 +1,32 @@
+import { expect } from 'chai';
+import { CachingAllocator, CpuMemoryBackend, DisposedError, ForwardingAllocator, LimitingAllocator, makeDirectAllocator, StatisticsAllocator } from '@stowage/core';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
+
+const KiB = 1024;
+
+describe('ForwardingAllocator#recordStream', () => {
+  it('forwards to the engine through adaptors that adopt their pointers, so a block used on another stream waits for it', () => {
+    const backend = new VirtualMemoryBackend({ storeData: false, streams: 2 });
+    const engine = new CachingAllocator(backend, { preset: 'pytorch' });
+    using stack = new StatisticsAllocator(new LimitingAllocator(engine, '1GiB'));
+    const a = stack.allocate(4 * KiB);
+    stack.recordStream(a, 1);
+    backend.holdStream(1);
+    stack.free(a);
+    expect(stack.allocate(4 * KiB).address, 'the block waits for stream 1').to.not.equal(a.address);
+    backend.completeStream(1);
+    expect(stack.allocate(4 * KiB).address, 'reused once stream 1 is done').to.equal(a.address);
+    expect(stack.memoryStats()['allocation.all.current']).to.equal(2);
+    engine.assertInvariants();
+  });
+
+  it('does nothing over an allocator without streams (no recordStream), and refuses after dispose', () => {
+    const upstream = makeDirectAllocator(new CpuMemoryBackend());
+    expect(upstream.recordStream).to.equal(undefined);
+    const adaptor = new ForwardingAllocator(upstream);
+    const ptr = adaptor.allocate(64);
+    expect(() => adaptor.recordStream(ptr, 0)).to.not.throw();
+    adaptor.dispose();
+    expect(() => adaptor.recordStream(ptr, 0)).to.throw(DisposedError);
+  });
+});
