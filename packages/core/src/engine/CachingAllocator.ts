@@ -37,7 +37,7 @@ import { resolveCachingOptions } from './CachingAllocatorOptions.js';
 import { EventQueue } from './EventQueue.js';
 import type { HistoryOptions } from './History.js';
 import { History } from './History.js';
-import { isSmallRequest, LARGE_SEGMENT_BYTES, MIN_BLOCK_BYTES, ROUNDUP_INTERVALS, roundSize, segmentSize, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
+import { isSmallRequest, LARGE_ROUNDING_BYTES, LARGE_SEGMENT_BYTES, MIN_BLOCK_BYTES, ROUNDUP_INTERVALS, roundSize, segmentSize, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
 
 /** The options of a call that passed none: one shared object, not a new one per call. */
 const NO_OPTIONS: AllocateOptions = Object.freeze({});
@@ -371,6 +371,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const ptr = block.ptr!;
     block.ptr = null;
     this.stats.countFreed(small, block.size);
+    // As PyTorch's free(): an oversize allocation stops counting when the caller frees it, events or not.
+    if (block.size >= this.options.maxSplitSize) this.stats.oversize_allocations.add(-1);
     this.#history?.record('free_requested', block.address, block.requestedSize, block.stream);
     if (block.streamUses !== null && block.streamUses.size > 0) this.#insertEvents(block, block.streamUses);
     else if (this.backend.deferredFree) this.#insertEvent(block, block.stream);
@@ -512,6 +514,20 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     return bytes;
   }
 
+  /**
+   * The bytes of a custom-sized segment for a request of `size`: at least the request, and for a request under the
+   * max split size less than it. A segment at or above the max split size would leave the request an oversize
+   * remainder that no request under the max split size may take (maySplitFor) and that, split, is never
+   * released: every such request would then reserve a segment of its own. The cap is the largest multiple of
+   * 2 MiB under the max split size, as PyTorch's 20 MiB segments are always under its max split size.
+   */
+  #customSegmentBytes(sized: NonNullable<ResolvedCachingOptions['segmentSize']>, size: number): number {
+    const bytes = Math.max(size, this.#checkedSegmentSize(sized(size, this.reservedBytes)));
+    const maxSplit = this.options.maxSplitSize;
+    if (size >= maxSplit || bytes < maxSplit) return bytes;
+    return Math.max(size, Math.ceil(maxSplit / LARGE_ROUNDING_BYTES) * LARGE_ROUNDING_BYTES - LARGE_ROUNDING_BYTES);
+  }
+
   #throwOutOfMemory(nbytes: number): never {
     this.#emitSegmentEvents(); // what the chain released goes out first: listeners then see whole state
     this.stats.num_ooms++;
@@ -528,7 +544,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (isRetry) this.stats.num_alloc_retries++;
     if (this.options.expandableSegments && this.backend.pageMapping) return this.#growExpandable(r);
     const sized = this.options.segmentSize;
-    let bytes = sized ? Math.max(r.size, this.#checkedSegmentSize(sized(r.size, this.reservedBytes))) : segmentSize(r.size);
+    let bytes = sized ? this.#customSegmentBytes(sized, r.size) : segmentSize(r.size);
     let memory = this.#mallocWithinLimit(bytes, r);
     if (memory === null && sized && bytes > segmentSize(r.size)) {
       // A large custom segment did not fit what is left: PyTorch's smaller size may.
@@ -863,7 +879,6 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const requested = block.requestedSize;
     block.requestedSize = 0;
     s.countInactive(small, size, requested);
-    if (size >= this.options.maxSplitSize) s.oversize_allocations.add(-1);
     if (block.segment.retired) {
       this.#history?.record('free_completed', block.address, requested, block.stream);
       this.#releaseIfIdle(block.segment); // never pooled again (Note [Retired segments])
@@ -1047,23 +1062,30 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   #returnToBackend(segment: Segment<H>): void {
     const bytes = segment.mappedBytes;
     if (segment.expandable) {
-      // Unmap each run of mapped blocks at once: runs start and end on page boundaries, blocks need not.
+      // Unmap each run of mapped blocks at once: runs start and end on page boundaries, blocks need not. Each
+      // unmap call is counted (reserved bytes, num_device_free, a trace entry) as #unmapPages counts it, and the
+      // segment leaves the count with one segmentReleased for the bytes still mapped: none when emptyCache has
+      // just unmapped every page (the release of the address range frees no device memory).
       let run: Block<H> | null = null;
       for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; ; b = b.next) {
         if (b?.mapped) run ??= b;
         else if (run) {
           const end = b ? b.address : segment.address + segment.extentBytes;
-          this.backend.pageMapping!.unmap(segment.memory, segment.memory.byteOffset + (run.address - segment.address), end - run.address);
+          this.#unmapPages(segment, run.address, end - run.address);
           run = null;
         }
         if (!b) break;
       }
       this.backend.pageMapping!.release(segment.memory);
-      this.#history?.record('segment_unmap', segment.address, bytes, segment.stream);
-    } else {
-      this.backend.free(segment.memory);
-      this.#history?.record('segment_free', segment.address, bytes, segment.stream);
+      segment.mappedBytes = 0;
+      segment.extentBytes = 0;
+      segment.gaps.clear();
+      this.stats.segment.add(segment.small, -1);
+      if (bytes > 0) this.#segmentEvents.push({ reserved: false, address: segment.address, bytes });
+      return;
     }
+    this.backend.free(segment.memory);
+    this.#history?.record('segment_free', segment.address, bytes, segment.stream);
     segment.mappedBytes = 0;
     segment.extentBytes = 0;
     segment.gaps.clear();
@@ -1169,8 +1191,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     s.reserved_bytes.add(segment.small, sign * bytes);
     if (sign > 0) s.num_device_alloc++;
     else s.num_device_free++;
-    // Expandable segments are never counted in as oversize (#growExpandable), so never out.
-    if (bytes >= this.options.maxSplitSize && !segment.expandable) s.oversize_segments.add(sign);
+    if (bytes >= this.options.maxSplitSize) s.oversize_segments.add(sign); // fixed segments only (#returnToBackend)
     this.#segmentEvents.push({ reserved: sign > 0, address: segment.address, bytes });
   }
 

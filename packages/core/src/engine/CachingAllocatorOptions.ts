@@ -40,6 +40,8 @@ export interface CachingAllocatorOptions {
    * Segment size for a request that no cached block fits: `(roundedBytes, reservedBytes) => bytes` (at least
    * roundedBytes). Default: PyTorch's sizing (2 MiB, 20 MiB or the request rounded to 2 MiB). Devices whose
    * buffer creation is slow and cannot map pages (WebGPU) use larger segments that grow with reserved memory.
+   * For a request under the max split size, the engine keeps the segment under it (the largest multiple of 2 MiB
+   * below it), so that the remainder can serve later requests.
    */
   readonly segmentSize?: (roundedBytes: number, reservedBytes: number) => number;
   /**
