@@ -13,7 +13,7 @@ export class Segment<H = unknown> {
   extentBytes: number;
   /** Bytes the backend currently backs: extentBytes minus the unmapped gaps of an expandable segment. */
   mappedBytes: number;
-  /** The unmapped blocks of an expandable segment by (size, address) (Note [Expandable segments]). */
+  /** The unmapped blocks of an expandable segment by (size, address) (Note [Expandable segments] in ExpandableSegments.ts). */
   readonly gaps: BlockPool<H>;
   /** Out of service (Note [Retired segments] in CachingAllocator.ts): its free blocks are in no pool. */
   retired = false;
@@ -59,7 +59,7 @@ export class Block<H = unknown> {
   ptr: DataPtr<H> | null = null;
   /** False for an unmapped gap of an expandable segment. */
   mapped = true;
-  /** True while the block waits, unmerged, in a quick list (Note [Deferred coalescing]). */
+  /** True while the block waits, unmerged, in a quick list (Note [Deferred coalescing] in QuickLists.ts). */
   quick = false;
   /** True once the block went back to the device (released by emptyCache, trim or dispose). */
   released = false;

@@ -52,7 +52,7 @@ export interface CachingAllocatorOptions {
   readonly unifiedPools?: boolean;
   /**
    * Keep freed blocks unmerged in short per-size lists for O(1) reuse of the same size, merging them before any
-   * reservation (Note [Deferred coalescing] in CachingAllocator.ts). Default: on in the best preset.
+   * reservation (Note [Deferred coalescing] in QuickLists.ts). Default: on in the best preset.
    */
   readonly deferCoalescing?: boolean;
   /**
