@@ -13,7 +13,7 @@ export class Segment<H = unknown> {
   extentBytes: number;
   /** Bytes the backend currently backs: extentBytes minus the unmapped gaps of an expandable segment. */
   mappedBytes: number;
-  /** The unmapped blocks of an expandable segment by (size, address) (Note [Expandable segments] in ExpandableSegments.ts). */
+  /** The unmapped blocks of an expandable segment by (size, address) (Note [Expandable segments]). */
   readonly gaps: BlockPool<H>;
   /** Out of service (Note [Retired segments] in CachingAllocator.ts): its free blocks are in no pool. */
   retired = false;

@@ -1,7 +1,6 @@
 /**
- * The caching engine: a device-agnostic caching allocator over a MemoryBackend, after PyTorch's CUDA caching
- * allocator ("Yet another caching allocator"). This file holds the public API and the hot path of allocate and
- * free; each other mechanism lives in a file of its own (packages/core/README.md lists them).
+ * The caching engine after PyTorch's CUDA caching allocator, over any MemoryBackend. This file holds the public
+ * API and the hot path of allocate and free; each other mechanism has a file (packages/core/README.md lists them).
  *
  * - Requests round up to 512 bytes (or power-of-two divisions); up to 1 MiB they come from the small pool,
  *   backed by 2 MiB segments; larger ones from the large pool, backed by 20 MiB segments (under 10 MiB) or
@@ -61,8 +60,7 @@ const ZERO_BYTES = Symbol('zero-byte allocation');
  * Invariants (checked by `assertInvariants()`, EngineInvariants.ts):
  * - the blocks of every segment tile it exactly: head.address == segment address, each next starts where its
  *   prev ends, and the sizes add up to the segment's mapped bytes;
- * - every free block is in its pool or a quick list, no two pooled free blocks are neighbours (they would have
- *   merged);
+ * - every free block is in its pool or a quick list; no two pooled free blocks are neighbours (they merge);
  * - reserved_bytes == sum of mapped segment bytes; allocated_bytes == sum of allocated block sizes;
  *   active_bytes == allocated + pending-free block sizes; requested_bytes == requested sizes of the same blocks
  *   (as in PyTorch, a block leaves requested_bytes when it leaves active_bytes).
@@ -467,8 +465,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     }
     if (s.allocatedBytes === 0) {
       // Nothing live (the last free, or a late one it waited for): merge what the quick lists held back too, so
-      // the next step starts from whole free blocks (Note [Deferred coalescing]). The block first: until it is
-      // in its pool it looks free to a neighbour merging into it.
+      // the next step starts from whole free blocks (Note [Deferred coalescing] in QuickLists.ts). The block
+      // first: until it is in its pool it looks free to a neighbour merging into it.
       this.#coalesceIntoPool(block);
       this.#quick.flush();
     } else if (!this.#quick.defer(block)) this.#coalesceIntoPool(block);

@@ -32,8 +32,8 @@ export interface CachingAllocatorOptions {
   /**
    * With expandable segments: before growing a segment for a new peak of live bytes, unmap the free pages of
    * every expandable segment (all streams, pools and kinds share the device's memory) when reserved bytes would
-   * exceed allocated bytes by more than this fraction (Note [Expandable segments]). Default: 0.005 in the best preset,
-   * off (Infinity) in the pytorch preset.
+   * exceed allocated bytes by more than this fraction (Note [Expandable segments] in ExpandableSegments.ts).
+   * Default: 0.005 in the best preset, off (Infinity) in the pytorch preset.
    */
   readonly fragmentationLimit?: number;
   /**

@@ -46,7 +46,7 @@ export function maySplitFor(blockBytes: number, size: number, maxSplit: number):
   return size < maxSplit ? blockBytes < maxSplit : blockBytes < size + LARGE_SEGMENT_BYTES;
 }
 
-/** Merges a free pooled neighbour into `dst`, taking it out of `pool`; returns the bytes merged (0 when it is not free). */
+/** Merges a free pooled neighbour into `dst`, out of `pool`; returns the bytes merged (0 when it is not free). */
 export function tryMerge<H>(dst: Block<H>, src: Block<H> | null, pool: BlockPool<H>): number {
   if (!src || !isPooledFree(src)) return 0;
   pool.remove(src);
@@ -80,7 +80,10 @@ export class EngineState<H> {
   readonly segmentEvents: SegmentEvent[] = [];
   /** The trace recordHistory() asked for; null when off. */
   history: History | null = null;
-  /** The most bytes ever allocated at once; unlike the peak statistic, never reset (Note [Expandable segments]). */
+  /**
+   * The most bytes ever allocated at once; unlike the peak statistic, never reset (Note [Expandable segments] in
+   * ExpandableSegments.ts).
+   */
   peakLiveBytes = 0;
 
   constructor(

@@ -19,7 +19,7 @@ import { LARGE_ROUNDING_BYTES, segmentSize } from './SizeClass.js';
 export class FixedSegments<H> {
   constructor(private readonly state: EngineState<H>) {}
 
-  /** A new segment's single free block for `r`, outside any pool; undefined when the limit or the device has no room. */
+  /** A new segment's one free block for `r`, in no pool; undefined when the limit or the device has no room. */
   reserve(r: Request<H>): Block<H> | undefined {
     const state = this.state;
     const sized = state.options.segmentSize;
