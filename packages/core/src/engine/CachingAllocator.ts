@@ -90,8 +90,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     else throw new InvalidArgumentError('options.memoryLimit', limit, `bytes: ${formatDevice(backend.device)} does not report its capacity`);
     this.stats.max_split_size = this.options.maxSplitSize === Number.MAX_SAFE_INTEGER ? -1 : this.options.maxSplitSize;
     const state = (this.#state = new EngineState<H>(backend, this.options, this.stats, allowedBytes));
-    this.#quick = new QuickLists<H>(state, (block) => this.#coalesceIntoPool(block));
-    this.#events = new StreamEvents<H>(state, (block) => this.#freeBlock(block));
+    this.#quick = new QuickLists<H>(this.options, this.stats, (block) => this.#coalesceIntoPool(block));
+    this.#events = new StreamEvents<H>(backend, (block) => this.#freeBlock(block));
     this.#fixed = new FixedSegments<H>(state);
     this.#expandable = new ExpandableSegments<H>(state, (r) => this.#takeCached(r));
     this.#release = new SegmentRelease<H>(state, this.#events, this.#quick, this.#fixed, this.#expandable);

@@ -8,8 +8,9 @@
  *   listed block into its pool.
  * - The lists are bounded per size (QUICK_LIST_MAX) and in total bytes (a share of reserved bytes).
  */
+import type { StatsBook } from '../internal/StatsBook.js';
 import type { Block } from './Block.js';
-import type { EngineState } from './EngineState.js';
+import type { ResolvedCachingOptions } from './CachingAllocatorOptions.js';
 import { SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
 
 /** Quick lists hold at most this many blocks per size, and at most 1/QUICK_SHARE_DIVISOR of reserved bytes. */
@@ -44,16 +45,17 @@ export class QuickLists<H> {
   bytes = 0;
 
   constructor(
-    private readonly state: EngineState<H>,
+    private readonly options: ResolvedCachingOptions,
+    private readonly stats: StatsBook,
     /** Merges a block into its pool (CachingAllocator's #coalesceIntoPool). */
     private readonly coalesce: (block: Block<H>) => void,
   ) {}
 
   /** Lists a freed block when deferral is on and the lists have room; false when it must merge at once. */
   defer(block: Block<H>): boolean {
-    if (!this.state.options.deferCoalescing || block.size > SMALL_REQUEST_MAX_BYTES) return false;
+    if (!this.options.deferCoalescing || block.size > SMALL_REQUEST_MAX_BYTES) return false;
     const key = quickKey(block.segment.kind, block.stream, block.size);
-    if (key < 0 || this.bytes + block.size > this.state.reservedBytes / QUICK_SHARE_DIVISOR) return false;
+    if (key < 0 || this.bytes + block.size > this.stats.reservedBytes / QUICK_SHARE_DIVISOR) return false;
     let list = this.lists.get(key);
     if (!list) this.lists.set(key, (list = []));
     if (list.length >= QUICK_LIST_MAX) return false;
@@ -61,8 +63,8 @@ export class QuickLists<H> {
     block.quick = true;
     this.bytes += block.size;
     if (block.isSplit && !block.segment.expandable) {
-      this.state.stats.inactive_split.add(block.small, 1);
-      this.state.stats.inactive_split_bytes.add(block.small, block.size);
+      this.stats.inactive_split.add(block.small, 1);
+      this.stats.inactive_split_bytes.add(block.small, block.size);
     }
     return true;
   }
@@ -70,7 +72,7 @@ export class QuickLists<H> {
   /** Moves every listed block into its pool (merging); true when there were any. */
   flush(): boolean {
     if (this.bytes === 0) return false;
-    const stats = this.state.stats;
+    const stats = this.stats;
     for (const list of this.lists.values()) {
       for (const block of list) {
         block.quick = false;

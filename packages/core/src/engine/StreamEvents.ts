@@ -8,9 +8,8 @@
  *   events that have completed, and hands each block whose last event completed back to the engine.
  * - `synchronize` (emptyCache, trim, the out-of-memory chain) waits for every pending event.
  */
-import type { StreamId } from '../MemoryBackend.js';
+import type { MemoryBackend, StreamId } from '../MemoryBackend.js';
 import type { Block } from './Block.js';
-import type { EngineState } from './EngineState.js';
 import { EventQueue } from './EventQueue.js';
 
 /**
@@ -31,21 +30,21 @@ export class StreamEvents<H> {
   pendingCount = 0;
 
   constructor(
-    private readonly state: EngineState<H>,
+    private readonly backend: MemoryBackend<H>,
     /** Called for a block whose last event completed (CachingAllocator's #freeBlock). */
     private readonly complete: (block: Block<H>) => void,
   ) {}
 
   /** Records an event on each stream in `streams` (and, for a deferred-free backend, the block's own) for `block`. */
   insertEvents(block: Block<H>, streams: Set<StreamId>): void {
-    if (this.state.backend.deferredFree) streams.add(block.stream);
+    if (this.backend.deferredFree) streams.add(block.stream);
     block.streamUses = null;
     for (const stream of streams) this.insertEvent(block, stream);
   }
 
   /** Records an event on `stream` that `block` waits for (the only one, for a deferred free used on its own stream). */
   insertEvent(block: Block<H>, stream: StreamId): void {
-    const event = this.state.backend.recordEvent(stream);
+    const event = this.backend.recordEvent(stream);
     block.eventCount++;
     let queue = this.#byStream.get(stream);
     if (!queue) {
@@ -59,7 +58,7 @@ export class StreamEvents<H> {
   /** Completes, per stream in order, the events that have completed; stops at a stream's first incomplete one. */
   process(): void {
     const queues = this.#queues;
-    const backend = this.state.backend;
+    const backend = this.backend;
     for (let i = 0; i < queues.length; i++) {
       const queue = queues[i]!;
       for (let event = queue.peek(); event !== undefined && backend.isEventComplete(event); event = queue.peek()) {
@@ -75,7 +74,7 @@ export class StreamEvents<H> {
     if (this.pendingCount === 0) return;
     for (const queue of this.#queues) {
       for (let event = queue.peek(); event !== undefined; event = queue.peek()) {
-        this.state.backend.synchronizeEvent(event); // first: should it throw, the entry is still queued and counted
+        this.backend.synchronizeEvent(event); // first: should it throw, the entry is still queued and counted
         const block = queue.shift();
         this.pendingCount--;
         if (--block.eventCount === 0) this.complete(block);
