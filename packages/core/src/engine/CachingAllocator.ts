@@ -307,10 +307,10 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    *   most traces, so a second pass (a training program's second step) would run partly unoptimized.
    * - Code that never runs on the hot path (building error messages) lengthens a function without spending its
    *   budget, so it lives in functions of its own (AllocatorBase's checkPtr).
-   * - The hot path is a few longer functions, all in this file but one: the quick list and the pool search here
+   * - The hot path is a few longer functions, in this file but for two: the quick list and the pool search here
    *   (the quick list read inline, not through a QuickLists method), the split in #allocateFound, the caller's
-   *   free in releaseAllocation and #freeBlock, and event completion in StreamEvents#process. The mechanisms in
-   *   other files run only when the cache misses, releases or is inspected.
+   *   free in releaseAllocation and #freeBlock; QuickLists#defer (a freed small block) and StreamEvents#process
+   *   (event completion). The other mechanisms run only when the cache misses, releases or is inspected.
    */
   #takeCached(r: Request<H>): Block<H> | undefined {
     const quickLists = this.#quick;
