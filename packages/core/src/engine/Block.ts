@@ -59,7 +59,7 @@ export class Block<H = unknown> {
   ptr: DataPtr<H> | null = null;
   /** False for an unmapped gap of an expandable segment. */
   mapped = true;
-  /** True while the block waits, unmerged, in a quick list (Note [Deferred coalescing]). */
+  /** True while the block waits, unmerged, in a quick list (Note [Deferred coalescing] in QuickLists.ts). */
   quick = false;
   /** True once the block went back to the device (released by emptyCache, trim or dispose). */
   released = false;

@@ -12,13 +12,9 @@ import type { Block } from './Block.js';
  * - Inserting or removing a block binary-searches its bucket (most hold one block or a handful), and changes
  *   the sizes only when a bucket fills or empties.
  *
- * This replaced a B-tree (sorted-btree); the order, and so every placement, is the same (`pnpm bench:engine`
- * ratio-summary unchanged). The B-tree's generic code (a comparator call per step, a range-edit routine behind
- * every delete) was slow before V8 optimized it and among the last functions V8 optimized. Measured with the
- * engine alone replaying the WebGPU bench's traces (EpochBackend, best of four interleaved runs): the pass after
- * the warm one took 9.1 and 6.4 ms against 17.3 and 17.8 on the compiled-step and opt125m traces, where the
- * B-tree's delete was optimized only during that pass; other passes and traces were the same within this
- * machine's noise.
+ * The order is that of a (stream, size, address) tree, so placement is the same as with one. The pool is not a
+ * generic ordered tree because such code (a comparator call per step, a range edit behind every delete) is slow
+ * until V8 optimizes it, and is among the last functions V8 optimizes (figures: packages/core/README.md).
  */
 /** Empty buckets kept for reuse, beyond which an emptying bucket is dropped instead. */
 const SPARE_BUCKETS = 64;

@@ -32,14 +32,16 @@ export interface CachingAllocatorOptions {
   /**
    * With expandable segments: before growing a segment for a new peak of live bytes, unmap the free pages of
    * every expandable segment (all streams, pools and kinds share the device's memory) when reserved bytes would
-   * exceed allocated bytes by more than this fraction (Note [Expandable segments]). Default: 0.005 in the best preset,
-   * off (Infinity) in the pytorch preset.
+   * exceed allocated bytes by more than this fraction (Note [Expandable segments] in ExpandableSegments.ts).
+   * Default: 0.005 in the best preset, off (Infinity) in the pytorch preset.
    */
   readonly fragmentationLimit?: number;
   /**
    * Segment size for a request that no cached block fits: `(roundedBytes, reservedBytes) => bytes` (at least
    * roundedBytes). Default: PyTorch's sizing (2 MiB, 20 MiB or the request rounded to 2 MiB). Devices whose
    * buffer creation is slow and cannot map pages (WebGPU) use larger segments that grow with reserved memory.
+   * For a request under the max split size, the engine keeps the segment under it (the largest multiple of 2 MiB
+   * below it), so that the remainder can serve later requests.
    */
   readonly segmentSize?: (roundedBytes: number, reservedBytes: number) => number;
   /**
@@ -50,7 +52,7 @@ export interface CachingAllocatorOptions {
   readonly unifiedPools?: boolean;
   /**
    * Keep freed blocks unmerged in short per-size lists for O(1) reuse of the same size, merging them before any
-   * reservation (Note [Deferred coalescing] in CachingAllocator.ts). Default: on in the best preset.
+   * reservation (Note [Deferred coalescing] in QuickLists.ts). Default: on in the best preset.
    */
   readonly deferCoalescing?: boolean;
   /**

@@ -3,7 +3,7 @@ import type { Block } from './Block.js';
 
 /**
  * The events one stream recorded at free time and the blocks waiting on each, oldest first (Note [Stream-ordered
- * reuse] in CachingAllocator.ts). Two parallel arrays between a head and a tail index that restart at 0 whenever
+ * reuse] in StreamEvents.ts). Two parallel arrays between a head and a tail index that restart at 0 whenever
  * the queue empties: the hot path of a deferred free (one push, one shift a little later) allocates nothing and
  * grows an array only when half of it is in use.
  *
