@@ -1,16 +1,9 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import type { CachingAllocatorOptions, DataPtr } from '@stowage/core';
-import { CachingAllocator, VirtualMemoryBackend } from '@stowage/core';
+import { VirtualMemoryBackend } from '@stowage/core';
 import type { EngineStep } from './helpers.js';
-import { applyEngineStep, MiB } from './helpers.js';
-
-/** The engine with its protected `retireSegment` reachable, as a backend-specific allocator has it. */
-class RetiringAllocator extends CachingAllocator<number> {
-  retire(handle: number): boolean {
-    return this.retireSegment(handle);
-  }
-}
+import { applyEngineStep, MiB, RetiringAllocator } from './helpers.js';
 
 function retiring(options: CachingAllocatorOptions = { preset: 'pytorch' }): { allocator: RetiringAllocator; backend: VirtualMemoryBackend } {
   const backend = new VirtualMemoryBackend({ storeData: false, streams: 2 });
