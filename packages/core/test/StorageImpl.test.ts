@@ -12,7 +12,7 @@ import {
   UseAfterReleaseError,
   wrapAllocators,
 } from '@stowage/core';
-import { storageHooks } from './engine/helpers.js';
+import { engine, storageHooks } from './engine/helpers.js';
 
 describe('StorageImpl#data and #mutableData', () => {
   it('runs read hooks on data() and write hooks on mutableData(), in registration order', () => {
@@ -79,6 +79,15 @@ describe('StorageImpl#resize', () => {
     expect(s.data().handle).to.be.instanceOf(SharedArrayBuffer);
     s.resize(32);
     expect(s.data().handle, 'the storage was made with { shared: true }').to.be.instanceOf(SharedArrayBuffer);
+  });
+
+  it('rejects a bad size or a non-resizable storage without running the write path', () => {
+    const { allocator } = engine();
+    let writes = 0;
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(64), allocator, hooks: [{ beforeWrite: () => void writes++ }] });
+    expect(() => storage.resize(128)).to.throw(InvalidArgumentError);
+    expect(() => storage.resize(-1)).to.throw(InvalidArgumentError);
+    expect(writes, 'a rejected resize must not materialize (COW) or move generations').to.equal(0);
   });
 });
 

@@ -1,15 +1,13 @@
 /**
- * Review 12 of the caching engine: the paths Review11 did not drive. Multiple streams with recordStream and held
- * events, reclaimers that free during the out-of-memory chain, quick lists, segment kinds, deferred frees,
+ * The caching engine under random programs that drive every path at once: several streams with recordStream and
+ * held events, reclaimers that free during the out-of-memory chain, quick lists, segment kinds, deferred frees,
  * capacity and memory limits, garbage collection, the non-expandable path with a max split size, and listeners
- * that allocate or free mid-operation. Each targeted test below fails on the code it was written against because
- * of the bug its comment describes; the property test fails because of the first and third of them (a 0-byte
- * segmentReleased; oversize_allocations counted against PyTorch's meaning) and otherwise checks, after every
- * step: assertInvariants, reserved bytes against the backend, whole-page map/unmap calls that map only unmapped
- * pages and unmap only mapped ones, snapshot coverage, segment events adding up to reserved bytes, inactive_split
- * and oversize counters against a recount, disjoint live pointers lying in backed memory of their stream and
- * kind, no reuse of memory whose free-time events are incomplete, intact data, and no out-of-memory error while a
- * fresh segment for the request would still fit.
+ * that allocate or free mid-operation. After every step it checks: assertInvariants, reserved bytes against the
+ * backend, whole-page map/unmap calls that map only unmapped pages and unmap only mapped ones, snapshot coverage,
+ * segment events of some bytes each adding up to reserved bytes, inactive_split and oversize counters against a
+ * recount (an oversize allocation counted out when the caller frees it, as PyTorch does), disjoint live pointers
+ * lying in backed memory of their stream and kind, no reuse of memory whose free-time events are incomplete,
+ * intact data, and no out-of-memory error while a fresh segment for the request would still fit.
  */
 import { expect } from 'chai';
 import fc from 'fast-check';
@@ -33,7 +31,7 @@ interface Rig {
   request: { stream: number; kind: number } | null;
   allocator: CachingAllocator<number>;
   backend: KindedBackend;
-  /** Checks everything the brief lists against the live pointers the caller holds. */
+  /** Checks every property this file lists against the live pointers the caller holds. */
   check(live: readonly DataPtr[]): Promise<void>;
   /** Stamps a fresh pointer with data that check() reads back. */
   stamp(ptr: DataPtr): void;
@@ -213,75 +211,6 @@ function rig(o: RigOptions): Rig {
   };
   return self;
 }
-
-// ---- targeted repros ---------------------------------------------------------------------------------------
-
-describe('CachingAllocator#emptyCache returning an expandable segment whose pages it has just unmapped', () => {
-  // Bug: #unmapFreePages unmaps every free page (one segmentReleased, one num_device_free, one segment_unmap trace
-  // entry per unmap call, all right), and when that leaves the segment empty it calls #returnToBackend, which
-  // counts the segment out through #countSegment with its mappedBytes, by then 0: a second segmentReleased of 0
-  // bytes, a second num_device_free for a backend call that never freed anything, and a 0-byte segment_unmap trace
-  // entry. The reserve side emits no such 0-byte event, so num_device_alloc and num_device_free no longer pair up.
-  // Repro: best preset, allocate(1), free, emptyCache.
-  it('reports only the pages it unmapped: no 0-byte segmentReleased, num_device_free equal to the unmap calls', () => {
-    const backend = new VirtualMemoryBackend({ storeData: false });
-    const allocator = new CachingAllocator(backend, { preset: 'best' });
-    allocator.recordHistory();
-    const released: number[] = [];
-    allocator.events.on('segmentReleased', (e) => released.push(e.bytes));
-    allocator.free(allocator.allocate(1));
-    allocator.emptyCache();
-    expect(allocator.reservedBytes).to.equal(0);
-    expect(released, 'segmentReleased bytes').to.deep.equal([2 * MiB]);
-    const s = allocator.memoryStats();
-    expect([s.num_device_alloc, s.num_device_free], 'num_device_alloc/free against the backend calls').to.deep.equal([backend.mallocCount, backend.freeCount]);
-    const unmaps = allocator.snapshot().device_traces[0]!.filter((e) => e.action === 'segment_unmap').map((e) => e.size);
-    expect(unmaps, 'segment_unmap trace entries').to.deep.equal([2 * MiB]);
-  });
-});
-
-describe('CachingAllocator with a custom segmentSize at or above the max split size', () => {
-  // Bug: #newSegmentBlock (CachingAllocator.ts, the `sized(...)` branch) reserves the custom segment size for a
-  // request under the max split size without keeping it under that size, and #shouldSplit splits the new oversize
-  // block for the request (small pool or unified pools). The remainder is an oversize free block, which #takeCached
-  // (maySplitFor) never lets a request under the max split size take, and which is split, so neither
-  // #releaseAvailableCachedBlocks nor #releaseCachedBlocks can release it. Every small request then reserves a new
-  // segment, and the device runs out with almost all of it cached. Under WebGPU's defaults (webGpuEngineDefaults:
-  // 48 MiB segments) plus maxSplitSize '32MiB', 100 requests of 64 KiB reserve 988 MiB of a 1 GiB budget.
-  // Repro: 256 MiB device, maxSplitSize 32 MiB, segmentSize () => 64 MiB; allocate(1 MiB) five times.
-  for (const unifiedPools of [false, true]) {
-    it(`serves a request under the max split size from the segment an earlier one left mostly free (unifiedPools ${unifiedPools})`, () => {
-      const backend = new VirtualMemoryBackend({ storeData: false, capacityBytes: 256 * MiB, pageBytes: 0 });
-      const allocator = new CachingAllocator(backend, { preset: 'pytorch', unifiedPools, maxSplitSize: 32 * MiB, segmentSize: (n) => Math.max(n, 64 * MiB) });
-      const live: DataPtr[] = [];
-      for (let i = 0; i < 8; i++) live.push(allocator.allocate(1 * MiB)); // the fifth threw OutOfMemoryError, 252 MiB cached
-      allocator.assertInvariants();
-      expect(allocator.memoryStats()['segment.all.current'], 'segments reserved for 8 MiB of 1 MiB requests').to.be.at.most(1);
-    });
-  }
-});
-
-describe('CachingAllocator oversize_allocations with stream uses (PyTorch parity)', () => {
-  // Bug: PyTorch's DeviceCachingAllocator::free decrements oversize_allocations when the caller frees the block,
-  // before insert_events, next to allocation and allocated_bytes. The engine decrements it in #freeBlock (the
-  // `size >= maxSplitSize` line), which runs only once the block's events complete, so a freed oversize block that
-  // waits on another stream (or any freed block under a deferredFree backend such as WebGPU) still counts.
-  // Repro: pytorch preset, maxSplitSize 32 MiB, two streams; allocate(40 MiB), recordStream(ptr, 1),
-  // holdStream(1), free: oversize_allocations.current stays 1 while allocation.all.current is 0.
-  it('stops counting an oversize allocation when the caller frees it, while it waits on another stream', () => {
-    const backend = new VirtualMemoryBackend({ storeData: false, streams: 2 });
-    const allocator = new CachingAllocator(backend, { preset: 'pytorch', maxSplitSize: 32 * MiB });
-    const ptr = allocator.allocate(40 * MiB);
-    expect(allocator.memoryStats()['oversize_allocations.current']).to.equal(1);
-    allocator.recordStream(ptr, 1);
-    backend.holdStream(1);
-    allocator.free(ptr);
-    expect(allocator.memoryStats()['allocation.all.current']).to.equal(0);
-    expect(allocator.memoryStats()['oversize_allocations.current'], 'counted out at free, as PyTorch does').to.equal(0);
-  });
-});
-
-// ---- property test -----------------------------------------------------------------------------------------
 
 /** inactive_split(_bytes), oversize_allocations and oversize_segments against a recount from the snapshot. */
 function expectSplitAndOversizeRecount(allocator: CachingAllocator<number>): void {
