@@ -316,8 +316,8 @@ describe('CachingAllocator#allocate after the fragmentation limit unmaps an over
     allocator.free(oversize);
     const mapsBefore = calls.filter((c) => c.op === 'map').length;
     const devicesAllocsBefore = allocator.memoryStats()['num_device_alloc'];
-    // Unmapping the oversize block's whole pages leaves [512, 2 MiB) free before a gap [2 MiB, 40 MiB): the gap
-    // search counts that free block, which alone holds the request, and maps -0 bytes of the gap.
+    // Unmapping the oversize block's whole pages leaves [512, 2 MiB) free before a gap [2 MiB, 40 MiB): that free
+    // block alone holds the request, so the engine serves it from the pool and maps no (-0-byte) range of the gap.
     const ptr = allocator.allocate(512);
     expect(ptr.byteLength).to.equal(512);
     check();
@@ -327,7 +327,7 @@ describe('CachingAllocator#allocate after the fragmentation limit unmaps an over
   });
 });
 
-const SEED = 1; // fixed so the run is reproducible; seeds 1, 3, 4 and 5 each reach a request next to a free block that a zero-byte map would serve
+const SEED = 1; // fixed so the run is reproducible; seeds 1, 3, 4 and 5 each reach a request that a zero-byte map could serve
 
 describe('CachingAllocator#allocate under random programs around the max split size', () => {
   const sizes = fc.oneof(
