@@ -1,7 +1,17 @@
 import { expect } from 'chai';
-import { createRuntime, OutOfMemoryError } from '@stowage/core';
+import { createRuntime, OutOfMemoryError, StowageError } from '@stowage/core';
 import { assertAllocatorInvariants, describeAllocatorContract } from '@stowage/core/testing';
 import { arena, createArenaAllocator } from '@stowage/example-arena-allocator';
+
+/** What `fn` threw, or undefined. */
+function thrownBy(fn: () => unknown): unknown {
+  try {
+    fn();
+  } catch (error) {
+    return error;
+  }
+  return undefined;
+}
 
 describeAllocatorContract('arena allocator (example third-party allocator)', () => createArenaAllocator({ capacity: '64MiB' }));
 
@@ -36,6 +46,18 @@ describe('createArenaAllocator', () => {
       [7936, 'inactive'],
     ]);
     expect(segment!.requested_size).to.equal(100);
+  });
+
+  it('aligns addresses to an alignment above 1 MiB', () => {
+    using allocator = createArenaAllocator({ capacity: '16MiB', alignment: 2 << 20 });
+    const ptr = allocator.allocate(1);
+    expect(ptr.address % allocator.alignment).to.equal(0);
+    allocator.free(ptr);
+  });
+
+  it('rejects a capacity the host cannot allocate with a typed error', () => {
+    const error = thrownBy(() => createArenaAllocator({ capacity: '1PiB' }));
+    expect(error).to.be.instanceOf(StowageError);
   });
 });
 

@@ -1,3 +1,4 @@
+import { spawnSync } from 'node:child_process';
 import { expect } from 'chai';
 import type { DataPtr, DeviceError as DeviceErrorType, MemoryReclaimer, Plugin } from '@stowage/core';
 import {
@@ -8,21 +9,25 @@ import {
   IpcCollector,
   LmsReclaimer,
   DeviceError,
+  DisposedError,
   makeDirectAllocator,
   DeviceMismatchError,
   InvalidArgumentError,
   OutOfMemoryError,
+  StowageError,
   UseAfterReleaseError,
 } from '@stowage/core';
 import { patternBytes } from '@stowage/core/testing';
-import type { WebGpuAllocator, WebGpuContext, WebGpuOptions } from '@stowage/allocator-webgpu';
-import { createWebGpuAllocator, fromGpuBuffer, webgpu, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
-import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, ownDeviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
+import type { WebGpuContext, WebGpuOptions } from '@stowage/allocator-webgpu';
+import { createWebGpuAllocator, fromGpuBuffer, webgpu, WebGpuAllocator, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
+import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, MAP_READ, ownDeviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
 
 
 describe('WebGpuAllocator', function () {
-  this.timeout(60_000);
+  this.timeout(120_000);
   let context: WebGpuContext;
+  /** Devices of their own and their GPU objects, kept alive to the end (Dawn crashes if the GPU object goes first). */
+  const keep: unknown[] = [];
   before(async function () {
     context = await deviceOrSkip(this);
   });
@@ -73,6 +78,31 @@ describe('WebGpuAllocator', function () {
       allocator.free(a);
       expect(allocator.allocate(20 << 20).byteLength).to.equal(20 << 20);
     });
+
+    // A usage is one of the names the allocator knows, never a member that every object inherits ('toString',
+    // 'constructor', '__proto__'): such a name is refused before WebGpuMemoryBackend.malloc pushes its two error
+    // scopes, so none is left on the device's error-scope stack to swallow later errors the program does not catch
+    // itself. After allocate(256, { usage: 'toString' }), device.popErrorScope() rejects on an empty stack.
+    it("rejects a usage named like an Object.prototype member ('toString') with InvalidArgumentError and leaves the device's error scopes balanced", async () => {
+      using allocator = allocatorOn(context);
+      const device = context.device;
+      const before = allocator.memoryStats();
+      let thrown: unknown;
+      try {
+        allocator.allocate(256, { usage: 'toString' });
+      } catch (error) {
+        thrown = error;
+      }
+      // Pop what a failed allocation may have left on the stack (and clean it up for the tests after this one).
+      const leaked: boolean[] = [];
+      for (let i = 0; i < 2; i++) leaked.push(await device.popErrorScope().then(() => true, () => false));
+      expect(thrown, String(thrown)).to.be.instanceOf(InvalidArgumentError);
+      expect(leaked, 'error scopes left pushed by the failed allocation').to.deep.equal([false, false]);
+      expect(allocator.memoryStats()).to.deep.equal(before);
+      const next = allocator.allocate(256);
+      allocator.writeBytes(next, new Uint8Array([1, 2, 3, 4]));
+      expect([...(await allocator.readBytes(next, 0, 4))], 'the device stays usable').to.deep.equal([1, 2, 3, 4]);
+    });
   });
 
   describe('#free', () => {
@@ -92,6 +122,42 @@ describe('WebGpuAllocator', function () {
       expect([...(await readBuffer(device, out, 0, 4))]).to.deep.equal([0xaa, 0xaa, 0xaa, 0xaa]);
       const c = allocator.allocate(256);
       expect(c.address, 'after the submit the block is reused').to.equal(a.address);
+      out.destroy();
+    });
+
+    it('reuses a block freed since the last submit instead of reporting out of memory at the limit', () => {
+      using allocator = allocatorOn(context, { limit: '64MiB' });
+      // Under a 64 MiB budget segments start at 8 MiB (Note [WebGPU segment sizing]); larger requests get their own.
+      const a = allocator.allocate(2 << 20);
+      allocator.allocate(2 << 20);
+      allocator.allocate(4 << 20); // the 8 MiB segment is full, and split
+      allocator.allocate(56 << 20); // a segment of its own: the budget is spent
+      allocator.free(a); // waits for the next submit (Note [Submit epochs])
+      const again = allocator.allocate(2 << 20);
+      expect(again.handle).to.equal(a.handle);
+      allocator.engine.assertInvariants();
+    });
+
+    // Note [Submit epochs]: synchronizeEvent (emptyCache) completes the events recorded so far without a submit. A
+    // free later in that same epoch records an event of the same epoch (the very same object, #lastEvent) but of a
+    // later generation (the synchronizations before it), which that synchronization does not complete: the block
+    // stays out of the pool until the next submit, since work the program recorded after the emptyCache and has
+    // not submitted yet still reads it.
+    it('keeps a block freed after emptyCache out of reuse until the next submit, in the same submit epoch', async () => {
+      const device = context.device;
+      using allocator = allocatorOn(context, { preset: 'pytorch' });
+      allocator.free(allocator.allocate(256)); // a pending free: this epoch's event
+      allocator.emptyCache(); // synchronizes it; no counted submit, so the epoch stays the same
+      const p = allocator.allocate(256);
+      allocator.writeBytes(p, new Uint8Array(256).fill(0xaa));
+      const out = device.createBuffer({ size: 256, usage: COPY_SRC | COPY_DST });
+      const encoder = device.createCommandEncoder();
+      encoder.copyBufferToBuffer(p.handle as GPUBuffer, p.byteOffset, out, 0, 256); // recorded after emptyCache, not submitted
+      allocator.free(p);
+      const q = allocator.allocate(256);
+      allocator.writeBytes(q, new Uint8Array(256).fill(0xbb)); // writeBuffer runs on the queue at once
+      device.queue.submit([encoder.finish()]);
+      expect([...(await readBuffer(device, out, 0, 4))], 'the encoder reads the freed tensor, not its successor').to.deep.equal([0xaa, 0xaa, 0xaa, 0xaa]);
       out.destroy();
     });
   });
@@ -140,6 +206,52 @@ describe('WebGpuAllocator', function () {
         released = withSegment - rss();
       }
       expect(released, 'resident memory went down by most of the segment').to.be.greaterThan(0.75 * (withSegment - before));
+    });
+
+    it("keeps another allocator's freed block out of reuse when one allocator's emptyCache forces an epoch", async () => {
+      const device = context.device;
+      using one = allocatorOn(context, { preset: 'pytorch' });
+      using two = allocatorOn(context, { preset: 'pytorch' });
+      const mine = one.allocate(256);
+      one.free(mine); // a pending free in the first allocator: its emptyCache will synchronize it
+      const p = two.allocate(256);
+      two.writeBytes(p, new Uint8Array(256).fill(0xaa));
+      const out = device.createBuffer({ size: 256, usage: COPY_SRC | COPY_DST });
+      const encoder = device.createCommandEncoder();
+      encoder.copyBufferToBuffer(p.handle as GPUBuffer, p.byteOffset, out, 0, 256); // recorded, not submitted
+      two.free(p);
+      one.emptyCache(); // the first allocator under pressure; says nothing about the second one's encoders
+      const q = two.allocate(256);
+      two.writeBytes(q, new Uint8Array(256).fill(0xbb));
+      device.queue.submit([encoder.finish()]);
+      expect([...(await readBuffer(device, out, 0, 4))], 'the encoder reads the freed tensor, not its successor').to.deep.equal([0xaa, 0xaa, 0xaa, 0xaa]);
+      out.destroy();
+    });
+
+    it('destroys the scratch and readback buffers of host transfers in emptyCache, and makes new ones when needed', async () => {
+      using allocator = allocatorOn(context);
+      const device = context.device;
+      const labels: string[] = [];
+      const create = device.createBuffer.bind(device);
+      device.createBuffer = (descriptor: GPUBufferDescriptor): GPUBuffer => {
+        labels.push(descriptor.label ?? '');
+        return create(descriptor);
+      };
+      try {
+        const ptr = allocator.allocate(64);
+        allocator.writeBytes(ptr, new Uint8Array([1, 2, 3]), 1); // unaligned: through the scratch buffer
+        expect([...(await allocator.readBytes(ptr, 0, 4))]).to.deep.equal([0, 1, 2, 3]); // a pooled readback buffer
+        const made = labels.length;
+        allocator.writeBytes(ptr, new Uint8Array([4]), 5);
+        await allocator.readBytes(ptr, 0, 4);
+        expect(labels.length, 'reused while cached').to.equal(made);
+        allocator.emptyCache();
+        allocator.writeBytes(ptr, new Uint8Array([5, 6, 7]), 1);
+        expect([...(await allocator.readBytes(ptr, 0, 8))]).to.deep.equal([0, 5, 6, 7, 0, 4, 0, 0]);
+        expect(labels.slice(made).sort(), 'both made again after emptyCache').to.deep.equal(['stowage readback', 'stowage scratch']);
+      } finally {
+        delete (device as { createBuffer?: unknown }).createBuffer;
+      }
     });
   });
 
@@ -214,6 +326,190 @@ describe('WebGpuAllocator', function () {
       allocator.writeBytes(next, new Uint8Array([1, 2, 3, 4]), 4);
       expect([...(await allocator.readBytes(next, 4, 4))]).to.deep.equal([1, 2, 3, 4]);
     });
+
+    it("runs a batched copy before the program's later queue.writeBuffer to the same block, in program order", async () => {
+      using allocator = allocatorOn(context);
+      const a = allocator.allocate(256);
+      const b = allocator.allocate(256);
+      allocator.writeBytes(a, new Uint8Array(256).fill(1));
+      allocator.writeBytes(b, new Uint8Array(256).fill(2));
+      allocator.copyData(a, b, 256); // recorded in the pending encoder (Note [Batched copies])
+      const { buffer, offset } = allocator.bindingOf(a);
+      context.device.queue.writeBuffer(buffer, offset, new Uint8Array(256).fill(3)); // the program overwrites a afterwards
+      const back = await allocator.readBytes(a, 0, 4);
+      expect([...back], 'the later writeBuffer wins').to.deep.equal([3, 3, 3, 3]);
+    });
+
+    // SubmitCounter runs every before-submit flush still registered, though a flush leads to another allocator's
+    // dispose (here through the program's own queue.submit wrapper, installed before the allocators, which the
+    // backends' own submits pass through) and so to removeBeforeSubmit while the walk is in progress.
+    it("runs every allocator's batched copies before the program's submit, though one allocator is disposed during the flushes", async function () {
+      const own = await ownDeviceOrSkip(this);
+      keep.push(own);
+      const device = own.device;
+      const queue = device.queue;
+      const original = queue.submit;
+      let afterSubmit: (() => void) | undefined;
+      queue.submit = function (this: GPUQueue, buffers: Iterable<GPUCommandBuffer>): undefined {
+        original.call(this, buffers);
+        const hook = afterSubmit;
+        afterSubmit = undefined;
+        hook?.();
+        return undefined;
+      }; // e.g. a profiler installed before the allocators
+      try {
+        const one = createWebGpuAllocator(own!, { limit: '64MiB' });
+        using two = createWebGpuAllocator(own!, { limit: '64MiB' });
+        const x = one.allocate(256);
+        const y = one.allocate(256);
+        const a = two.allocate(256);
+        const b = two.allocate(256);
+        two.writeBytes(a, new Uint8Array(256).fill(0x11));
+        two.writeBytes(b, new Uint8Array(256).fill(0x22));
+        one.copyData(y, x, 256); // pending in the first allocator's encoder
+        two.copyData(b, a, 256); // pending in the second's: b now holds 0x11 in program order
+        afterSubmit = () => one.dispose(); // the first allocator's flush submits through the wrapper
+        const out = device.createBuffer({ size: 256, usage: COPY_SRC | COPY_DST });
+        const encoder = device.createCommandEncoder();
+        encoder.copyBufferToBuffer(b.handle as GPUBuffer, b.byteOffset, out, 0, 256);
+        queue.submit([encoder.finish()]);
+        expect([...(await readBuffer(device, out, 0, 4))], "the second allocator's copy ran before the program's work").to.deep.equal([0x11, 0x11, 0x11, 0x11]);
+        out.destroy();
+      } finally {
+        device.destroy();
+      }
+    });
+
+    it('writes an unaligned run of more than 16 MiB completely (the byte-copy kernel stays within the dispatch limit)', async () => {
+      using allocator = allocatorOn(context);
+      const n = (16 << 20) + 1; // odd length: the byte-copy kernel path, first chunk at its maximum
+      const ptr = allocator.allocate(n);
+      const bytes = new Uint8Array(n);
+      for (let i = 0; i < n; i++) bytes[i] = (i * 7 + 3) & 0xff;
+      context.device.pushErrorScope('validation');
+      allocator.writeBytes(ptr, bytes);
+      const error = await context.device.popErrorScope();
+      expect(error?.message, 'the dispatch was valid').to.equal(undefined);
+      const back = await allocator.readBytes(ptr);
+      let firstBad = -1;
+      for (let i = 0; i < n && firstBad < 0; i++) if (back[i] !== bytes[i]) firstBad = i;
+      expect(firstBad, 'first byte that differs').to.equal(-1);
+    });
+
+    it('keeps readback and scratch buffers within a maxBufferSize that is not a power of two', async () => {
+      // A device whose buffers hold at most 3 MiB + 4 KiB: a 2.5 MiB transfer rounded up to a power of two (4 MiB)
+      // would be over it. The real device allows more, so the check is on the sizes asked of it.
+      const maxBufferSize = 3 * 2 ** 20 + 4096;
+      const device = context.device;
+      const backend = new WebGpuMemoryBackend({ device, capacityBytes: 64 * 2 ** 20, maxBufferSize });
+      using allocator = new WebGpuAllocator(backend, { preset: 'pytorch', segmentSize: (rounded: number) => rounded });
+      const sizes: number[] = [];
+      const create = device.createBuffer.bind(device);
+      device.createBuffer = (descriptor: GPUBufferDescriptor): GPUBuffer => {
+        sizes.push(descriptor.size);
+        return create(descriptor);
+      };
+      try {
+        const n = 2.5 * 2 ** 20;
+        const ptr = allocator.allocate(n);
+        const bytes = new Uint8Array(n - 1).map((_, i) => i % 251);
+        allocator.writeBytes(ptr, bytes, 1); // odd length: through the scratch buffer
+        const back = await allocator.readBytes(ptr); // through a readback buffer
+        expect(back.subarray(1).every((b, i) => b === i % 251), 'the bytes written come back').to.equal(true);
+        expect(Math.max(...sizes), 'no buffer asked for is over maxBufferSize').to.be.at.most(maxBufferSize);
+      } finally {
+        delete (device as { createBuffer?: unknown }).createBuffer;
+      }
+    });
+
+    it('rejects a read whose copy the device refused instead of returning stale staging bytes', async () => {
+      using allocator = allocatorOn(context);
+      const device = context.device;
+      const other = allocator.allocate(16);
+      allocator.writeBytes(other, new Uint8Array(16).fill(0x77));
+      expect((await allocator.readBytes(other))[0]).to.equal(0x77); // leaves a staging buffer in the pool
+      const buffer = device.createBuffer({ size: 16, usage: STORAGE | COPY_SRC | COPY_DST });
+      const ptr = allocator.importBuffer(buffer);
+      buffer.destroy(); // the caller destroyed its buffer: copying from it is a validation error
+      let error: unknown;
+      try {
+        await allocator.readBytes(ptr);
+      } catch (e) {
+        error = e;
+      }
+      expect(error).to.be.instanceOf(DeviceError);
+      expect((await allocator.readBytes(other))[0], 'the allocator still reads').to.equal(0x77);
+    });
+
+    // The spec allows SharedArrayBuffer-backed data in queue.writeBuffer, but the `webgpu` package (Dawn for Node)
+    // dies with SIGSEGV on it, so such bytes must not reach queue.writeBuffer as they are, on the whole-word path
+    // as on the unaligned one (which copies into a fresh `padded` array). Such bytes are ordinary in Stowage: cpu
+    // storages with `shared: true`, IPC's shared memory. The write runs in a child, so that a crash does not take
+    // mocha with it.
+    it('writes bytes backed by a SharedArrayBuffer without crashing the process', function () {
+      const script = `
+        const { openWebGpuDevice, createWebGpuAllocator } = await import(${JSON.stringify(new URL('../dist/index.js', import.meta.url).href)});
+        let context;
+        try { context = await openWebGpuDevice(); } catch (e) { console.log('NO-ADAPTER ' + e.message); process.exit(0); }
+        const allocator = createWebGpuAllocator(context, { limit: '64MiB' });
+        const ptr = allocator.allocate(16);
+        const shared = new Uint8Array(new SharedArrayBuffer(16));
+        for (let i = 0; i < 16; i++) shared[i] = i + 1; // (map() would make a non-shared copy)
+        allocator.writeBytes(ptr, shared);
+        console.log('BACK ' + [...(await allocator.readBytes(ptr))].join(','));
+        process.exit(0);
+      `;
+      const child = spawnSync(process.execPath, ['--input-type=module', '-e', script], { env: process.env, encoding: 'utf8', timeout: 60_000 });
+      if (child.stdout.includes('NO-ADAPTER')) {
+        console.log(`    skipped: no WebGPU adapter in the child — ${child.stdout.trim()}`);
+        this.skip();
+      }
+      expect(child.signal, `the child died: ${child.stderr.slice(0, 300)}`).to.equal(null);
+      expect(child.stdout).to.contain('BACK 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16');
+    });
+
+    // A read's validation scope covers its own copy only, not the copies batched in the pending encoder before it:
+    // a copyData from an imported buffer the caller has destroyed (a program error) does not make an unrelated
+    // read of a healthy tensor reject ("Reading 4 B back ... failed: used in submit while destroyed").
+    it('reads a healthy tensor though an unrelated batched copy before it is invalid', async () => {
+      using allocator = allocatorOn(context);
+      const device = context.device;
+      const good = allocator.allocate(256);
+      allocator.writeBytes(good, new Uint8Array(256).fill(0x42));
+      const buffer = device.createBuffer({ size: 256, usage: STORAGE | COPY_SRC | COPY_DST });
+      const imported = allocator.importBuffer(buffer);
+      buffer.destroy();
+      const other = allocator.allocate(256);
+      allocator.copyData(other, imported, 256); // batched; invalid, since the buffer was destroyed
+      let error: unknown;
+      let back: Uint8Array | undefined;
+      try {
+        back = await allocator.readBytes(good, 0, 4);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, String(error)).to.equal(undefined);
+      expect([...back!]).to.deep.equal([0x42, 0x42, 0x42, 0x42]);
+    });
+
+    // Every runtime's single WebGPU device is `webgpu:0`, so two allocators on different GPUDevices share a Device
+    // descriptor, and the device check alone would let one's pointers into the other's copyData/writeBytes, where a
+    // GPUBuffer of another GPUDevice fails validation outside any error scope and the copy or write silently does
+    // nothing. A storage from another device gets a typed error instead.
+    it('rejects pointers of an allocator on another GPUDevice in copyData and writeBytes with a typed error', async function () {
+      const own = await ownDeviceOrSkip(this);
+      keep.push(own);
+      using mine = allocatorOn(context);
+      using theirs = createWebGpuAllocator(own, { limit: '64MiB' });
+      const a = mine.allocate(256);
+      const b = theirs.allocate(256);
+      mine.writeBytes(a, new Uint8Array(256).fill(1));
+      theirs.writeBytes(b, new Uint8Array(256).fill(2));
+      await mine.flush();
+      expect(() => mine.copyData(a, b, 256), 'copy from the other device').to.throw(StowageError);
+      expect(() => mine.writeBytes(b, new Uint8Array(256).fill(3)), 'write into the other device').to.throw(StowageError);
+      expect((await theirs.readBytes(b, 0, 1))[0]).to.equal(2);
+    });
   });
 
   describe('#importBuffer', () => {
@@ -233,6 +529,151 @@ describe('WebGpuAllocator', function () {
       expect(() => allocator.importBuffer(buffer, { byteOffset: 2 })).to.throw(InvalidArgumentError, /multiple of 4/);
       expect(() => allocator.importBuffer(buffer, { byteLength: 2048 })).to.throw(InvalidArgumentError);
       buffer.destroy();
+    });
+
+    it('reads and writes an imported buffer whose size is not a multiple of 4, or says it cannot', async () => {
+      using allocator = allocatorOn(context);
+      const device = context.device;
+      const other = allocator.allocate(16);
+      allocator.writeBytes(other, new Uint8Array(16).fill(0x77));
+      expect((await allocator.readBytes(other))[0]).to.equal(0x77); // leaves a 256-byte staging buffer in the pool
+      const buffer = device.createBuffer({ size: 10, usage: STORAGE | COPY_SRC | COPY_DST });
+      try {
+        device.queue.writeBuffer(buffer, 0, new Uint8Array([1, 2, 3, 4, 5, 6, 7, 8]));
+        expect(() => allocator.importBuffer(buffer), 'the last 2 bytes cannot be copied').to.throw(InvalidArgumentError, /whole 4-byte words/);
+        const ptr = allocator.importBuffer(buffer, { byteLength: 8 });
+        expect([...(await allocator.readBytes(ptr))], 'the imported bytes, not a previous read left in the staging buffer').to.deep.equal([1, 2, 3, 4, 5, 6, 7, 8]);
+        allocator.writeBytes(ptr, new Uint8Array([9, 9, 9]), 5); // unaligned, up to the last whole word
+        expect([...(await allocator.readBytes(ptr))]).to.deep.equal([1, 2, 3, 4, 5, 9, 9, 9]);
+      } finally {
+        buffer.destroy();
+      }
+    });
+
+    it('refuses importBuffer after dispose with a DisposedError', () => {
+      const allocator = allocatorOn(context);
+      allocator.dispose();
+      const buffer = context.device.createBuffer({ size: 256, usage: STORAGE | COPY_SRC | COPY_DST });
+      try {
+        expect(() => allocator.importBuffer(buffer)).to.throw(DisposedError);
+      } finally {
+        buffer.destroy();
+      }
+    });
+
+    // Unaligned writes and copies go through the byte-copy kernel, which binds the destination as a storage
+    // buffer: for an imported buffer without STORAGE usage createBindGroup would fail validation outside any error
+    // scope and the write would silently do nothing. importBuffer refuses such a buffer (it checks `buffer.usage`
+    // as well as the range), or the unaligned write lands all the same.
+    it('refuses to import a buffer without STORAGE usage, or still writes it at an unaligned offset', async () => {
+      using allocator = allocatorOn(context);
+      const buffer = context.device.createBuffer({ size: 16, usage: COPY_SRC | COPY_DST });
+      try {
+        let ptr: DataPtr;
+        try {
+          ptr = allocator.importBuffer(buffer);
+        } catch (error) {
+          expect(error, 'a typed refusal is fine').to.be.instanceOf(InvalidArgumentError);
+          return;
+        }
+        allocator.writeBytes(ptr, new Uint8Array(16));
+        let thrown: unknown;
+        try {
+          allocator.writeBytes(ptr, new Uint8Array([1, 2, 3]), 1);
+        } catch (error) {
+          thrown = error;
+        }
+        if (thrown !== undefined) {
+          expect(thrown, 'a typed refusal is fine').to.be.instanceOf(StowageError);
+          return;
+        }
+        expect([...(await allocator.readBytes(ptr, 0, 4))], 'the unaligned write landed').to.deep.equal([0, 1, 2, 3]);
+      } finally {
+        buffer.destroy();
+      }
+    });
+
+    // Aligned copies are batched in a pending encoder (Note [Batched copies]) that is submitted before the program's
+    // submit/writeBuffer or at the end of the task. Into an imported mappable buffer (MAP_READ|COPY_DST) the natural
+    // "copy the tensor out, then map it" must keep the copy: it runs before the program's mapAsync (a batched
+    // submit after it would name a buffer pending map and fail validation, uncaptured, leaving zeros in the map),
+    // or importBuffer refuses a mappable buffer.
+    it('runs a copy into an imported mappable buffer before the program maps it, or refuses the import', async () => {
+      using allocator = allocatorOn(context);
+      const buffer = context.device.createBuffer({ size: 256, usage: MAP_READ | COPY_DST });
+      try {
+        let ptr: DataPtr;
+        try {
+          ptr = allocator.importBuffer(buffer);
+        } catch (error) {
+          expect(error, 'a typed refusal is fine').to.be.instanceOf(InvalidArgumentError);
+          return;
+        }
+        const src = allocator.allocate(256);
+        allocator.writeBytes(src, new Uint8Array(256).fill(7));
+        allocator.copyData(ptr, src, 256);
+        await buffer.mapAsync(1 /* GPUMapMode.READ */);
+        const first = new Uint8Array(buffer.getMappedRange())[0];
+        buffer.unmap();
+        expect(first, 'the copied byte').to.equal(7);
+      } finally {
+        buffer.destroy();
+      }
+    });
+
+    // A pointer importBuffer returned is this allocator's own: allocator.free(imported) passes the ownership check
+    // (no ForeignPointerError, "this allocator did not allocate it, or COW/IPC now owns it") and, as the docs say,
+    // only forgets it (the IMPORTED branch of releaseAllocation), leaving the caller's buffer alive.
+    it('frees a pointer importBuffer returned (forgetting it, the buffer untouched)', async () => {
+      using allocator = allocatorOn(context);
+      const device = context.device;
+      const buffer = device.createBuffer({ size: 256, usage: STORAGE | COPY_SRC | COPY_DST });
+      try {
+        device.queue.writeBuffer(buffer, 0, new Uint8Array([5, 6, 7, 8]));
+        const ptr = allocator.importBuffer(buffer);
+        allocator.free(ptr);
+        expect(ptr.isReleased).to.equal(true);
+        expect([...(await readBuffer(device, buffer, 0, 4))], 'the buffer is not destroyed').to.deep.equal([5, 6, 7, 8]);
+      } finally {
+        buffer.destroy();
+      }
+    });
+
+    // importBuffer checks its options as core's own entry points do (allocate: checkOptions): `null` is an
+    // InvalidArgumentError, not a bare TypeError ("Cannot read properties of null"). The same goes for
+    // fromGpuBuffer's options (`options.device`).
+    it('rejects null import options with InvalidArgumentError', () => {
+      using allocator = allocatorOn(context);
+      const buffer = context.device.createBuffer({ size: 256, usage: STORAGE | COPY_SRC | COPY_DST });
+      try {
+        expect(() => allocator.importBuffer(buffer, null as unknown as object)).to.throw(InvalidArgumentError);
+      } finally {
+        buffer.destroy();
+      }
+    });
+  });
+
+  describe('#dispose', () => {
+    it("leaves the program's own queue.submit wrapper in place when the allocator is disposed", async function () {
+      const own = await ownDeviceOrSkip(this);
+      keep.push(own);
+      const queue = own.device.queue;
+      const original = queue.submit;
+      let submits = 0;
+      const tracing = function (this: GPUQueue, buffers: Iterable<GPUCommandBuffer>): undefined {
+        submits++;
+        return original.call(this, buffers);
+      };
+      queue.submit = tracing; // e.g. a profiler installed before the allocator
+      try {
+        const allocator = createWebGpuAllocator(own!, { limit: '64MiB' });
+        allocator.dispose();
+        expect(queue.submit, "the program's wrapper").to.equal(tracing);
+        queue.submit([]);
+        expect(submits).to.equal(1);
+      } finally {
+        own.device.destroy();
+      }
     });
   });
 

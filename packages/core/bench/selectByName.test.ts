@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { BenchUsageError, selectByName } from '@stowage/bench-kit';
+import { allocatorNames, BenchUsageError, parseBenchFlags, selectByName } from '@stowage/bench-kit';
 
 describe('selectByName (bench-kit)', () => {
   const all = [{ name: 'no-cache' }, { name: 'caching-pytorch' }, { name: 'caching-best' }];
@@ -11,5 +11,22 @@ describe('selectByName (bench-kit)', () => {
 
   it('refuses an unknown name with a usage error that lists the known ones', () => {
     expect(() => selectByName(all, ['nope'])).to.throw(BenchUsageError, 'Unknown allocator nope; known: no-cache, caching-pytorch, caching-best.');
+  });
+});
+
+describe('allocatorNames (bench-kit)', () => {
+  it('rejects an --allocator flag that names no allocator, instead of selecting none', () => {
+    const all = [{ name: 'best' }, { name: 'pytorch' }];
+    for (const argv of [['--allocator='], ['--allocator', ',']]) {
+      let error: unknown;
+      try {
+        const flags = parseBenchFlags(argv, { allocator: { type: 'string', multiple: true } }, 'usage');
+        const chosen = selectByName(all, allocatorNames(flags.allocator));
+        expect(chosen, `allocators chosen by ${argv.join(' ')}`).to.not.deep.equal([]);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, argv.join(' ')).to.be.instanceOf(BenchUsageError);
+    }
   });
 });

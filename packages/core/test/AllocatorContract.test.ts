@@ -1,6 +1,19 @@
 import { expect } from 'chai';
-import type { Allocator, DataPtr } from '@stowage/core';
-import { CpuMemoryBackend, createCpuAllocator, ForwardingAllocator, makeAllocator } from '@stowage/core';
+import { EventEmitter } from 'eventemitter3';
+import type { Allocator, AllocatorEvents, DataPtr } from '@stowage/core';
+import {
+  CpuMemoryBackend,
+  createCpuAllocator,
+  DataPtr as DataPtrClass,
+  DisposedError,
+  FailureCallbackAllocator,
+  ForwardingAllocator,
+  LoggingAllocator,
+  makeAllocator,
+  makeDirectAllocator,
+  StatisticsAllocator,
+  TrackingAllocator,
+} from '@stowage/core';
 import type { AllocatorMaker } from '@stowage/core/testing';
 import { allocatorContract, describeAllocatorContract } from '@stowage/core/testing';
 
@@ -77,6 +90,35 @@ function paddingAllocator(): Allocator {
   });
 }
 
+/** Frees through an inner allocator, but announces `freed` before the free and with a different pointer. */
+function earlyFreedAllocator(): Allocator {
+  const inner = makeDirectAllocator(new CpuMemoryBackend());
+  const emitter = new EventEmitter<AllocatorEvents>();
+  inner.events.on('allocated', (e) => emitter.emit('allocated', e));
+  inner.events.on('outOfMemory', (e) => emitter.emit('outOfMemory', e));
+  const impostor = (ptr: DataPtr): DataPtr =>
+    new DataPtrClass({ device: ptr.device, byteLength: ptr.byteLength, handle: new ArrayBuffer(0), byteOffset: 0, address: 1, context: null, deleter: null });
+  return {
+    device: inner.device,
+    alignment: inner.alignment,
+    events: emitter,
+    allocate: (n, o) => inner.allocate(n, o),
+    free: (ptr) => {
+      emitter.emit('freed', { ptr: impostor(ptr) }); // state not yet changed, and not the pointer freed
+      inner.free(ptr);
+    },
+    copyData: (d, s, n, dOff, sOff) => inner.copyData(d, s, n, dOff, sOff),
+    writeBytes: (d, b, off) => inner.writeBytes(d, b, off),
+    readBytes: (s, off, n) => inner.readBytes(s, off, n),
+    memoryStats: () => inner.memoryStats(),
+    resetPeakStats: () => inner.resetPeakStats(),
+    snapshot: () => inner.snapshot(),
+    emptyCache: () => inner.emptyCache(),
+    dispose: () => inner.dispose(),
+    [Symbol.dispose]: () => inner.dispose(),
+  };
+}
+
 describe('allocatorContract', () => {
   it('passes the CPU allocator on every check', async () => {
     expect(await failedChecks(() => createCpuAllocator())).to.deep.equal([]);
@@ -101,6 +143,30 @@ describe('allocatorContract', () => {
     const failed = await failedChecks(paddingAllocator);
     expect(failed).to.include(check('aligned'));
   });
+
+  it("fails an allocator that emits freed before its state changes, with another pointer, in its event check", async () => {
+    const check = allocatorContract.find((c) => c.name.startsWith('emits allocated and freed events'))!;
+    let rejected: unknown;
+    await check.run(earlyFreedAllocator).catch((e: unknown) => (rejected = e));
+    expect(rejected, 'the event check should reject this allocator').to.be.instanceOf(Error);
+  });
+});
+
+describe('ForwardingAllocator#dispose', () => {
+  const makers: [string, (a: Allocator) => Allocator][] = [
+    ['StatisticsAllocator', (a) => new StatisticsAllocator(a, { ownsUpstream: false })],
+    ['TrackingAllocator', (a) => new TrackingAllocator(a, { ownsUpstream: false })],
+    ['LoggingAllocator', (a) => new LoggingAllocator(a, () => {}, { ownsUpstream: false })],
+    ['FailureCallbackAllocator', (a) => new FailureCallbackAllocator(a, () => false, { ownsUpstream: false })],
+  ];
+  for (const [name, make] of makers) {
+    it(`${name} refuses allocate() after dispose when it does not own its upstream`, () => {
+      using base = createCpuAllocator();
+      const adaptor = make(base);
+      adaptor.dispose();
+      expect(() => adaptor.allocate(8)).to.throw(DisposedError);
+    });
+  }
 });
 
 /** Counts live pointers through the adoption hook, whichever path releases them. */

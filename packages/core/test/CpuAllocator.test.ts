@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { createCpuAllocator, CpuMemoryBackend, DataPtr, DeviceMismatchError, hostBytes, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
 import { describeAllocatorContract } from '@stowage/core/testing';
+import { thrownBy } from './engine/helpers.js';
 
 describeAllocatorContract('CPU allocator (ArrayBuffer)', () => createCpuAllocator());
 describeAllocatorContract('CPU allocator (SharedArrayBuffer)', () => createCpuAllocator({ shared: true }));
@@ -47,6 +48,21 @@ describe('createCpuAllocator', () => {
     allocator.emptyCache();
     expect(view.byteLength).to.equal(0);
     expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(0);
+  });
+
+  it('rejects null options with InvalidArgumentError, not a TypeError', () => {
+    const error = thrownBy(() => createCpuAllocator(null as never));
+    expect(error).to.be.instanceOf(InvalidArgumentError);
+  });
+});
+
+describe('CpuMemoryBackend#constructor', () => {
+  it('rejects a capacityBytes that is not a byte count instead of treating NaN as unlimited', () => {
+    const error = thrownBy(() => {
+      const backend = new CpuMemoryBackend({ capacityBytes: Number.NaN });
+      expect(backend.malloc(1 << 20), 'a 1 MiB segment under a NaN budget').to.equal(null);
+    });
+    expect(error).to.be.instanceOf(InvalidArgumentError);
   });
 });
 

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import type { DependencyContainer } from 'tsyringe';
-import type { Device, Plugin, ReshapePolicy as ReshapePolicyType, StorageImpl, TensorImpl } from '@stowage/core';
+import type { Device, LmsStorage, Plugin, ReshapePolicy as ReshapePolicyType, StorageImpl, TensorImpl } from '@stowage/core';
 import {
   Allocator,
   AllocatorFactory,
@@ -11,6 +11,7 @@ import {
   createRuntime,
   DisposedError,
   ForeignPointerError,
+  ForwardingAllocator,
   InvalidArgumentError,
   OutOfMemoryError,
   ReshapePolicy,
@@ -21,6 +22,7 @@ import {
   UseAfterReleaseError,
   wrapAllocators,
 } from '@stowage/core';
+import { storageHooks } from './engine/helpers.js';
 
 describe('createRuntime', () => {
   it('gives a runtime with no plugins the CPU allocator', async () => {
@@ -102,6 +104,28 @@ describe('Runtime#storage and #tensor', () => {
     expect(() => rt.tensor([2, -1])).to.throw(InvalidArgumentError, /^sizes\[1\]/);
     expect(rt.allocator().memoryStats()['allocation.all.current']).to.equal(0);
   });
+
+  it('releases the LMS object when an afterCreate hook throws', async () => {
+    let lmsReleased = 0;
+    class LmsAllocator extends ForwardingAllocator {
+      override asLmsStorage(): LmsStorage {
+        return { state: 'allocated', pin() {}, unpin() {}, release: () => void lmsReleased++ };
+      }
+    }
+    await using rt = await createRuntime({
+      plugins: [
+        wrapAllocators('cpu', (a) => new LmsAllocator(a)),
+        storageHooks({
+          afterCreate: () => {
+            throw new Error('afterCreate failed');
+          },
+        }),
+      ],
+    });
+    expect(() => rt.storage(64)).to.throw(/afterCreate failed/);
+    expect(rt.allocator().memoryStats()['allocation.all.current']).to.equal(0);
+    expect(lmsReleased, 'the LMS object of the storage that was never handed out').to.equal(1);
+  });
 });
 
 describe('Runtime#write and #read', () => {
@@ -150,6 +174,35 @@ describe('Runtime#dispose', () => {
     expect(() => rt.storage(8)).to.throw(DisposedError);
     expect(() => rt.allocator()).to.throw(DisposedError);
     expect(() => allocator.allocate(8)).to.throw(DisposedError);
+  });
+
+  it('disposes every allocator even when one allocator throws on dispose', async () => {
+    const npu: Plugin = {
+      name: 'npu',
+      register: (c) =>
+        void c.register(AllocatorFactory, {
+          useValue: {
+            deviceType: 'npu',
+            create: (device: { type: string; index: number }) => {
+              const a = createCpuAllocator();
+              return new (class extends ForwardingAllocator {
+                override get device() {
+                  return device;
+                }
+                override dispose(): void {
+                  super.dispose();
+                  throw new Error('npu dispose failed');
+                }
+              })(a);
+            },
+          },
+        }),
+    };
+    const rt = await createRuntime({ plugins: [npu] });
+    rt.allocator('npu');
+    const cpuAllocator = rt.allocator('cpu');
+    await rt.dispose().catch(() => undefined);
+    expect(() => cpuAllocator.allocate(8), 'the cpu allocator was left undisposed').to.throw(DisposedError);
   });
 });
 
@@ -212,5 +265,12 @@ describe('Runtime#adopt', () => {
     const theirs = a.allocator().allocate(32);
     expect(() => b.adopt(theirs)).to.throw(ForeignPointerError);
     expect(a.adopt(theirs).byteLength, 'its own runtime still adopts it').to.equal(32);
+  });
+
+  it('refuses a pointer allocated by another runtime', async () => {
+    await using a = await createRuntime();
+    await using b = await createRuntime();
+    const ptr: DataPtr = a.allocator().allocate(64);
+    expect(() => b.adopt(ptr)).to.throw(/another runtime|did not allocate|foreign/i);
   });
 });

@@ -1,6 +1,18 @@
 import { expect } from 'chai';
 import type { LmsStorage, StorageHooks } from '@stowage/core';
-import { createCpuAllocator, DeviceMismatchError, ForwardingAllocator, hostBytes, InvalidArgumentError, StorageImpl, UseAfterReleaseError } from '@stowage/core';
+import {
+  createCpuAllocator,
+  createRuntime,
+  DeviceMismatchError,
+  ForwardingAllocator,
+  hostBytes,
+  InvalidArgumentError,
+  isStowageError,
+  StorageImpl,
+  UseAfterReleaseError,
+  wrapAllocators,
+} from '@stowage/core';
+import { engine, storageHooks } from './engine/helpers.js';
 
 describe('StorageImpl#data and #mutableData', () => {
   it('runs read hooks on data() and write hooks on mutableData(), in registration order', () => {
@@ -59,6 +71,69 @@ describe('StorageImpl#resize', () => {
     expect(() => storage.resize(8)).to.throw(InvalidArgumentError, /resizable/);
     expect(() => new StorageImpl({ dataPtr: allocator.allocate(4), allocator, resizable: true }).resize(-1)).to.throw(InvalidArgumentError, /nbytes/);
     expect(storage.byteLength).to.equal(4);
+  });
+
+  it('keeps a shared (SharedArrayBuffer-backed) storage shared after a resize', async () => {
+    await using rt = await createRuntime();
+    const s = rt.storage(16, { shared: true, resizable: true });
+    expect(s.data().handle).to.be.instanceOf(SharedArrayBuffer);
+    s.resize(32);
+    expect(s.data().handle, 'the storage was made with { shared: true }').to.be.instanceOf(SharedArrayBuffer);
+  });
+
+  it('rejects a bad size or a non-resizable storage without running the write path', () => {
+    const { allocator } = engine();
+    let writes = 0;
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(64), allocator, hooks: [{ beforeWrite: () => void writes++ }] });
+    expect(() => storage.resize(128)).to.throw(InvalidArgumentError);
+    expect(() => storage.resize(-1)).to.throw(InvalidArgumentError);
+    expect(writes, 'a rejected resize must not materialize (COW) or move generations').to.equal(0);
+  });
+});
+
+describe('StorageImpl#release', () => {
+  it('leaves no storage live after dispose when a beforeRelease hook throws, and runs that hook once', async () => {
+    let calls = 0;
+    const rt = await createRuntime({
+      plugins: [
+        storageHooks({
+          beforeRelease: () => {
+            calls++;
+            throw new Error('hook failed');
+          },
+        }),
+      ],
+    });
+    const s = rt.storage(64);
+    expect(() => s.release()).to.throw(/hook failed/);
+    await rt.dispose().then(
+      () => undefined,
+      () => undefined,
+    );
+    expect(() => s.data(), 'the storage outlives its disposed runtime and hands out freed memory').to.throw(UseAfterReleaseError);
+    expect(calls, 'beforeRelease runs again for the same storage on every retry').to.equal(1);
+  });
+
+  it('refuses to release a storage whose LMS object is active (pinned), leaving it intact', async () => {
+    let lmsReleased = 0;
+    const lms = { state: 'active' as LmsStorage['state'], pin() {}, unpin() {}, release: () => void lmsReleased++ };
+    class LmsAllocator extends ForwardingAllocator {
+      override asLmsStorage(): LmsStorage {
+        return lms;
+      }
+    }
+    await using rt = await createRuntime({ plugins: [wrapAllocators('cpu', (a) => new LmsAllocator(a))] });
+    const s = rt.storage(64);
+    let error: unknown;
+    try {
+      s.release();
+    } catch (e) {
+      error = e;
+    }
+    lms.state = 'inactive'; // let the runtime's dispose release it
+    expect(lmsReleased, 'LmsStorage.release() is documented never to be called while pinned').to.equal(0);
+    expect(s.isReleased).to.equal(false);
+    expect(isStowageError(error), 'a typed error').to.equal(true);
   });
 });
 

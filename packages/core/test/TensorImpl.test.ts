@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import type { Runtime, TensorImpl } from '@stowage/core';
-import { createRuntime, hostBytes, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
+import { createRuntime, hostBytes, InvalidArgumentError, TensorHooks, UseAfterReleaseError } from '@stowage/core';
 
 /** Writes 0, 1, 2, … into a float32 tensor's storage. */
 function iota(t: TensorImpl): void {
@@ -118,5 +118,23 @@ describe('TensorImpl', () => {
       expect(t.asStrided([2], [1], 2).byteOffset).to.equal(16);
       expect(String(t)).to.equal('TensorImpl(float64[2, 3] on cpu:0, strides [3, 1], offset 0)');
     });
+  });
+});
+
+describe('TensorImpl#clone', () => {
+  it('runs the tensor beforeRead hooks: clone() reads the tensor', async () => {
+    const reads: TensorImpl[] = [];
+    const hooks: TensorHooks = { beforeRead: (t) => void reads.push(t) };
+    await using rt = await createRuntime({ plugins: [{ name: 'th', register: (c) => void c.register(TensorHooks, { useValue: hooks }) }] });
+    const t = rt.tensor([2, 3]).asStrided([3, 2], [1, 3]);
+    t.clone();
+    expect(reads).to.include(t);
+  });
+
+  it('refuses to clone an empty tensor whose storage was released', async () => {
+    await using rt = await createRuntime();
+    const t = rt.tensor([0, 3]);
+    t.storage.release();
+    expect(() => t.clone()).to.throw(UseAfterReleaseError);
   });
 });

@@ -8,6 +8,10 @@ describe('formatBytes', () => {
     expect(formatBytes(1536)).to.equal('1.50 KiB');
     expect(formatBytes(3 * 2 ** 30)).to.equal('3.00 GiB');
   });
+
+  it('carries into the next unit when rounding reaches 1024', () => {
+    expect(formatBytes(2 ** 20 - 1)).to.equal('1.00 MiB');
+  });
 });
 
 describe('parseBytes', () => {
@@ -21,5 +25,11 @@ describe('parseBytes', () => {
 
   it('returns undefined for anything that is not a size', () => {
     for (const bad of ['lots', '-1MiB', '1 XB', -1, 1.5, Number.NaN]) expect(parseBytes(bad)).to.equal(undefined);
+  });
+
+  it('rejects a fractional byte count written as text, as it does as a number', () => {
+    expect(parseBytes(1.5)).to.equal(undefined);
+    expect(parseBytes('1.5')).to.equal(undefined);
+    expect(parseBytes('0.4 B')).to.equal(undefined);
   });
 });

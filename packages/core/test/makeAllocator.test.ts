@@ -1,7 +1,18 @@
 import { expect } from 'chai';
-import type { MemoryBlock, MinimalAllocator, SegmentSink } from '@stowage/core';
-import { CpuMemoryBackend, InvalidArgumentError, makeAllocator, OutOfMemoryError } from '@stowage/core';
+import type { Allocator, BackendEvent, MemoryBackend, MemoryBlock, MinimalAllocator, SegmentSink } from '@stowage/core';
+import { CpuMemoryBackend, InvalidArgumentError, makeAllocator, makeDirectAllocator, OutOfMemoryError, StowageError } from '@stowage/core';
 import type { HostBuffer } from '@stowage/core';
+import { thrownBy } from './engine/helpers.js';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
+
+/** The arena example, loaded from its build output (core does not depend on it). */
+interface ArenaModule {
+  createArenaAllocator(options?: { capacity?: number | string; alignment?: number }): Allocator;
+}
+async function loadArena(): Promise<ArenaModule> {
+  const url = new URL('../../../examples/arena-allocator/dist/index.js', import.meta.url).href;
+  return (await import(url)) as ArenaModule;
+}
 
 /** A minimal allocator over a CPU backend with a cache of freed blocks that only emptyCache returns. */
 function cachingCore(capacityBytes: number) {
@@ -90,5 +101,98 @@ describe('makeAllocator#allocate', () => {
     expect(s['allocated_bytes.small_pool.current']).to.equal(1 << 20);
     expect(s['allocated_bytes.large_pool.current']).to.equal((1 << 20) + 1);
     expect(s['allocation.all.current']).to.equal(2);
+  });
+});
+
+describe('makeAllocator#memoryStats', () => {
+  it('counts num_device_alloc per segment the core reserves, not per allocation', async () => {
+    const { createArenaAllocator } = await loadArena();
+    using allocator = createArenaAllocator({ capacity: '1MiB' }); // one segment, reserved at construction
+    for (let i = 0; i < 5; i++) allocator.free(allocator.allocate(1000));
+    const s = allocator.memoryStats();
+    expect(s['segment.all.allocated'], 'segments the core reported').to.equal(1);
+    expect(s.num_device_alloc, 'device allocations').to.equal(s['segment.all.allocated']);
+  });
+});
+
+describe('makeAllocator#free', () => {
+  it('emits segmentReleased only once the freed allocation is no longer counted as allocated', () => {
+    // A core that gives each block its own segment and returns it to the device as soon as the block is freed.
+    const backend = new CpuMemoryBackend();
+    let sink: SegmentSink = { reserved: () => {}, released: () => {} };
+    const core: MinimalAllocator<HostBuffer> = {
+      device: 'cpu',
+      alignment: 64,
+      allocate: (n) => {
+        const block = backend.malloc(n);
+        if (block) sink.reserved({ address: block.address, byteLength: block.byteLength });
+        return block;
+      },
+      free: (b) => {
+        backend.free(b);
+        sink.released({ address: b.address, byteLength: b.byteLength });
+      },
+      copy: (d, dOff, s, sOff, n) => backend.copy(d, dOff, s, sOff, n),
+      write: (d, off, bytes) => backend.write(d, off, bytes),
+      read: (s, off, n) => backend.read(s, off, n),
+      bindSegments: (s) => (sink = s),
+    };
+    using allocator = makeAllocator(core);
+    const seen: { reserved: number; allocated: number }[] = [];
+    allocator.events.on('segmentReleased', () => {
+      const s = allocator.memoryStats();
+      seen.push({ reserved: s['reserved_bytes.all.current'], allocated: s['allocated_bytes.all.current'] });
+    });
+    allocator.free(allocator.allocate(4096));
+    expect(seen).to.have.length(1);
+    expect(seen[0]!.reserved, 'reserved_bytes >= allocated_bytes as seen by a segmentReleased listener').to.be.at.least(seen[0]!.allocated);
+  });
+});
+
+/** A VirtualMemoryBackend seen through a backend whose frees wait for an event (as WebGPU's do). */
+function deferredFreeBackend(): { backend: MemoryBackend<number>; device: VirtualMemoryBackend } {
+  const device = new VirtualMemoryBackend();
+  const backend: MemoryBackend<number> = {
+    device: device.device,
+    alignment: device.alignment,
+    capacityBytes: device.capacityBytes,
+    defaultStream: 0,
+    deferredFree: true,
+    malloc: (n) => device.malloc(n),
+    free: (s) => device.free(s),
+    copy: (d, dOff, s, sOff, n) => device.copy(d, dOff, s, sOff, n),
+    write: (d, off, bytes) => device.write(d, off, bytes),
+    read: (s, off, n) => device.read(s, off, n),
+    isStream: (s) => device.isStream(s),
+    recordEvent: (s) => device.recordEvent(s),
+    isEventComplete: (e: BackendEvent) => device.isEventComplete(e),
+    synchronizeEvent: (e: BackendEvent) => device.synchronizeEvent(e),
+  };
+  return { backend, device };
+}
+
+describe('makeDirectAllocator#memoryStats', () => {
+  it('reports memory held for a deferred free as reserved until the backend frees it', () => {
+    const { backend, device } = deferredFreeBackend();
+    device.holdStream(0);
+    using allocator = makeDirectAllocator(backend);
+    allocator.free(allocator.allocate(1 << 20));
+    expect(device.reservedBytes, 'the backend still holds the block').to.equal(1 << 20);
+    expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(device.reservedBytes);
+  });
+});
+
+describe('makeDirectAllocator#allocate', () => {
+  it('rejects a stream the backend does not have with InvalidArgumentError', () => {
+    using allocator = makeDirectAllocator(new VirtualMemoryBackend({ streams: 1 }));
+    const error = thrownBy(() => allocator.allocate(16, { stream: 7 }));
+    expect(error).to.be.instanceOf(InvalidArgumentError);
+    expect(allocator.memoryStats()['allocation.all.current']).to.equal(0);
+  });
+
+  it('rejects null options with InvalidArgumentError, not a TypeError', () => {
+    using allocator = makeDirectAllocator(new CpuMemoryBackend());
+    const error = thrownBy(() => allocator.allocate(16, null as never));
+    expect(error).to.be.instanceOf(StowageError);
   });
 });

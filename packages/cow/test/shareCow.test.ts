@@ -1,6 +1,92 @@
 import { expect } from 'chai';
-import { cpu, createRuntime, InvalidArgumentError } from '@stowage/core';
+import { cpu, createRuntime, hostBytes, InvalidArgumentError, StowageError } from '@stowage/core';
 import { collectSharedCow, cow, receiveCow, shareCow } from '@stowage/cow';
+
+describe('shareCow / receiveCow', () => {
+  it('frees the original data when the sender wrote its storage (dropping its reference) before the receiver released', async () => {
+    await using rt = await createRuntime({ plugins: [cpu({ shared: true })] });
+    const count = (): number => rt.allocator().memoryStats()['allocation.all.current'];
+    const baseline = count();
+    const s = rt.storage(64, { shared: true });
+    const handle = shareCow(rt, s);
+    const received = receiveCow(rt, handle); // as a worker would
+    rt.write(s, new Uint8Array([1])); // the sender keeps s but writes it: s copies, dropping its COW reference
+    received.release(); // the receiver is done (in a worker, it cannot free the sender's allocation)
+    s.release();
+    expect(count() - baseline, 'the shared original waits for the sender to collect it').to.equal(1);
+    expect(collectSharedCow(rt), 'the original 64 bytes are freed by the sender').to.equal(64);
+    expect(count() - baseline, 'every storage released: nothing stays allocated').to.equal(0);
+    expect(collectSharedCow(rt), 'freed once').to.equal(0);
+  });
+
+  it('never lets the sender steal data a receiver still reads when one handle is received twice (or refuses the second receive)', async () => {
+    await using rt = await createRuntime({ plugins: [cpu({ shared: true })] });
+    const s = rt.storage(8, { shared: true });
+    rt.write(s, new Uint8Array(8).fill(5));
+    const handle = shareCow(rt, s); // e.g. posted to two workers
+    const r1 = receiveCow(rt, handle);
+    let r2;
+    try {
+      r2 = receiveCow(rt, handle);
+    } catch (error) {
+      expect(error, 'a refused second receive must be a typed error').to.be.instanceOf(StowageError);
+      return;
+    }
+    r1.release();
+    rt.write(s, new Uint8Array(8).fill(9)); // r2 is live, so s copies rather than steal the data and write it in place
+    expect([...hostBytes(r2.data())], 'r2 must not see the sender\'s write').to.deep.equal(new Array(8).fill(5));
+  });
+
+  it('frees a shared original in the out-of-memory path when the cow plugin is registered', async () => {
+    await using rt = await createRuntime({ plugins: [cpu({ shared: true, limit: '64MiB' }), cow()] });
+    const s = rt.storage(40 * 2 ** 20, { shared: true });
+    const received = receiveCow(rt, shareCow(rt, s));
+    s.release(); // the receiver still reads the original
+    received.release(); // done: only the sender's pin is left, and nothing in this thread collects it yet
+    const big = rt.storage(30 * 2 ** 20, { shared: true }); // fits only once the original is freed
+    expect(big.byteLength).to.equal(30 * 2 ** 20);
+    expect(collectSharedCow(rt), 'already collected by the allocator').to.equal(0);
+  });
+
+  it('forwards a received storage to a third thread without taking ownership: the original outlives both', async () => {
+    await using rt = await createRuntime({ plugins: [cpu({ shared: true })] });
+    const count = (): number => rt.allocator().memoryStats()['allocation.all.current'];
+    const baseline = count();
+    const s = rt.storage(16, { shared: true });
+    rt.write(s, new Uint8Array(16).fill(4));
+    const first = receiveCow(rt, shareCow(rt, s));
+    const second = receiveCow(rt, shareCow(rt, first)); // as the first worker would, to another
+    s.release();
+    first.release();
+    expect([...hostBytes(second.data())], 'the original is still there').to.deep.equal(new Array(16).fill(4));
+    expect(collectSharedCow(rt), 'still referenced').to.equal(0);
+    second.release();
+    expect(collectSharedCow(rt)).to.equal(16);
+    expect(count() - baseline).to.equal(0);
+  });
+
+  it('rejects a descriptor whose range runs past its data with a typed error', async () => {
+    await using rt = await createRuntime({ plugins: [cpu({ shared: true })] });
+    const valid = shareCow(rt, rt.storage(8, { shared: true }));
+    const bad = [
+      { ...valid, byteOffset: valid.data.byteLength - 4, byteLength: 16 },
+      { ...valid, byteOffset: -4, byteLength: 4 },
+      { ...valid, byteOffset: 0, byteLength: 1.5 },
+      { ...valid, state: new SharedArrayBuffer(10) },
+    ];
+    for (const d of bad) {
+      let error: unknown;
+      try {
+        const s = receiveCow(rt, d);
+        hostBytes(s.data()); // if accepted, a read must work
+      } catch (e) {
+        error = e;
+      }
+      expect(error, JSON.stringify({ byteOffset: d.byteOffset, byteLength: d.byteLength, state: d.state.byteLength })).to.be.instanceOf(StowageError);
+    }
+    expect(() => receiveCow(rt, valid).release(), 'the refused descriptors claimed nothing').not.to.throw();
+  });
+});
 
 describe('collectSharedCow', () => {
   it("frees only its own runtime's shared originals: two runtimes in one thread do not see each other's pins", async () => {

@@ -1,8 +1,9 @@
 import { expect } from 'chai';
-import type { DataPtr, MemoryReclaimer } from '@stowage/core';
+import type { CachingAllocatorOptions, DataPtr, MemoryReclaimer, SnapshotBlock } from '@stowage/core';
 import {
   CachingAllocator,
   CpuMemoryBackend,
+  DeviceMismatchError,
   DoubleFreeError,
   ForeignPointerError,
   InvalidArgumentError,
@@ -15,6 +16,16 @@ import { blockOf, engine, expectSnapshotCoversReserved, KiB, MiB } from './helpe
 describeAllocatorContract('CachingAllocator (pytorch preset) over a virtual device', () => new CachingAllocator(new VirtualMemoryBackend(), { preset: 'pytorch' }));
 describeAllocatorContract('CachingAllocator (best preset) over a virtual device', () => new CachingAllocator(new VirtualMemoryBackend(), { preset: 'best' }));
 describeAllocatorContract('CachingAllocator (best preset) over host memory', () => new CachingAllocator(new CpuMemoryBackend()));
+
+/** The inactive small-pool block a request of `rounded` bytes should take: smallest, then lowest address. */
+function expectedFit(allocator: CachingAllocator<number>, rounded: number): SnapshotBlock | undefined {
+  return allocator
+    .snapshot()
+    .segments.filter((s) => s.segment_type === 'small' && s.stream === 0)
+    .flatMap((s) => s.blocks)
+    .filter((b) => b.state === 'inactive' && b.size >= rounded)
+    .sort((x, y) => x.size - y.size || x.address - y.address)[0];
+}
 
 describe('CachingAllocator#allocate', () => {
   it('rounds a small request to 512 bytes inside a 2 MiB small-pool segment', () => {
@@ -111,6 +122,43 @@ describe('CachingAllocator#allocate', () => {
     for (const stream of [2, -1, 0.5]) expect(() => allocator.allocate(64, { stream })).to.throw(InvalidArgumentError, /options.stream must be a stream of virtual:0/);
     expect(allocator.memoryStats()).to.deep.equal(before);
   });
+
+  it('takes the smallest fitting block at the lowest address among more than 512 distinct free sizes', () => {
+    const { allocator } = engine({ preset: 'pytorch' });
+    const freed: DataPtr[] = [];
+    const holders: DataPtr[] = [];
+    for (let k = 1; k <= 700; k++) {
+      freed.push(allocator.allocate(512 * k));
+      holders.push(allocator.allocate(512)); // keeps the freed block from merging with the next one
+    }
+    for (const ptr of freed) allocator.free(ptr);
+    allocator.assertInvariants();
+    for (const nbytes of [1, 512 * 137 + 1, 512 * 256, 512 * 257, 512 * 511 + 3, 512 * 512, 512 * 513, 512 * 699 + 1, 512 * 700]) {
+      const rounded = Math.ceil(nbytes / 512) * 512;
+      const fit = expectedFit(allocator, rounded);
+      expect(fit, `a free block for ${nbytes} bytes`).to.not.equal(undefined);
+      const ptr = allocator.allocate(nbytes);
+      expect(ptr.address, `the best fit for ${nbytes} bytes`).to.equal(fit!.address);
+      allocator.free(ptr);
+      allocator.assertInvariants();
+    }
+    for (const ptr of holders) allocator.free(ptr);
+    allocator.assertInvariants();
+  });
+
+  it('gives a request the free block of its size at the lowest address, whatever order they were freed in', () => {
+    const { allocator } = engine({ preset: 'pytorch' });
+    const [a, , b, , c] = [allocator.allocate(1000), allocator.allocate(512), allocator.allocate(1000), allocator.allocate(512), allocator.allocate(1000), allocator.allocate(512)];
+    expect(a!.address).to.be.lessThan(b!.address);
+    expect(b!.address).to.be.lessThan(c!.address);
+    allocator.free(c!);
+    allocator.free(a!);
+    allocator.free(b!);
+    expect(allocator.allocate(1000).address).to.equal(a!.address);
+    expect(allocator.allocate(1000).address).to.equal(b!.address);
+    expect(allocator.allocate(1000).address).to.equal(c!.address);
+    allocator.assertInvariants();
+  });
 });
 
 describe('CachingAllocator#free', () => {
@@ -142,6 +190,28 @@ describe('CachingAllocator#free', () => {
     expect(() => allocator.free({ address: 0 } as DataPtr)).to.throw(InvalidArgumentError);
     expect(allocator.memoryStats()).to.deep.equal(before);
     allocator.assertInvariants();
+  });
+
+  it('rejects each kind of bad pointer with its own error type in free, copyData and recordStream', () => {
+    const { allocator } = engine({ preset: 'pytorch' });
+    const other = new CachingAllocator(new VirtualMemoryBackend({ storeData: false }), { preset: 'pytorch' });
+    const elsewhere = new CachingAllocator(new VirtualMemoryBackend({ storeData: false, device: { type: 'virtual', index: 1 } }), { preset: 'pytorch' });
+    const live = allocator.allocate(1024);
+    const freed = allocator.allocate(1024);
+    allocator.free(freed);
+    const foreign = other.allocate(1024);
+    const remote = elsewhere.allocate(1024);
+    expect(() => allocator.free({} as DataPtr)).to.throw(InvalidArgumentError, /ptr/);
+    expect(() => allocator.free(freed)).to.throw(DoubleFreeError, /already released/);
+    expect(() => allocator.copyData(live, freed, 16)).to.throw(UseAfterReleaseError, /src is the 1024-byte allocation/);
+    expect(() => allocator.copyData(live, remote, 16)).to.throw(DeviceMismatchError, /src lives on/);
+    expect(() => allocator.free(remote)).to.throw(DeviceMismatchError);
+    expect(() => allocator.free(foreign)).to.throw(ForeignPointerError, /did not allocate it/);
+    expect(() => allocator.recordStream(foreign, 0)).to.throw(ForeignPointerError);
+    expect(() => allocator.copyData(live, foreign, 16), 'copying from another allocator of the device is allowed').to.not.throw();
+    allocator.free(live);
+    other.free(foreign);
+    elsewhere.free(remote);
   });
 });
 
@@ -310,6 +380,83 @@ describe('CachingAllocator out-of-memory chain', () => {
     expect(error).to.be.instanceOf(OutOfMemoryError);
     expect((error as Error).message).to.not.contain('fragmented');
     expect(allocator.memoryStats().num_device_free, 'the unsplit cached segment went back first').to.equal(1);
+  });
+});
+
+describe('CachingAllocator#events', () => {
+  it('reports the segments the out-of-memory chain released before it emits outOfMemory (Note [Segment events])', () => {
+    const { allocator } = engine({ preset: 'pytorch' }, { capacityBytes: 40 * MiB });
+    const keep = allocator.allocate(8 * MiB); // a 20 MiB segment, live
+    allocator.free(allocator.allocate(512)); // a 2 MiB small segment, cached
+    let eventBytes = allocator.reservedBytes;
+    allocator.events.on('segmentReserved', (e) => (eventBytes += e.bytes));
+    allocator.events.on('segmentReleased', (e) => (eventBytes -= e.bytes));
+    const seen: { eventBytes: number; reserved: number; snapshotBytes: number }[] = [];
+    allocator.events.on('outOfMemory', (e) => {
+      const snapshotBytes = allocator.snapshot().segments.reduce((n, s) => n + s.total_size, 0);
+      seen.push({ eventBytes, reserved: e.stats['reserved_bytes.all.current'], snapshotBytes });
+    });
+    // 20 MiB live + a 2 MiB cached segment of 40: the chain releases the cached segment, and 20 MiB still do not fit.
+    expect(() => allocator.allocate(30 * MiB)).to.throw(OutOfMemoryError);
+    expect(seen).to.have.length(1);
+    expect(seen[0]!.reserved).to.equal(20 * MiB);
+    expect(seen[0]!.snapshotBytes).to.equal(20 * MiB);
+    expect(seen[0]!.eventBytes, 'segmentReleased for the cached segment came before outOfMemory').to.equal(20 * MiB);
+    allocator.free(keep);
+  });
+
+  it('emits segmentReserved for a new expandable segment once a snapshot accounts for its bytes', () => {
+    const { allocator } = engine({ preset: 'pytorch', expandableSegments: true });
+    const seen: [snapshotBytes: number, reservedBytes: number][] = [];
+    allocator.events.on('segmentReserved', () => {
+      const snapshotBytes = allocator.snapshot().segments.reduce((n, s) => n + s.total_size, 0);
+      seen.push([snapshotBytes, allocator.memoryStats()['reserved_bytes.all.current']]);
+    });
+    allocator.allocate(3 * MiB); // a new expandable segment
+    allocator.allocate(3 * MiB); // grows it
+    expect(seen).to.have.length(2);
+    for (const [snapshotBytes, reservedBytes] of seen) expect(snapshotBytes).to.equal(reservedBytes);
+  });
+
+  for (const [name, options] of [
+    ['expandable', { preset: 'best' }],
+    ['fixed', { preset: 'pytorch' }],
+  ] as const) {
+    it(`never hands a listener that allocates from segmentReserved the block being reserved (${name} segments)`, () => {
+      const { allocator } = engine(options);
+      const fromListener: DataPtr[] = [];
+      let calls = 0;
+      allocator.events.on('segmentReserved', () => {
+        if (calls++ < 3) fromListener.push(allocator.allocate(3 * MiB));
+      });
+      const outer = allocator.allocate(3 * MiB); // new segment; the listener allocates, growing it again
+      const more = allocator.allocate(5 * MiB); // and a free tail being extended
+      const all = [outer, more, ...fromListener];
+      expect(fromListener.length).to.be.greaterThan(0);
+      const ranges = all.map((p) => [p.address, p.address + p.byteLength] as const).sort((x, y) => x[0] - y[0]);
+      for (let i = 1; i < ranges.length; i++) expect(ranges[i]![0], 'overlapping allocations').to.be.at.least(ranges[i - 1]![1]);
+      allocator.assertInvariants();
+      for (const p of all) allocator.free(p);
+      allocator.emptyCache();
+      expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(0);
+    });
+  }
+
+  it('emits segmentReleased for an expandable segment once the unmapped gap is in place, so a snapshot in the listener is consistent', () => {
+    const { allocator } = engine({ preset: 'best' });
+    const a = allocator.allocate(3 * MiB);
+    const b = allocator.allocate(6 * MiB);
+    allocator.allocate(3 * MiB);
+    allocator.free(b);
+    const seen: number[] = [];
+    allocator.events.on('segmentReleased', () => {
+      allocator.assertInvariants();
+      for (const s of allocator.snapshot().segments) seen.push(s.total_size - s.blocks.reduce((n, x) => n + x.size, 0));
+    });
+    allocator.emptyCache();
+    expect(seen.length).to.be.greaterThan(0);
+    expect(seen.every((d) => d === 0), 'mapped blocks add up to the mapped size in every listener call').to.equal(true);
+    allocator.free(a);
   });
 });
 
@@ -482,6 +629,23 @@ describe('CachingAllocator segment sizing options', () => {
     expect(allocator.memoryStats()['segment.large_pool.current']).to.equal(1);
     allocator.assertInvariants();
   });
+
+  // A custom segment size at or above the max split size must not leave a small request's segment unusable: split
+  // for a request under the max split size, its remainder would be an oversize free block that no request under
+  // the max split size may take and that, being split, no cache release returns, so every small request would
+  // reserve a new segment and the device would run out with almost all of it cached. (WebGPU's defaults, 48 MiB
+  // segments, with maxSplitSize '32MiB' would reserve 988 MiB of a 1 GiB budget for 100 requests of 64 KiB.)
+  // Here: a 256 MiB device, maxSplitSize 32 MiB, segmentSize () => 64 MiB, eight requests of 1 MiB.
+  for (const unifiedPools of [false, true]) {
+    it(`serves a request under the max split size from the segment an earlier one left mostly free (unifiedPools ${unifiedPools})`, () => {
+      const backend = new VirtualMemoryBackend({ storeData: false, capacityBytes: 256 * MiB, pageBytes: 0 });
+      const allocator = new CachingAllocator(backend, { preset: 'pytorch', unifiedPools, maxSplitSize: 32 * MiB, segmentSize: (n) => Math.max(n, 64 * MiB) });
+      const live: DataPtr[] = [];
+      for (let i = 0; i < 8; i++) live.push(allocator.allocate(1 * MiB)); // one 64 MiB segment holds all eight
+      allocator.assertInvariants();
+      expect(allocator.memoryStats()['segment.all.current'], 'segments reserved for 8 MiB of 1 MiB requests').to.be.at.most(1);
+    });
+  }
 });
 
 describe('CachingAllocator#trim', () => {
@@ -514,6 +678,22 @@ describe('CachingAllocator#memoryStats', () => {
     s = allocator.memoryStats();
     expect(s['allocated_bytes.all.peak']).to.equal(KiB);
     expect(s['reserved_bytes.all.peak']).to.equal(22 * MiB);
+  });
+
+  // As PyTorch's DeviceCachingAllocator::free does, the caller's free counts an oversize allocation out (next to
+  // allocation and allocated_bytes), not the return of its block once the block's stream events complete: a freed
+  // oversize block that waits on another stream (or any freed block under a deferredFree backend such as WebGPU)
+  // no longer counts.
+  it('stops counting an oversize allocation when the caller frees it, while it waits on another stream', () => {
+    const backend = new VirtualMemoryBackend({ storeData: false, streams: 2 });
+    const allocator = new CachingAllocator(backend, { preset: 'pytorch', maxSplitSize: 32 * MiB });
+    const ptr = allocator.allocate(40 * MiB);
+    expect(allocator.memoryStats()['oversize_allocations.current']).to.equal(1);
+    allocator.recordStream(ptr, 1);
+    backend.holdStream(1);
+    allocator.free(ptr);
+    expect(allocator.memoryStats()['allocation.all.current']).to.equal(0);
+    expect(allocator.memoryStats()['oversize_allocations.current'], 'counted out at free, as PyTorch does').to.equal(0);
   });
 });
 
@@ -583,5 +763,45 @@ describe('CachingAllocator options', () => {
     const { allocator } = engine({ preset: 'pytorch', memoryLimit: { fraction: 0.5 } }, { capacityBytes: 64 * MiB });
     expect(allocator.capacityBytes).to.equal(32 * MiB);
     expect(() => allocator.allocate(40 * MiB)).to.throw(OutOfMemoryError, /budget is 32\.00 MiB/);
+  });
+});
+
+describe('resolveCachingOptions', () => {
+  const backend = (): VirtualMemoryBackend => new VirtualMemoryBackend({ storeData: false });
+  const make = (options: unknown) => () => new CachingAllocator(backend(), options as CachingAllocatorOptions);
+
+  it('rejects roundupPower2Divisions that are not powers of two past 2^32 with InvalidArgumentError', () => {
+    // 3 * 2^32 and 2^32 + 2^31 pass a 32-bit `d & (d - 1)` test.
+    expect(make({ roundupPower2Divisions: 3 * 2 ** 32 })).to.throw(InvalidArgumentError, /roundupPower2Divisions/);
+    expect(make({ roundupPower2Divisions: [0, 2 ** 32 + 2 ** 31] })).to.throw(InvalidArgumentError, /roundupPower2Divisions/);
+  });
+
+  it('rejects roundupPower2Divisions that are neither a number nor a list with InvalidArgumentError, not a TypeError', () => {
+    expect(make({ roundupPower2Divisions: true })).to.throw(InvalidArgumentError, /roundupPower2Divisions/);
+    expect(make({ roundupPower2Divisions: { 0: 4 } })).to.throw(InvalidArgumentError, /roundupPower2Divisions/);
+  });
+
+  it('rejects a segmentSize or reclaimers that is not a function when constructed, not with a TypeError in allocate', () => {
+    expect(make({ segmentSize: 32 * MiB })).to.throw(InvalidArgumentError, /segmentSize/);
+    expect(make({ reclaimers: [] })).to.throw(InvalidArgumentError, /reclaimers/);
+  });
+
+  it('never reserves a segment whose size segmentSize returned as something other than a whole byte count', () => {
+    for (const sized of [() => Number.NaN, (n: number) => n * 1.1 + 0.5]) {
+      const allocator = new CachingAllocator(backend(), { preset: 'pytorch', segmentSize: sized });
+      let error: unknown;
+      try {
+        allocator.allocate(3 * MiB);
+      } catch (e) {
+        error = e;
+      }
+      if (error !== undefined) expect(error, 'a typed error naming the option').to.be.instanceOf(InvalidArgumentError);
+      expect(Number.isSafeInteger(allocator.reservedBytes), `reserved bytes ${allocator.reservedBytes}`).to.equal(true);
+      allocator.assertInvariants();
+    }
+  });
+
+  it('rejects a null options object with InvalidArgumentError', () => {
+    expect(make(null)).to.throw(InvalidArgumentError, /options/);
   });
 });

@@ -1,17 +1,9 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import type { CachingAllocatorOptions, DataPtr } from '@stowage/core';
-import { CachingAllocator } from '@stowage/core';
 import type { EngineStep } from './helpers.js';
-import { applyEngineStep, MiB } from './helpers.js';
+import { applyEngineStep, MiB, RetiringAllocator } from './helpers.js';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
-
-/** The engine with its protected `retireSegment` reachable, as a backend-specific allocator has it. */
-class RetiringAllocator extends CachingAllocator<number> {
-  retire(handle: number): boolean {
-    return this.retireSegment(handle);
-  }
-}
 
 function retiring(options: CachingAllocatorOptions = { preset: 'pytorch' }): { allocator: RetiringAllocator; backend: VirtualMemoryBackend } {
   const backend = new VirtualMemoryBackend({ storeData: false, streams: 2 });
@@ -91,5 +83,19 @@ describe('CachingAllocator retired segments (Note [Retired segments])', () => {
       }),
       { numRuns: 150 },
     );
+  });
+
+  it('keeps oversize_segments at zero when a retired expandable segment of at least the max split size goes back', () => {
+    const backend = new VirtualMemoryBackend({ storeData: false });
+    const allocator = new RetiringAllocator(backend, { preset: 'pytorch', expandableSegments: true, maxSplitSize: 24 * MiB });
+    const big = allocator.allocate(30 * MiB); // one expandable segment with 30 MiB of pages mapped
+    expect(allocator.memoryStats()['oversize_segments.current'], 'an expandable segment is not counted as an oversize segment').to.equal(0);
+    allocator.retire(big.handle as number);
+    allocator.free(big); // the retired segment goes back with its 30 MiB mapped
+    allocator.assertInvariants();
+    const s = allocator.memoryStats();
+    expect(s['reserved_bytes.all.current']).to.equal(0);
+    expect(s['oversize_segments.current'], 'no segment is left, so no oversize segment').to.equal(0);
+    expect(s['oversize_segments.freed'], 'nothing that was never counted is counted as freed').to.equal(s['oversize_segments.allocated']);
   });
 });

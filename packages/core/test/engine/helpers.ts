@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import type { CachingAllocatorOptions, DataPtr } from '@stowage/core';
-import { CachingAllocator, OutOfMemoryError } from '@stowage/core';
+import type { CachingAllocatorOptions, DataPtr, Plugin } from '@stowage/core';
+import { CachingAllocator, OutOfMemoryError, StorageHooks } from '@stowage/core';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 export const KiB = 1 << 10;
@@ -100,4 +100,33 @@ export function expectSnapshotCoversReserved(allocator: CachingAllocator<number>
   const whole = segments.filter((s) => !s.is_expandable).length;
   if (whole === segments.length) expect(whole, 'one entry per segment').to.equal(stats['segment.all.current']);
   else expect(segments.length, 'at least one entry per segment').to.be.at.least(stats['segment.all.current']);
+}
+
+/** The engine with its protected `retireSegment` reachable, as a backend-specific allocator has it. */
+export class RetiringAllocator extends CachingAllocator<number> {
+  retire(handle: number): boolean {
+    return this.retireSegment(handle);
+  }
+}
+
+/** Live pointers never overlap. */
+export function expectDisjoint(ptrs: readonly DataPtr[]): void {
+  const ranges = ptrs.filter((p) => !p.isReleased && p.byteLength > 0).map((p) => [p.address, p.address + p.byteLength] as const);
+  ranges.sort((x, y) => x[0] - y[0]);
+  for (let i = 1; i < ranges.length; i++) expect(ranges[i]![0], 'overlapping allocations').to.be.at.least(ranges[i - 1]![1]);
+}
+
+/** What `fn` threw, or undefined. */
+export function thrownBy(fn: () => unknown): unknown {
+  try {
+    fn();
+  } catch (error) {
+    return error;
+  }
+  return undefined;
+}
+
+/** A plugin registering one storage hook. */
+export function storageHooks(hooks: StorageHooks): Plugin {
+  return { name: 'hooks', register: (c) => void c.register(StorageHooks, { useValue: hooks }) };
 }
