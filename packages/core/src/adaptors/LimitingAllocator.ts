@@ -8,7 +8,7 @@ import type { ForwardingAllocatorOptions } from '../allocators/ForwardingAllocat
 import { ForwardingAllocator } from '../allocators/ForwardingAllocator.js';
 import { checkUpstream } from '../internal/checkUpstream.js';
 import { RelayEmitter } from '../internal/RelayEmitter.js';
-import { checkByteCount } from '../internal/validate.js';
+import { checkByteCount } from '../validation/validate.js';
 
 /** Options of a {@link LimitingAllocator}. */
 export type LimitingAllocatorOptions = ForwardingAllocatorOptions;

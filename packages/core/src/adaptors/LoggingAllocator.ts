@@ -5,7 +5,7 @@ import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import type { ForwardingAllocatorOptions } from '../allocators/ForwardingAllocator.js';
 import { ForwardingAllocator } from '../allocators/ForwardingAllocator.js';
 import { checkUpstream } from '../internal/checkUpstream.js';
-import { checkCount } from '../internal/validate.js';
+import { checkCount } from '../validation/validate.js';
 import type { RmmLogAction } from './parseRmmCsv.js';
 import { RMM_CSV_HEADER } from './parseRmmCsv.js';
 

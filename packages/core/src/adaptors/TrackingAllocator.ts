@@ -6,7 +6,7 @@ import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import type { ForwardingAllocatorOptions } from '../allocators/ForwardingAllocator.js';
 import { ForwardingAllocator } from '../allocators/ForwardingAllocator.js';
 import { checkUpstream } from '../internal/checkUpstream.js';
-import { checkCount } from '../internal/validate.js';
+import { checkCount } from '../validation/validate.js';
 
 /** Options of a {@link TrackingAllocator}. */
 export interface TrackingAllocatorOptions extends ForwardingAllocatorOptions {

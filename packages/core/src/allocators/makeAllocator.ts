@@ -6,7 +6,7 @@ import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
 import { isSmallRequest } from '../engine/SizeClass.js';
-import { checkByteCount, checkOptions } from '../internal/validate.js';
+import { checkByteCount, checkOptions } from '../validation/validate.js';
 import type { LmsStorage } from '../contracts/LmsStorage.js';
 import type { BackendEvent, MemoryBackend } from '../contracts/MemoryBackend.js';
 import type { MemoryBlock } from '../contracts/MemoryBlock.js';

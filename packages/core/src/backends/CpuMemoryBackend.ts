@@ -1,6 +1,6 @@
 import type { AllocateOptions } from '../contracts/Allocator.js';
 import type { Device } from '../contracts/Device.js';
-import { checkByteCount } from '../internal/validate.js';
+import { checkByteCount } from '../validation/validate.js';
 import type { BackendEvent, MemoryBackend, SegmentOptions, StreamId } from '../contracts/MemoryBackend.js';
 import type { MemoryBlock } from '../contracts/MemoryBlock.js';
 

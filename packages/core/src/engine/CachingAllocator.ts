@@ -30,7 +30,7 @@ import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
-import { checkByteCount, checkOptions } from '../internal/validate.js';
+import { checkByteCount, checkOptions } from '../validation/validate.js';
 import type { MemoryBackend, StreamId } from '../contracts/MemoryBackend.js';
 import type { MemorySnapshot } from '../contracts/MemorySnapshot.js';
 import { Block } from './Block.js';

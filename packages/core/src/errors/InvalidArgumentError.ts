@@ -1,4 +1,4 @@
-import { describeValue } from '../internal/describeValue.js';
+import { describeValue } from '../validation/describeValue.js';
 import { StowageError } from './StowageError.js';
 
 /** A broken precondition: an argument of the wrong type, range or shape. Nothing was changed. */

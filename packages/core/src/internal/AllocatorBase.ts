@@ -13,7 +13,7 @@ import type { MemorySnapshot } from '../contracts/MemorySnapshot.js';
 import { markAllocatorDeleter } from './allocatorDeleters.js';
 import { SafeEmitter } from './SafeEmitter.js';
 import { StatsBook } from './StatsBook.js';
-import { checkByteCount, checkBytes, checkRange } from './validate.js';
+import { checkByteCount, checkBytes, checkRange } from '../validation/validate.js';
 
 /** Copies and host transfers on a device's handles (a MemoryBackend or a MinimalAllocator provides them). */
 export interface Transfers<H> {

@@ -12,7 +12,7 @@ import { ForeignPointerError } from '../errors/ForeignPointerError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { formatBytes } from '../units/formatBytes.js';
 import { isAllocatorDeleter } from '../internal/allocatorDeleters.js';
-import { checkByteCount, checkBytes, checkRange } from '../internal/validate.js';
+import { checkByteCount, checkBytes, checkRange } from '../validation/validate.js';
 import { checkSizes, numelOf } from '../internal/shape.js';
 import type { ReshapePolicy } from '../contracts/ReshapePolicy.js';
 import type { StorageHooks } from '../contracts/StorageHooks.js';

@@ -8,7 +8,7 @@ import { resolveCachingOptions } from '../engine/CachingAllocatorOptions.js';
 import { BackendUnavailableError } from '../errors/BackendUnavailableError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { parseBytes } from '../units/formatBytes.js';
-import { checkOptions } from '../internal/validate.js';
+import { checkOptions } from '../validation/validate.js';
 import type { MemoryReclaimer } from '../contracts/MemoryReclaimer.js';
 
 /**

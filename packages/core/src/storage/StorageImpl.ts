@@ -5,7 +5,7 @@ import { formatDevice, isSameDevice } from '../contracts/Device.js';
 import { DeviceMismatchError } from '../errors/DeviceMismatchError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
-import { checkByteCount } from '../internal/validate.js';
+import { checkByteCount } from '../validation/validate.js';
 import type { LmsStorage } from '../contracts/LmsStorage.js';
 import type { StorageHooks } from '../contracts/StorageHooks.js';
 import { BeforeWrite, isWriteGuard } from '../contracts/WriteGuard.js';

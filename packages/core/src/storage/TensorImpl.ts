@@ -8,7 +8,7 @@ import type { DataPtr } from './DataPtr.js';
 import type { ReshapePolicy } from '../contracts/ReshapePolicy.js';
 import type { TensorHooks } from '../contracts/TensorHooks.js';
 import type { StorageImpl } from './StorageImpl.js';
-import { checkCount } from '../internal/validate.js';
+import { checkCount } from '../validation/validate.js';
 import {
   checkSizes,
   checkStrides,

@@ -1,7 +1,7 @@
 import type { Device, DeviceLike } from '../contracts/Device.js';
 import { parseDevice } from '../contracts/Device.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
-import { checkByteCount } from '../internal/validate.js';
+import { checkByteCount } from '../validation/validate.js';
 import type { BackendEvent, MemoryBackend, PageMapping, StreamId } from '../contracts/MemoryBackend.js';
 import type { MemoryBlock } from '../contracts/MemoryBlock.js';
 
