@@ -1,0 +1,2 @@
+export type { ReclaimNode } from './ReclaimList.js';
+export { ReclaimList } from './ReclaimList.js';
