@@ -46,6 +46,11 @@ export interface DeviceAllocatorSpec<O extends DeviceAllocatorOptions, K extends
    */
   readonly checkDeviceOptions?: (own: Pick<O, K>) => void;
   /**
+   * Engine options this device does not take (WebGPU cannot map pages: `['expandableSegments']`); giving one is
+   * refused as an unknown key. Default: none.
+   */
+  readonly engineOptionsLeftOut?: readonly string[];
+  /**
    * Makes the allocator for `device` (an index already checked): the caching engine over the device's backend,
    * with `engine` as its options (the plugin may put its own defaults under them, never over them), and device
    * services beside it. `engine.memoryLimit` is the budget; `budgetBytes` is the same in bytes, when it is bytes.
@@ -70,7 +75,7 @@ export interface DeviceAllocatorSettings<O, K extends keyof O> {
  * neither the engine's, the device's nor `limit` (naming the nearest known key), or a bad engine option
  */
 export function resolveDeviceOptions<O extends DeviceAllocatorOptions, K extends keyof O>(
-  spec: Pick<DeviceAllocatorSpec<O, K>, 'deviceType' | 'deviceOptions' | 'defaultLimit' | 'checkDeviceOptions'>,
+  spec: Pick<DeviceAllocatorSpec<O, K>, 'deviceType' | 'deviceOptions' | 'defaultLimit' | 'checkDeviceOptions' | 'engineOptionsLeftOut'>,
   options: O,
 ): DeviceAllocatorSettings<O, K> {
   checkOptions('options', options);
@@ -115,9 +120,13 @@ export function resolveDeviceOptions<O extends DeviceAllocatorOptions, K extends
   return { own: own as Pick<O, K>, engine, budgetBytes };
 }
 
-/** The keys a device plugin takes: its own, `limit`, and the engine's but `memoryLimit` and `reclaimers`. */
-function deviceOptionKeys(spec: { readonly deviceOptions: readonly PropertyKey[] }): string[] {
-  const engineKeys = CACHING_OPTION_KEYS.filter((key) => key !== 'memoryLimit' && key !== 'reclaimers');
+/**
+ * The keys a device plugin takes: its own, `limit`, and the engine's but `memoryLimit`, `reclaimers` and those
+ * the device leaves out.
+ */
+function deviceOptionKeys(spec: { readonly deviceOptions: readonly PropertyKey[]; readonly engineOptionsLeftOut?: readonly string[] }): string[] {
+  const leftOut = new Set<string>(['memoryLimit', 'reclaimers', ...(spec.engineOptionsLeftOut ?? [])]);
+  const engineKeys = CACHING_OPTION_KEYS.filter((key) => !leftOut.has(key));
   return [...spec.deviceOptions.map(String), 'limit', ...engineKeys];
 }
 
