@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { formatBytes, parseBytes } from '@stowage/core';
+import { formatBytes, InvalidArgumentError, parseBytes } from '@stowage/core';
 
 describe('formatBytes', () => {
   it('uses binary units with two decimals', () => {
@@ -11,6 +11,20 @@ describe('formatBytes', () => {
 
   it('carries into the next unit when rounding reaches 1024', () => {
     expect(formatBytes(2 ** 20 - 1)).to.equal('1.00 MiB');
+    expect(formatBytes(1023.999)).to.equal('1.00 KiB');
+  });
+
+  it('prints a negative count (a difference) with its sign and a fraction (a mean) with two decimals', () => {
+    expect(formatBytes(-1)).to.equal('-1 B');
+    expect(formatBytes(-1536)).to.equal('-1.50 KiB');
+    expect(formatBytes(0.5)).to.equal('0.50 B');
+    expect(formatBytes(1536.5)).to.equal('1.50 KiB');
+  });
+
+  it('refuses NaN, Infinity and non-numbers with InvalidArgumentError instead of printing "Infinity PiB"', () => {
+    for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, '3', null, undefined]) {
+      expect(() => formatBytes(bad as number), String(bad)).to.throw(InvalidArgumentError, /^bytes must be a finite number of bytes/);
+    }
   });
 });
 

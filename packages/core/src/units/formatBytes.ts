@@ -1,15 +1,25 @@
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'] as const;
 
-/** Formats a byte count in binary units with two decimals: `formatBytes(3 * 2 ** 20) === '3.00 MiB'`. */
+/**
+ * Formats a byte count in binary units with two decimals: `formatBytes(3 * 2 ** 20) === '3.00 MiB'`. Whole counts
+ * under 1 KiB print as integers (`'1023 B'`). A negative number is a difference of byte counts and prints as one,
+ * with its sign (`'-1.50 KiB'`); a fraction (a mean) prints with two decimals (`'0.50 B'`).
+ * @throws InvalidArgumentError for anything that is not a finite number (NaN and Infinity are no amount of bytes)
+ */
 export function formatBytes(bytes: number): string {
-  let value = bytes;
+  if (typeof bytes !== 'number' || !Number.isFinite(bytes)) throw new InvalidArgumentError('bytes', bytes, 'a finite number of bytes');
+  const sign = bytes < 0 ? '-' : '';
+  let value = Math.abs(bytes);
   let unit = 0;
   // Compare what will be printed, so that 1023.999 KiB carries over as 1.00 MiB.
-  while (unit < UNITS.length - 1 && Math.abs(unit === 0 ? value : Number(value.toFixed(2))) >= 1024) {
+  while (unit < UNITS.length - 1 && Number(value.toFixed(2)) >= 1024) {
     value /= 1024;
     unit++;
   }
-  return unit === 0 ? `${value} B` : `${value.toFixed(2)} ${UNITS[unit]}`;
+  if (unit === 0 && Number.isInteger(value)) return `${sign}${value} B`;
+  return `${sign}${value.toFixed(2)} ${UNITS[unit]}`;
 }
 
 /**
