@@ -21,9 +21,12 @@ describe('formatBytes', () => {
     expect(formatBytes(1536.5)).to.equal('1.50 KiB');
   });
 
-  it('refuses NaN, Infinity and non-numbers with InvalidArgumentError instead of printing "Infinity PiB"', () => {
-    for (const bad of [Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, '3', null, undefined]) {
-      expect(() => formatBytes(bad as number), String(bad)).to.throw(InvalidArgumentError, /^bytes must be a finite number of bytes/);
+  it('prints NaN and Infinity unscaled, never as "Infinity PiB", and refuses non-numbers with InvalidArgumentError', () => {
+    expect(formatBytes(Number.NaN)).to.equal('NaN B');
+    expect(formatBytes(Number.POSITIVE_INFINITY)).to.equal('Infinity B');
+    expect(formatBytes(Number.NEGATIVE_INFINITY)).to.equal('-Infinity B');
+    for (const bad of ['3', null, undefined, 3n]) {
+      expect(() => formatBytes(bad as unknown as number), String(bad)).to.throw(InvalidArgumentError, /^bytes must be a number of bytes/);
     }
   });
 });
