@@ -1,4 +1,4 @@
-import { BackendUnavailableError } from '@stowage/core';
+import { BackendUnavailableError, checkEnum, checkOptions, InvalidArgumentError } from '@stowage/core';
 
 export interface OpenWebGpuOptions {
   /** Use this device (the caller owns it). */
@@ -13,6 +13,30 @@ export interface OpenWebGpuOptions {
 }
 
 export type NodeBackend = 'vulkan' | 'vulkan-swiftshader' | 'opengles' | 'default';
+
+const NODE_BACKENDS: readonly NodeBackend[] = ['vulkan', 'vulkan-swiftshader', 'opengles', 'default'];
+
+/** The keys of {@link OpenWebGpuOptions}. */
+export const OPEN_WEBGPU_OPTION_KEYS = ['device', 'adapterOptions', 'backends'] as const;
+
+/**
+ * Checks the values of the options that open a device (not their keys: the plugin's options hold more).
+ * @throws InvalidArgumentError for a `device` that is not a GPUDevice, `adapterOptions` that are not an object, or
+ * `backends` that is not a list of known backends
+ */
+export function checkOpenWebGpuOptions(options: OpenWebGpuOptions): void {
+  const device: unknown = options.device;
+  if (device !== undefined && (typeof device !== 'object' || device === null || typeof (device as GPUDevice).createBuffer !== 'function')) {
+    throw new InvalidArgumentError('options.device', device, 'a GPUDevice (or nothing, to open one)');
+  }
+  checkOptions('options.adapterOptions', options.adapterOptions);
+  const backends: unknown = options.backends;
+  if (backends === undefined) return;
+  if (!Array.isArray(backends) || backends.length === 0) {
+    throw new InvalidArgumentError('options.backends', backends, `a non-empty list of ${NODE_BACKENDS.map((b) => JSON.stringify(b)).join(', ')}`);
+  }
+  backends.forEach((backend, i) => checkEnum(`options.backends[${i}]`, backend, NODE_BACKENDS));
+}
 
 /** A device and what must stay alive with it. */
 export interface WebGpuContext {
@@ -30,8 +54,12 @@ const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
  * Opens a WebGPU device: the given one, `navigator.gpu` in a browser, or Dawn through the `webgpu` package in
  * Node, trying software paths when no hardware adapter exists. Requests the adapter's maximum buffer limits.
  * @throws BackendUnavailableError naming what is missing when no adapter is found
+ * @throws InvalidArgumentError (as a rejection) for options that are not an object, an unknown key (naming the
+ * nearest known one) or a bad value (see {@link checkOpenWebGpuOptions})
  */
-export async function openWebGpuDevice(options: OpenWebGpuOptions = {}): Promise<WebGpuContext> {
+export async function openWebGpuDevice(given: OpenWebGpuOptions = {}): Promise<WebGpuContext> {
+  const options = checkOptions('options', given, OPEN_WEBGPU_OPTION_KEYS);
+  checkOpenWebGpuOptions(options);
   if (options.device) return { device: options.device, adapterInfo: 'caller-provided device', keepAlive: undefined, owned: false };
   const navigatorGpu = (globalThis as { navigator?: { gpu?: GPU } }).navigator?.gpu;
   if (navigatorGpu) {

@@ -2,7 +2,7 @@ import type { DependencyContainer } from 'tsyringe';
 import type { DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin, CachingAllocatorOptions } from '@stowage/core';
 import { createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
 import type { OpenWebGpuOptions, WebGpuContext } from './openWebGpuDevice.js';
-import { openWebGpuDevice } from './openWebGpuDevice.js';
+import { checkOpenWebGpuOptions, OPEN_WEBGPU_OPTION_KEYS, openWebGpuDevice } from './openWebGpuDevice.js';
 import { WebGpuAllocator } from './WebGpuAllocator.js';
 import { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
 
@@ -70,8 +70,11 @@ export function webGpuEngineDefaults(options: WebGpuEngineDefaultsOptions): Cach
 /** The option keys and default budget of the WebGPU plugin, for checking options before a device is open. */
 const WEBGPU_OPTIONS = {
   deviceType: 'webgpu',
-  deviceOptions: ['device', 'adapterOptions', 'backends'] as readonly WebGpuDeviceOption[],
+  deviceOptions: OPEN_WEBGPU_OPTION_KEYS as readonly WebGpuDeviceOption[],
   defaultLimit: DEFAULT_LIMIT,
+  checkDeviceOptions: checkOpenWebGpuOptions,
+  // WebGPU buffers cannot map pages (WebGpuOptions omits it).
+  engineOptionsLeftOut: ['expandableSegments'],
 } as const;
 
 /**
@@ -119,8 +122,8 @@ export function createWebGpuAllocator(context: WebGpuContext, options: WebGpuOpt
  * can be opened
  */
 export async function registerWebGpuAllocator(container: DependencyContainer, options: WebGpuOptions = {}): Promise<void> {
-  resolveDeviceOptions(WEBGPU_OPTIONS, options);
-  const context = await openWebGpuDevice(options);
+  const { own } = resolveDeviceOptions(WEBGPU_OPTIONS, options);
+  const context = await openWebGpuDevice(own);
   registerDeviceAllocator(container, webGpuDevice(context), options);
 }
 

@@ -19,7 +19,7 @@ import {
 } from '@stowage/core';
 import { patternBytes } from '@stowage/core/testing';
 import type { WebGpuContext, WebGpuOptions } from '@stowage/allocator-webgpu';
-import { createWebGpuAllocator, fromGpuBuffer, webgpu, WebGpuAllocator, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
+import { createWebGpuAllocator, fromGpuBuffer, openWebGpuDevice, webgpu, WebGpuAllocator, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
 import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, MAP_READ, ownDeviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
 
 
@@ -732,6 +732,38 @@ describe('webgpu plugin', function () {
     calls.length = 0;
     expect(allocator.allocate(40 << 20).byteLength, 'served once LMS freed the held tensor').to.equal(40 << 20);
     expect(calls).to.deep.equal(['ipc', 'lms']);
+  });
+
+  it('refuses unknown option keys (naming the nearest), engine options WebGPU does not take and bad device option values, before opening a device', async () => {
+    const bad: [unknown, RegExp][] = [
+      [{ limt: '1GiB' }, /options\.limt.*did you mean limit\?/],
+      [{ backend: ['vulkan'] }, /options\.backend.*did you mean backends\?/],
+      [{ expandableSegments: true }, /options\.expandableSegments.*not an option here/],
+      [{ unifiedPools: 'yes' }, /options\.unifiedPools must be true or false/],
+      [{ backends: ['metal'] }, /options\.backends\[0\] must be one of "vulkan"/],
+      [{ backends: 'vulkan' }, /options\.backends must be a non-empty list/],
+      [{ device: {} }, /options\.device must be a GPUDevice/],
+      [{ adapterOptions: 'high-performance' }, /options\.adapterOptions must be an options object/],
+    ];
+    for (const [options, pattern] of bad) {
+      let error: unknown;
+      try {
+        webgpu(options as WebGpuOptions);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(pattern);
+    }
+    for (const [options, pattern] of [
+      [{ limit: '1GiB' }, /options\.limit.*not an option here/],
+      [{ backends: ['metal'] }, /options\.backends\[0\]/],
+      [null, /options must be an options object/],
+    ] as const) {
+      const error: unknown = await openWebGpuDevice(options as never).then(() => undefined, (e: unknown) => e);
+      expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(pattern);
+    }
   });
 
   it("refuses a reclaimers option: no option replaces the runtime's reclaimers", () => {

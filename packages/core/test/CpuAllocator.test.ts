@@ -54,9 +54,36 @@ describe('createCpuAllocator', () => {
     const error = thrownBy(() => createCpuAllocator(null as never));
     expect(error).to.be.instanceOf(InvalidArgumentError);
   });
+
+  it('refuses a usage host memory cannot serve, and a shared flag that is not a boolean, changing nothing', () => {
+    using allocator = createCpuAllocator();
+    for (const [options, pattern] of [
+      [{ usage: 'uniform' }, /options\.usage must be 'storage'/],
+      [{ shared: 'no' }, /options\.shared must be true or false/],
+    ] as const) {
+      const error = thrownBy(() => allocator.allocate(1024, options as never));
+      expect(error, String(error)).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(pattern);
+      expect(allocator.memoryStats()['allocated_bytes.all.current']).to.equal(0);
+      allocator.assertInvariants();
+    }
+    using plain = allocator.allocate(1024, { usage: 'storage', shared: false });
+    expect(plain.handle).to.be.instanceOf(ArrayBuffer);
+  });
 });
 
 describe('CpuMemoryBackend#constructor', () => {
+  it('refuses a shared option given as anything but a boolean, and unknown keys, with InvalidArgumentError', () => {
+    for (const [options, pattern] of [
+      [{ shared: 'no' }, /options\.shared must be true or false/],
+      [{ capacity: 1024 }, /options\.capacity.*did you mean capacityBytes\?/],
+    ] as const) {
+      const error = thrownBy(() => new CpuMemoryBackend(options as never));
+      expect(error, String(error)).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(pattern);
+    }
+  });
+
   it('rejects a capacityBytes that is not a byte count instead of treating NaN as unlimited', () => {
     const error = thrownBy(() => {
       const backend = new CpuMemoryBackend({ capacityBytes: Number.NaN });

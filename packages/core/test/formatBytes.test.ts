@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { formatBytes, parseBytes } from '@stowage/core';
+import { formatBytes, InvalidArgumentError, parseBytes } from '@stowage/core';
 
 describe('formatBytes', () => {
   it('uses binary units with two decimals', () => {
@@ -11,6 +11,23 @@ describe('formatBytes', () => {
 
   it('carries into the next unit when rounding reaches 1024', () => {
     expect(formatBytes(2 ** 20 - 1)).to.equal('1.00 MiB');
+    expect(formatBytes(1023.999)).to.equal('1.00 KiB');
+  });
+
+  it('prints a negative count (a difference) with its sign and a fraction (a mean) with two decimals', () => {
+    expect(formatBytes(-1)).to.equal('-1 B');
+    expect(formatBytes(-1536)).to.equal('-1.50 KiB');
+    expect(formatBytes(0.5)).to.equal('0.50 B');
+    expect(formatBytes(1536.5)).to.equal('1.50 KiB');
+  });
+
+  it('prints NaN and Infinity unscaled, never as "Infinity PiB", and refuses non-numbers with InvalidArgumentError', () => {
+    expect(formatBytes(Number.NaN)).to.equal('NaN B');
+    expect(formatBytes(Number.POSITIVE_INFINITY)).to.equal('Infinity B');
+    expect(formatBytes(Number.NEGATIVE_INFINITY)).to.equal('-Infinity B');
+    for (const bad of ['3', null, undefined, 3n]) {
+      expect(() => formatBytes(bad as unknown as number), String(bad)).to.throw(InvalidArgumentError, /^bytes must be a number of bytes/);
+    }
   });
 });
 

@@ -45,6 +45,21 @@ function thrownBy(f: () => unknown): unknown {
 }
 
 describe('cpu plugin', () => {
+  it('refuses a shared option that is not a boolean, an unknown key and a bad engine option when the plugin is made', () => {
+    for (const [options, pattern] of [
+      [{ shared: 'no' }, /options\.shared must be true or false; got "no"/],
+      [{ limt: '1GiB' }, /options\.limt.*did you mean limit\?/],
+      [{ sharde: true }, /did you mean shared\?/],
+      [{ expandableSegments: 'yes' }, /options\.expandableSegments must be true or false/],
+    ] as const) {
+      for (const make of [() => cpu(options as never), () => createCpuAllocator(options as never)]) {
+        const error = thrownBy(make);
+        expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
+        expect((error as Error).message).to.match(pattern);
+      }
+    }
+  });
+
   it("runs the runtime's reclaimers (IPC, then LMS) past its limit before OutOfMemoryError", async () => {
     const calls: string[] = [];
     await using rt = await createRuntime({ plugins: [cpu({ limit: '4MiB', preset: 'pytorch' }), fakeReclaimers(calls)] });
@@ -147,6 +162,10 @@ describe('resolveDeviceOptions', () => {
       [null, /options/],
       [{ limit: -1 }, /options\.limit/],
       [{ limit: { fraction: 2 } }, /options\.limit\.fraction/],
+      [{ limt: '1GiB' }, /options\.limt.*did you mean limit\?/],
+      [{ stream: 2 }, /options\.stream.*did you mean streams\?/],
+      [{ unifiedPools: 'no' }, /options\.unifiedPools must be true or false/],
+      [{ limit: { fracton: 0.5 } }, /options\.limit\.fracton.*did you mean fraction\?/],
     ];
     for (const [options, pattern] of bad) {
       const error = thrownBy(() => resolveDeviceOptions(spec, options as ArenaOptions));

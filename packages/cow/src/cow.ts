@@ -1,6 +1,6 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { MemoryReclaimer, Plugin } from '@stowage/core';
-import { AliasReshapePolicy, InvalidArgumentError, IpcCollector, ReshapePolicy, TensorHooks } from '@stowage/core';
+import { AliasReshapePolicy, checkEnum, checkOptions, IpcCollector, ReshapePolicy, TensorHooks } from '@stowage/core';
 import { createSharedCowPins, SharedCowPins } from './SharedCowPins.js';
 import { CowReshapePolicy } from './CowReshapePolicy.js';
 import { WarnReshapePolicy } from './WarnReshapePolicy.js';
@@ -19,11 +19,11 @@ export interface CowOptions {
  * collected in the host allocators' out-of-memory path (under IpcCollector). Lazy clones themselves need no registration: `lazyClone` works on any
  * storage whose allocator owns its data, and writes materialize through the DataPtr context
  * (core's WriteGuard), with or without this plugin.
- * @throws InvalidArgumentError for options that are not an object or an unknown reshape mode
+ * @throws InvalidArgumentError for options that are not an object, an unknown key (naming the nearest known one)
+ * or an unknown reshape mode
  */
 export function registerCow(container: DependencyContainer, options: CowOptions = {}): void {
-  const mode = checkOptions(options).reshape ?? 'alias';
-  if (mode !== 'alias' && mode !== 'cow' && mode !== 'warn') throw new InvalidArgumentError('options.reshape', mode, "'alias', 'cow' or 'warn'");
+  const mode = checkCowOptions(options);
   const pins = createSharedCowPins();
   container.register(SharedCowPins, { useValue: pins });
   const collector: MemoryReclaimer = { reclaim: (device) => (device.type === 'cpu' ? pins.collect() : 0) };
@@ -39,14 +39,18 @@ export function registerCow(container: DependencyContainer, options: CowOptions 
 
 /**
  * The COW plugin: `createRuntime({ plugins: [cow({ reshape: 'cow' })] })`.
- * @throws InvalidArgumentError for options that are not an object or an unknown reshape mode
+ * @throws InvalidArgumentError for options that are not an object, an unknown key (naming the nearest known one)
+ * or an unknown reshape mode, at once
  */
 export function cow(options: CowOptions = {}): Plugin {
-  checkOptions(options);
+  checkCowOptions(options);
   return { name: 'cow', register: (container) => registerCow(container, options) };
 }
 
-function checkOptions(options: CowOptions): CowOptions {
-  if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', options, "an object such as { reshape: 'cow' }");
-  return options;
+const RESHAPE_MODES = ['alias', 'cow', 'warn'] as const;
+
+/** The reshape mode the options choose. @throws InvalidArgumentError as `cow` documents */
+function checkCowOptions(options: CowOptions | undefined): NonNullable<CowOptions['reshape']> {
+  const checked = checkOptions<CowOptions>('options', options, ['reshape']);
+  return checkEnum('options.reshape', checked.reshape, RESHAPE_MODES) ?? 'alias';
 }

@@ -5,6 +5,7 @@ import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import type { ForwardingAllocatorOptions } from '../allocators/ForwardingAllocator.js';
 import { ForwardingAllocator } from '../allocators/ForwardingAllocator.js';
 import { checkUpstream } from '../internal/checkUpstream.js';
+import { checkAdaptorOptions } from './checkAdaptorOptions.js';
 
 /** What a {@link FailureCallback} is told about a failed attempt. */
 export interface AllocationFailure {
@@ -41,11 +42,14 @@ export type FailureCallbackAllocatorOptions = ForwardingAllocatorOptions;
 export class FailureCallbackAllocator extends ForwardingAllocator {
   readonly #callback: FailureCallback;
 
-  /** @throws InvalidArgumentError when `upstream` is not an allocator or `callback` is not a function */
+  /**
+   * @throws InvalidArgumentError when `upstream` is not an allocator, `callback` is not a function, or the options
+   * are bad (see `checkAdaptorOptions`)
+   */
   constructor(upstream: Allocator, callback: FailureCallback, options: FailureCallbackAllocatorOptions = {}) {
     checkUpstream(upstream);
     if (typeof callback !== 'function') throw new InvalidArgumentError('callback', callback, 'a function ({ requestedBytes, attempt, error }) => boolean');
-    super(upstream, options);
+    super(upstream, checkAdaptorOptions(options));
     this.#callback = callback;
   }
 

@@ -7,6 +7,7 @@ import { parseBytes } from '../units/formatBytes.js';
 import type { ForwardingAllocatorOptions } from '../allocators/ForwardingAllocator.js';
 import { ForwardingAllocator } from '../allocators/ForwardingAllocator.js';
 import { checkUpstream } from '../internal/checkUpstream.js';
+import { checkAdaptorOptions } from './checkAdaptorOptions.js';
 import { RelayEmitter } from '../internal/RelayEmitter.js';
 import { checkByteCount } from '../validation/validate.js';
 
@@ -43,13 +44,14 @@ export class LimitingAllocator extends ForwardingAllocator {
 
   /**
    * @param limitBytes the budget: a byte count, or text such as `'512MiB'` (see `parseBytes`)
-   * @throws InvalidArgumentError when `upstream` is not an allocator or `limitBytes` is not a byte count
+   * @throws InvalidArgumentError when `upstream` is not an allocator, `limitBytes` is not a byte count, or the
+   * options are bad (see `checkAdaptorOptions`)
    */
   constructor(upstream: Allocator, limitBytes: number | string, options: LimitingAllocatorOptions = {}) {
     checkUpstream(upstream);
     const limit = typeof limitBytes === 'number' || typeof limitBytes === 'string' ? parseBytes(limitBytes) : undefined;
     if (limit === undefined) throw new InvalidArgumentError('limitBytes', limitBytes, "a byte count such as 1073741824 or '1GiB'");
-    super(upstream, options);
+    super(upstream, checkAdaptorOptions(options));
     this.limitBytes = limit;
     this.#emitter = new RelayEmitter(upstream.events);
   }

@@ -5,6 +5,7 @@ import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import type { ForwardingAllocatorOptions } from '../allocators/ForwardingAllocator.js';
 import { ForwardingAllocator } from '../allocators/ForwardingAllocator.js';
 import { checkUpstream } from '../internal/checkUpstream.js';
+import { checkAdaptorOptions } from './checkAdaptorOptions.js';
 import { checkCount } from '../validation/validate.js';
 import type { RmmLogAction } from './parseRmmCsv.js';
 import { RMM_CSV_HEADER } from './parseRmmCsv.js';
@@ -58,11 +59,13 @@ export class LoggingAllocator extends ForwardingAllocator {
 
   /**
    * @throws InvalidArgumentError when `upstream` is not an allocator, `sink` or `options.clock` is not a function,
-   *   or `options.threadId` or `options.stream` is not a non-negative integer
+   *   `options.threadId` or `options.stream` is not a non-negative integer, or the options are otherwise bad (see
+   *   `checkAdaptorOptions`)
    */
-  constructor(upstream: Allocator, sink: (line: string) => void, options: LoggingAllocatorOptions = {}) {
+  constructor(upstream: Allocator, sink: (line: string) => void, given: LoggingAllocatorOptions = {}) {
     checkUpstream(upstream);
     if (typeof sink !== 'function') throw new InvalidArgumentError('sink', sink, 'a function that takes one log line');
+    const options = checkAdaptorOptions(given, ['threadId', 'stream', 'clock']);
     const clock = options.clock ?? (() => performance.now());
     if (typeof clock !== 'function') throw new InvalidArgumentError('options.clock', clock, 'a function returning milliseconds');
     const threadId = checkCount('options.threadId', options.threadId ?? 0);

@@ -4,6 +4,7 @@ import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import type { ForwardingAllocatorOptions } from '../allocators/ForwardingAllocator.js';
 import { ForwardingAllocator } from '../allocators/ForwardingAllocator.js';
 import { checkUpstream } from '../internal/checkUpstream.js';
+import { checkAdaptorOptions } from './checkAdaptorOptions.js';
 
 /** One figure, after RMM's `statistics_resource_adaptor::counter`. */
 export interface StatisticsCounter {
@@ -81,9 +82,9 @@ export class StatisticsAllocator extends ForwardingAllocator {
   /** Outermost first; never empty. */
   readonly #frames: Frame[] = [newFrame()];
 
-  /** @throws InvalidArgumentError when `upstream` is not an allocator */
+  /** @throws InvalidArgumentError when `upstream` is not an allocator, or the options are bad (see `checkAdaptorOptions`) */
   constructor(upstream: Allocator, options: StatisticsAllocatorOptions = {}) {
-    super(checkUpstream(upstream), options);
+    super(checkUpstream(upstream), checkAdaptorOptions(options));
   }
 
   /** Scopes pushed and not yet popped; 0 when only the outermost frame is open. */

@@ -2,11 +2,11 @@ import type { AllocateOptions, Allocator } from '../contracts/Allocator.js';
 import type { DataPtr } from '../storage/DataPtr.js';
 import { formatDevice } from '../contracts/Device.js';
 import { formatBytes } from '../units/formatBytes.js';
-import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import type { ForwardingAllocatorOptions } from '../allocators/ForwardingAllocator.js';
 import { ForwardingAllocator } from '../allocators/ForwardingAllocator.js';
 import { checkUpstream } from '../internal/checkUpstream.js';
-import { checkCount } from '../validation/validate.js';
+import { checkAdaptorOptions } from './checkAdaptorOptions.js';
+import { checkBoolean, checkCount } from '../validation/validate.js';
 
 /** Options of a {@link TrackingAllocator}. */
 export interface TrackingAllocatorOptions extends ForwardingAllocatorOptions {
@@ -58,11 +58,14 @@ export class TrackingAllocator extends ForwardingAllocator {
   readonly #live = new Map<DataPtr, Tracked>();
   #outstandingBytes = 0;
 
-  /** @throws InvalidArgumentError when `upstream` is not an allocator or `options.captureStacks` is not a boolean */
-  constructor(upstream: Allocator, options: TrackingAllocatorOptions = {}) {
+  /**
+   * @throws InvalidArgumentError when `upstream` is not an allocator, `options.captureStacks` is not a boolean, or
+   * the options are otherwise bad (see `checkAdaptorOptions`)
+   */
+  constructor(upstream: Allocator, given: TrackingAllocatorOptions = {}) {
     checkUpstream(upstream);
-    const captureStacks = options.captureStacks ?? true;
-    if (typeof captureStacks !== 'boolean') throw new InvalidArgumentError('options.captureStacks', captureStacks, 'a boolean');
+    const options = checkAdaptorOptions(given, ['captureStacks']);
+    const captureStacks = checkBoolean('options.captureStacks', options.captureStacks) ?? true;
     super(upstream, options);
     this.#captureStacks = captureStacks;
   }

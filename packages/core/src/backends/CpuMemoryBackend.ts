@@ -1,6 +1,7 @@
 import type { AllocateOptions } from '../contracts/Allocator.js';
 import type { Device } from '../contracts/Device.js';
-import { checkByteCount } from '../validation/validate.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { checkBoolean, checkByteCount, checkOptions } from '../validation/validate.js';
 import type { BackendEvent, MemoryBackend, SegmentOptions, StreamId } from '../contracts/MemoryBackend.js';
 import type { MemoryBlock } from '../contracts/MemoryBlock.js';
 
@@ -35,18 +36,29 @@ export class CpuMemoryBackend implements MemoryBackend<HostBuffer> {
   #nextAddress = CPU_ALIGNMENT * 1024;
   #reservedBytes = 0;
 
-  constructor(options: CpuMemoryBackendOptions = {}) {
-    this.#shared = options.shared ?? false;
-    this.capacityBytes = options.capacityBytes === undefined ? undefined : checkByteCount('capacityBytes', options.capacityBytes);
+  /** @throws InvalidArgumentError for a `shared` that is not a boolean, a bad `capacityBytes`, or an unknown key */
+  constructor(given: CpuMemoryBackendOptions = {}) {
+    const options = checkOptions('options', given, ['shared', 'capacityBytes']);
+    this.#shared = checkBoolean('options.shared', options.shared) ?? false;
+    this.capacityBytes = options.capacityBytes === undefined ? undefined : checkByteCount('options.capacityBytes', options.capacityBytes);
   }
 
   get reservedBytes(): number {
     return this.#reservedBytes;
   }
 
-  /** Kind 1: SharedArrayBuffer segments; kind 0: ArrayBuffer. */
+  /**
+   * Kind 1: SharedArrayBuffer segments; kind 0: ArrayBuffer. Host memory has one usage, `'storage'` (plain memory);
+   * any other is refused, as {@link AllocateOptions} says.
+   * @throws InvalidArgumentError for a usage other than `'storage'`, or a `shared` that is not a boolean
+   */
   segmentKind(options: AllocateOptions): number {
-    return (options.shared ?? this.#shared) ? 1 : 0;
+    const shared = options.shared ?? this.#shared;
+    if (typeof shared !== 'boolean') throw new InvalidArgumentError('options.shared', shared, 'true or false');
+    if (options.usage !== undefined && options.usage !== 'storage') {
+      throw new InvalidArgumentError('options.usage', options.usage, "'storage' (or nothing) on cpu: host memory has no other usages");
+    }
+    return shared ? 1 : 0;
   }
 
   malloc(byteLength: number, options: SegmentOptions = {}): MemoryBlock<HostBuffer> | null {

@@ -8,7 +8,12 @@ import type { MemorySnapshot } from './MemorySnapshot.js';
 import type { StorageImpl } from '../storage/StorageImpl.js';
 import type { Token } from './Token.js';
 
-/** Per-allocation options. Allocators ignore the ones that do not apply to their device. */
+/**
+ * Per-allocation options. An allocator refuses, with InvalidArgumentError and its state unchanged, a value it
+ * cannot serve: a `usage` its device has no buffers for (cpu serves only `'storage'`), `shared: true` where memory
+ * cannot cross threads, a value of the wrong type. Leaving an option out (or giving its default: `shared: false`,
+ * `usage: 'storage'`) is accepted by every allocator, so that device-neutral code can pass them.
+ */
 export interface AllocateOptions {
   /** cpu: back the allocation with a SharedArrayBuffer so that it can cross worker_threads. */
   readonly shared?: boolean;
@@ -16,7 +21,8 @@ export interface AllocateOptions {
   readonly stream?: number;
   /**
    * What the memory is for, for devices whose buffers carry usages (webgpu: `'storage'` (default), `'uniform'`,
-   * `'upload'`, `'readback'`). Allocators reject a usage they cannot serve with InvalidArgumentError.
+   * `'upload'`, `'readback'`; cpu: `'storage'` only). Allocators reject a usage they cannot serve with
+   * InvalidArgumentError.
    */
   readonly usage?: string;
 }

@@ -1,6 +1,7 @@
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { parseBytes } from '../units/formatBytes.js';
 import type { MemoryReclaimer } from '../contracts/MemoryReclaimer.js';
+import { checkBoolean, checkEnum, checkFunction, checkOptions } from '../validation/validate.js';
 import { LARGE_SEGMENT_BYTES, ROUNDUP_INTERVALS } from './SizeClass.js';
 
 /**
@@ -77,13 +78,34 @@ export interface ResolvedCachingOptions {
   readonly reclaimers: () => readonly MemoryReclaimer[];
 }
 
+/** Every key of {@link CachingAllocatorOptions}: any other key is refused (a misspelled option must not do nothing). */
+export const CACHING_OPTION_KEYS: readonly (keyof CachingAllocatorOptions)[] = [
+  'preset',
+  'maxSplitSize',
+  'roundupPower2Divisions',
+  'garbageCollectionThreshold',
+  'memoryLimit',
+  'expandableSegments',
+  'fragmentationLimit',
+  'segmentSize',
+  'unifiedPools',
+  'deferCoalescing',
+  'reclaimers',
+];
+
 const NO_RECLAIMERS = (): readonly MemoryReclaimer[] => [];
 
-/** @throws InvalidArgumentError naming the first option that is out of range */
-export function resolveCachingOptions(options: CachingAllocatorOptions): ResolvedCachingOptions {
-  if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', options, 'an options object (or nothing)');
-  const preset = options.preset ?? 'best';
-  if (preset !== 'pytorch' && preset !== 'best') throw new InvalidArgumentError('options.preset', preset, "'pytorch' or 'best'");
+/**
+ * Checks every option and decides the ones left out. `undefined` is `{}`.
+ * @throws InvalidArgumentError naming the first option that is out of range, of the wrong type (a boolean option
+ * given as `'no'` or `1`), or not an option at all (a key outside {@link CACHING_OPTION_KEYS}, with the nearest one)
+ */
+export function resolveCachingOptions(given: CachingAllocatorOptions | undefined): ResolvedCachingOptions {
+  const options = checkOptions('options', given, CACHING_OPTION_KEYS);
+  const preset = checkEnum('options.preset', options.preset, ['best', 'pytorch'] as const) ?? 'best';
+  const expandableSegments = checkBoolean('options.expandableSegments', options.expandableSegments);
+  const deferCoalescing = checkBoolean('options.deferCoalescing', options.deferCoalescing);
+  const unifiedPools = checkBoolean('options.unifiedPools', options.unifiedPools);
   let maxSplitSize = Number.MAX_SAFE_INTEGER;
   if (options.maxSplitSize !== undefined) {
     const bytes = parseBytes(options.maxSplitSize);
@@ -107,6 +129,7 @@ export function resolveCachingOptions(options: CachingAllocatorOptions): Resolve
   let memoryLimit: ResolvedCachingOptions['memoryLimit'];
   const limit = options.memoryLimit;
   if (typeof limit === 'object' && limit !== null) {
+    checkOptions('options.memoryLimit', limit, ['fraction']);
     if (!(limit.fraction > 0 && limit.fraction <= 1)) throw new InvalidArgumentError('options.memoryLimit.fraction', limit.fraction, 'a fraction in (0, 1]');
     memoryLimit = { fraction: limit.fraction };
   } else if (limit !== undefined) {
@@ -122,18 +145,17 @@ export function resolveCachingOptions(options: CachingAllocatorOptions): Resolve
     roundupPower2Divisions: list.every((d) => d <= 1) ? [] : list,
     garbageCollectionThreshold: gc,
     memoryLimit,
-    expandableSegments: options.expandableSegments ?? preset === 'best',
+    expandableSegments: expandableSegments ?? preset === 'best',
     fragmentationLimit: checkFragmentationLimit(options.fragmentationLimit ?? (preset === 'best' ? 0.005 : Number.POSITIVE_INFINITY)),
-    deferCoalescing: options.deferCoalescing ?? preset === 'best',
-    segmentSize: checkFunction('options.segmentSize', options.segmentSize),
-    unifiedPools: options.unifiedPools ?? preset === 'best',
-    reclaimers: checkFunction('options.reclaimers', options.reclaimers) ?? NO_RECLAIMERS,
+    deferCoalescing: deferCoalescing ?? preset === 'best',
+    segmentSize: checkOptionalFunction('options.segmentSize', options.segmentSize),
+    unifiedPools: unifiedPools ?? preset === 'best',
+    reclaimers: checkOptionalFunction('options.reclaimers', options.reclaimers) ?? NO_RECLAIMERS,
   };
 }
 
-function checkFunction<F>(argument: string, value: F | undefined): F | undefined {
-  if (value !== undefined && typeof value !== 'function') throw new InvalidArgumentError(argument, value, 'a function');
-  return value;
+function checkOptionalFunction<F extends (...args: never[]) => unknown>(argument: string, value: F | undefined): F | undefined {
+  return value === undefined ? undefined : checkFunction<F>(argument, value);
 }
 
 function checkFragmentationLimit(value: unknown): number {

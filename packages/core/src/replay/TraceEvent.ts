@@ -1,4 +1,5 @@
 import type { SnapshotAction } from '../contracts/MemorySnapshot.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 
 /** What a trace event records: the actions of PyTorch's snapshot traces (c10 `TraceEntry::Action`) but `snapshot`. */
 export type TraceAction = Exclude<SnapshotAction, 'snapshot'>;
@@ -40,4 +41,33 @@ export interface TraceEvent {
   readonly timeUs?: number | null;
   /** `oom` only: the bytes the device reported free when the allocation failed. */
   readonly deviceFree?: number;
+}
+
+/**
+ * Checks a list of trace events handed to `traceSummary` or `replayTrace` (what `readTrace` returns always
+ * passes): an array of objects with a {@link TraceAction}, an `id` that is a safe integer of at least -1, and a
+ * `size` and `stream` that are non-negative safe integers; `pre`, when present, a boolean. One pass, O(events).
+ * @throws InvalidArgumentError naming the first bad event's field (`events[3].action`)
+ */
+export function checkTraceEvents(argument: string, events: unknown): readonly TraceEvent[] {
+  if (!Array.isArray(events)) throw new InvalidArgumentError(argument, events, 'an array of trace events (what readTrace returns)');
+  for (let i = 0; i < events.length; i++) {
+    const e: unknown = events[i];
+    const at = `${argument}[${i}]`;
+    if (typeof e !== 'object' || e === null) throw new InvalidArgumentError(at, e, 'a trace event { action, id, size, stream }');
+    const r = e as Record<string, unknown>;
+    if (!isTraceAction(r.action)) throw new InvalidArgumentError(`${at}.action`, r.action, `one of ${TRACE_ACTIONS.join(', ')}`);
+    if (typeof r.id !== 'number' || !Number.isSafeInteger(r.id) || r.id < -1) {
+      throw new InvalidArgumentError(`${at}.id`, r.id, 'a safe integer of at least -1 (-1 for events of no allocation)');
+    }
+    if (!isCount(r.size)) throw new InvalidArgumentError(`${at}.size`, r.size, 'a non-negative safe integer');
+    if (!isCount(r.stream)) throw new InvalidArgumentError(`${at}.stream`, r.stream, 'a non-negative safe integer');
+    if (r.pre !== undefined && typeof r.pre !== 'boolean') throw new InvalidArgumentError(`${at}.pre`, r.pre, 'true or false');
+    if (r.deviceFree !== undefined && !isCount(r.deviceFree)) throw new InvalidArgumentError(`${at}.deviceFree`, r.deviceFree, 'a non-negative safe integer');
+  }
+  return events as readonly TraceEvent[];
+}
+
+function isCount(value: unknown): value is number {
+  return typeof value === 'number' && Number.isSafeInteger(value) && value >= 0;
 }

@@ -1,5 +1,6 @@
 import { readdirSync } from 'node:fs';
 import { basename, join } from 'node:path';
+import { checkString } from '../validation/validate.js';
 
 /** Where a trace came from: PyTorch snapshots, compiler lifetime tables, or an RMM replay log. */
 export type TraceKind = 'pytorch' | 'static' | 'rmm-csv';
@@ -20,8 +21,10 @@ const CSV = '.csv';
  * Lists the traces under a trace root (see `findTraceRoot`): every `*.jsonl.gz` under `pytorch/` and `static/`
  * (at any depth) and every `*.csv` anywhere under `root`, sorted by name (then path). Missing subdirectories
  * contribute nothing; a missing or unreadable `root` gives an empty list.
+ * @throws InvalidArgumentError when `root` is not a non-empty string
  */
 export function listTraces(root: string): TraceFile[] {
+  checkString('root', root, 'the path of a trace root (a non-empty string; see findTraceRoot)');
   const traces: TraceFile[] = [];
   for (const kind of ['pytorch', 'static'] as const) {
     for (const path of walk(join(root, kind))) {

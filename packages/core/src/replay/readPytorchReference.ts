@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { checkString } from '../validation/validate.js';
 
 /** What PyTorch's own allocator did on one trace, as the trace root's README table records it. */
 export interface PytorchReference {
@@ -25,8 +26,10 @@ const COLUMNS = {
 /**
  * Reads the reference table from `<traceRoot>/README.md` at run time (the numbers are never copied into the
  * project). Returns one entry per row whose numbers parse; empty when the README or the table is missing.
+ * @throws InvalidArgumentError when `traceRoot` is not a non-empty string
  */
 export function readPytorchReference(traceRoot: string): Map<string, PytorchReference> {
+  checkString('traceRoot', traceRoot, 'the path of a trace root (a non-empty string; see findTraceRoot)');
   const rows = new Map<string, PytorchReference>();
   let text: string;
   try {

@@ -2,13 +2,15 @@ import { readFile } from 'node:fs/promises';
 import { parseRmmCsvLines } from '../adaptors/parseRmmCsv.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import type { TraceEvent } from './TraceEvent.js';
+import { checkString } from '../validation/validate.js';
 
 /**
  * Reads a replay log written by RMM's `logging_resource_adaptor` (see {@link parseRmmCsvLog}).
- * @throws InvalidArgumentError naming the file and line of a malformed row
+ * @throws InvalidArgumentError naming the file and line of a malformed row, or for a `path` that is not a non-empty string
  * @throws the file system's error when the file cannot be read
  */
 export async function readRmmCsv(path: string): Promise<TraceEvent[]> {
+  checkString('path', path, 'the path of an RMM log (a non-empty string)');
   return parseRmmCsvLog(await readFile(path, 'utf8'), path);
 }
 
@@ -23,6 +25,7 @@ export async function readRmmCsv(path: string): Promise<TraceEvent[]> {
  * pointer allocated while still live
  */
 export function parseRmmCsvLog(text: string, source = 'the RMM log'): TraceEvent[] {
+  if (typeof text !== 'string') throw new InvalidArgumentError('text', text, "the text of an RMM log (readRmmCsv reads a file's)");
   const events: TraceEvent[] = [];
   /** Ids of live allocations by pointer; the null pointer (zero-byte allocations) may repeat. */
   const live = new Map<number, number[]>();

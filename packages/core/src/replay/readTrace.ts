@@ -3,6 +3,7 @@ import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { checkString } from '../validation/validate.js';
 import type { TraceEvent } from './TraceEvent.js';
 import { isTraceAction, TRACE_ACTIONS } from './TraceEvent.js';
 
@@ -14,10 +15,12 @@ const QUOTE_CHARS = 120;
  * when the path ends in `.gz`. Streams the file line by line; blank lines are skipped. Fields: `action`, `id`
  * (null or absent for `segment_*` and `oom`, read as -1), `size`, `stream` (default 0), `addr`, `pre`, `t_us`;
  * others are ignored.
- * @throws InvalidArgumentError naming the file and line when a line is not a trace event, or the file is not gzip
+ * @throws InvalidArgumentError naming the file and line when a line is not a trace event, or the file is not gzip;
+ * for a `path` that is not a non-empty string (as a rejection)
  * @throws the file system's error when the file cannot be read
  */
 export async function readTrace(path: string): Promise<TraceEvent[]> {
+  checkString('path', path, 'the path of a trace file (a non-empty string)');
   const events: TraceEvent[] = [];
   let line = 0;
   // The callback form of pipeline destroys every stage on error, and the loop below sees the error (a read or

@@ -4,6 +4,10 @@ import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { isOutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { ReplayStoppedError } from './ReplayStoppedError.js';
 import type { TraceEvent } from './TraceEvent.js';
+import { checkTraceEvents } from './TraceEvent.js';
+import { checkBoolean, checkEnum, checkFunction, checkOptions } from '../validation/validate.js';
+
+const REPLAY_OPTION_KEYS: readonly (keyof ReplayOptions)[] = ['freeAt', 'streams', 'scale', 'stopWhen', 'onProgress', 'keepLive'];
 
 /** How {@link replayTrace} replays a trace. */
 export interface ReplayOptions {
@@ -85,11 +89,16 @@ interface Plan {
  * the replay, everything still live is freed unless `keepLive`.
  *
  * An `OutOfMemoryError` from the allocator ends the replay and is recorded in `failedAt`, not thrown.
- * @throws InvalidArgumentError when `scale` is not a positive finite number, a scaled size is not a safe
- * integer, or an id is allocated again while live
+ * @throws InvalidArgumentError before any allocation when `allocator` is not an Allocator (the arguments swapped,
+ * say), `events` is not an array of trace events (see `checkTraceEvents`), the options are not an object, hold an
+ * unknown key (naming the nearest) or a value of the wrong type, `scale` is not a positive finite number, or a
+ * scaled size is not a safe integer; during the replay when an id is allocated again while live
  * @throws whatever else the allocator throws (after freeing what the replay holds, unless `keepLive`)
  */
-export function replayTrace(allocator: Allocator, events: readonly TraceEvent[], options: ReplayOptions = {}): ReplayResult {
+export function replayTrace(allocator: Allocator, events: readonly TraceEvent[], given: ReplayOptions = {}): ReplayResult {
+  checkAllocator(allocator);
+  checkTraceEvents('events', events);
+  const options = checkReplayOptions(given);
   const plan = compile(events, options);
   const live: (DataPtr | undefined)[] = new Array<DataPtr | undefined>(plan.slots);
   const liveBytes = new Float64Array(plan.slots);
@@ -186,11 +195,29 @@ function freeAll(allocator: Allocator, live: (DataPtr | undefined)[], rethrow: b
   }
 }
 
-function compile(events: readonly TraceEvent[], options: ReplayOptions): Plan {
+/** @throws InvalidArgumentError unless `value` has an Allocator's `allocate` and `free` */
+function checkAllocator(value: unknown): void {
+  const candidate = value as Partial<Allocator> | null;
+  if (typeof candidate !== 'object' || candidate === null || Array.isArray(candidate) || typeof candidate.allocate !== 'function' || typeof candidate.free !== 'function') {
+    throw new InvalidArgumentError('allocator', value, 'an Allocator (replayTrace(allocator, events, options))');
+  }
+}
+
+function checkReplayOptions(given: ReplayOptions | undefined): ReplayOptions {
+  const options = checkOptions('options', given, REPLAY_OPTION_KEYS);
+  checkEnum('options.freeAt', options.freeAt, ['completed', 'requested'] as const);
+  checkBoolean('options.streams', options.streams);
+  checkBoolean('options.keepLive', options.keepLive);
+  if (options.stopWhen !== undefined) checkFunction('options.stopWhen', options.stopWhen, 'a function returning true to stop');
+  if (options.onProgress !== undefined) checkFunction('options.onProgress', options.onProgress, 'a function (done, total) => void');
   const scale = options.scale ?? 1;
   if (typeof scale !== 'number' || !Number.isFinite(scale) || scale <= 0) throw new InvalidArgumentError('options.scale', scale, 'a positive finite number');
+  return options;
+}
+
+function compile(events: readonly TraceEvent[], options: ReplayOptions): Plan {
+  const scale = options.scale ?? 1;
   const freeAt = options.freeAt ?? 'completed';
-  if (freeAt !== 'completed' && freeAt !== 'requested') throw new InvalidArgumentError('options.freeAt', freeAt, "'requested' or 'completed'");
   const completed = new Set<number>();
   const requested = new Set<number>();
   for (const e of events) {

@@ -1,4 +1,5 @@
 import type { TraceEvent } from './TraceEvent.js';
+import { checkTraceEvents } from './TraceEvent.js';
 
 /** Counts and peaks of a trace, from its events alone (no allocator involved). */
 export interface TraceSummary {
@@ -38,8 +39,13 @@ export interface TraceSummary {
   readonly capacityAtOomBytes: number | undefined;
 }
 
-/** Summarizes a trace: event counts, peak live bytes, and PyTorch's segment count and peak reserved bytes. */
-export function traceSummary(events: readonly TraceEvent[]): TraceSummary {
+/**
+ * Summarizes a trace: event counts, peak live bytes, and PyTorch's segment count and peak reserved bytes.
+ * @throws InvalidArgumentError when `events` is not an array of trace events (see `checkTraceEvents`), naming the
+ * first bad one: nothing is counted from an event that is not one
+ */
+export function traceSummary(given: readonly TraceEvent[]): TraceSummary {
+  const events = checkTraceEvents('events', given);
   const requested = new Set<number>();
   for (const e of events) if (e.action === 'free_requested') requested.add(e.id);
   const live = new Map<number, number>();

@@ -2,6 +2,7 @@ import type { DependencyContainer } from 'tsyringe';
 import { CpuMemoryBackend, type HostBuffer } from '../backends/CpuMemoryBackend.js';
 import { CachingAllocator } from '../engine/CachingAllocator.js';
 import type { Plugin } from '../contracts/Plugin.js';
+import { checkBoolean } from '../validation/validate.js';
 import type { DeviceAllocatorOptions, DeviceAllocatorSpec } from './registerDeviceAllocator.js';
 import { createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from './registerDeviceAllocator.js';
 
@@ -15,6 +16,7 @@ const CPU: DeviceAllocatorSpec<CpuAllocatorOptions, 'shared', CachingAllocator<H
   deviceType: 'cpu',
   deviceCount: 1,
   deviceOptions: ['shared'],
+  checkDeviceOptions: (own) => void checkBoolean('options.shared', own.shared),
   create: (_device, engine, own) => new CachingAllocator(new CpuMemoryBackend({ shared: own.shared ?? false }), engine),
 };
 
@@ -22,7 +24,8 @@ const CPU: DeviceAllocatorSpec<CpuAllocatorOptions, 'shared', CachingAllocator<H
  * The host allocator: the caching engine over ArrayBuffer (or SharedArrayBuffer) segments. The embedded
  * default of every runtime. `limit` is the engine's budget (a host memory budget: segments are 2 MiB or more,
  * so a budget under that serves nothing); options other than `shared` and `limit` go to the engine.
- * @throws InvalidArgumentError for a limit that is not a byte count, or a bad engine option
+ * @throws InvalidArgumentError for a limit that is not a byte count, a `shared` that is not a boolean, a bad
+ * engine option, or a key that is no option (naming the nearest one)
  */
 export function createCpuAllocator(options: CpuAllocatorOptions = {}): CachingAllocator<HostBuffer> {
   return createDeviceAllocator(CPU, options);

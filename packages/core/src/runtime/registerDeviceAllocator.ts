@@ -4,7 +4,7 @@ import { AllocatorFactory } from '../contracts/AllocatorFactory.js';
 import type { Device } from '../contracts/Device.js';
 import { formatDevice } from '../contracts/Device.js';
 import type { CachingAllocatorOptions } from '../engine/CachingAllocatorOptions.js';
-import { resolveCachingOptions } from '../engine/CachingAllocatorOptions.js';
+import { CACHING_OPTION_KEYS, resolveCachingOptions } from '../engine/CachingAllocatorOptions.js';
 import { BackendUnavailableError } from '../errors/BackendUnavailableError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { parseBytes } from '../units/formatBytes.js';
@@ -40,6 +40,17 @@ export interface DeviceAllocatorSpec<O extends DeviceAllocatorOptions, K extends
   /** The budget when the caller gives no `limit`; none when absent. */
   readonly defaultLimit?: number | string;
   /**
+   * Checks the device's own options (`own`: only the keys in `deviceOptions`, undefined ones left out) when the
+   * plugin's options are resolved, before any device is opened.
+   * @throws InvalidArgumentError naming the option (`options.shared`) that is bad
+   */
+  readonly checkDeviceOptions?: (own: Pick<O, K>) => void;
+  /**
+   * Engine options this device does not take (WebGPU cannot map pages: `['expandableSegments']`); giving one is
+   * refused as an unknown key. Default: none.
+   */
+  readonly engineOptionsLeftOut?: readonly string[];
+  /**
    * Makes the allocator for `device` (an index already checked): the caching engine over the device's backend,
    * with `engine` as its options (the plugin may put its own defaults under them, never over them), and device
    * services beside it. `engine.memoryLimit` is the budget; `budgetBytes` is the same in bytes, when it is bytes.
@@ -60,10 +71,11 @@ export interface DeviceAllocatorSettings<O, K extends keyof O> {
  * own keys, and the engine's options with `limit` as `memoryLimit`. Engine options are checked here too, so a bad
  * one is reported when the plugin is made, not on first use.
  * @throws InvalidArgumentError for options that are not an object, a `limit` that is not a byte count or a
- * fraction in (0, 1], a `reclaimers` or `memoryLimit` key (see {@link DeviceAllocatorOptions}), or a bad engine option
+ * fraction in (0, 1], a `reclaimers` or `memoryLimit` key (see {@link DeviceAllocatorOptions}), a key that is
+ * neither the engine's, the device's nor `limit` (naming the nearest known key), or a bad engine option
  */
 export function resolveDeviceOptions<O extends DeviceAllocatorOptions, K extends keyof O>(
-  spec: Pick<DeviceAllocatorSpec<O, K>, 'deviceType' | 'deviceOptions' | 'defaultLimit'>,
+  spec: Pick<DeviceAllocatorSpec<O, K>, 'deviceType' | 'deviceOptions' | 'defaultLimit' | 'checkDeviceOptions' | 'engineOptionsLeftOut'>,
   options: O,
 ): DeviceAllocatorSettings<O, K> {
   checkOptions('options', options);
@@ -78,6 +90,7 @@ export function resolveDeviceOptions<O extends DeviceAllocatorOptions, K extends
   if (raw.memoryLimit !== undefined) {
     throw new InvalidArgumentError('options.memoryLimit', raw.memoryLimit, `left out: the ${spec.deviceType} plugin's budget is options.limit (it becomes the engine's memoryLimit)`);
   }
+  checkOptions('options', options, deviceOptionKeys(spec));
   const own: Record<string, unknown> = {};
   const engine: Record<string, unknown> = {};
   const ownKeys = new Set<PropertyKey>(spec.deviceOptions);
@@ -88,6 +101,7 @@ export function resolveDeviceOptions<O extends DeviceAllocatorOptions, K extends
   const limit = options.limit ?? spec.defaultLimit;
   let budgetBytes: number | undefined;
   if (typeof limit === 'object' && limit !== null) {
+    checkOptions('options.limit', limit, ['fraction']);
     if (typeof limit.fraction !== 'number' || !(limit.fraction > 0 && limit.fraction <= 1)) {
       throw new InvalidArgumentError('options.limit.fraction', limit.fraction, "a fraction in (0, 1] of the device's capacity");
     }
@@ -101,8 +115,19 @@ export function resolveDeviceOptions<O extends DeviceAllocatorOptions, K extends
   if (typeof gc === 'number' && gc > 0 && engine.memoryLimit === undefined) {
     throw new InvalidArgumentError('options.garbageCollectionThreshold', gc, 'used together with options.limit (it is a fraction of the budget)');
   }
+  spec.checkDeviceOptions?.(own as Pick<O, K>);
   resolveCachingOptions(engine); // throws for a bad engine option now, naming it
   return { own: own as Pick<O, K>, engine, budgetBytes };
+}
+
+/**
+ * The keys a device plugin takes: its own, `limit`, and the engine's but `memoryLimit`, `reclaimers` and those
+ * the device leaves out.
+ */
+function deviceOptionKeys(spec: { readonly deviceOptions: readonly PropertyKey[]; readonly engineOptionsLeftOut?: readonly string[] }): string[] {
+  const leftOut = new Set<string>(['memoryLimit', 'reclaimers', ...(spec.engineOptionsLeftOut ?? [])]);
+  const engineKeys = CACHING_OPTION_KEYS.filter((key) => !leftOut.has(key));
+  return [...spec.deviceOptions.map(String), 'limit', ...engineKeys];
 }
 
 /**

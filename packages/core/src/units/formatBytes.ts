@@ -1,15 +1,31 @@
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'] as const;
 
-/** Formats a byte count in binary units with two decimals: `formatBytes(3 * 2 ** 20) === '3.00 MiB'`. */
+/**
+ * Formats a byte count in binary units with two decimals: `formatBytes(3 * 2 ** 20) === '3.00 MiB'`. Whole counts
+ * under 1 KiB print as integers (`'1023 B'`). A negative number is a difference of byte counts and prints as one,
+ * with its sign (`'-1.50 KiB'`); a fraction (a mean) prints with two decimals (`'0.50 B'`).
+ *
+ * Note [Formatting bad byte counts]: error messages (OutOfMemoryError's among them) format figures that user code
+ * supplied, such as a core's `capacityBytes`, so formatBytes never throws for a number: throwing would replace
+ * the error being reported. NaN and ±Infinity print as they are, in bytes and unscaled (`'NaN B'`,
+ * `'Infinity B'`, never `'Infinity PiB'`), so that the bad figure stays visible in the message that quotes it.
+ * @throws InvalidArgumentError for a value that is not a number
+ */
 export function formatBytes(bytes: number): string {
-  let value = bytes;
+  if (typeof bytes !== 'number') throw new InvalidArgumentError('bytes', bytes, 'a number of bytes');
+  if (!Number.isFinite(bytes)) return `${bytes} B`;
+  const sign = bytes < 0 ? '-' : '';
+  let value = Math.abs(bytes);
   let unit = 0;
   // Compare what will be printed, so that 1023.999 KiB carries over as 1.00 MiB.
-  while (unit < UNITS.length - 1 && Math.abs(unit === 0 ? value : Number(value.toFixed(2))) >= 1024) {
+  while (unit < UNITS.length - 1 && Number(value.toFixed(2)) >= 1024) {
     value /= 1024;
     unit++;
   }
-  return unit === 0 ? `${value} B` : `${value.toFixed(2)} ${UNITS[unit]}`;
+  if (unit === 0 && Number.isInteger(value)) return `${sign}${value} B`;
+  return `${sign}${value.toFixed(2)} ${UNITS[unit]}`;
 }
 
 /**

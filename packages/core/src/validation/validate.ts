@@ -16,6 +16,12 @@ export function checkCount(argument: string, value: unknown): number {
   return value;
 }
 
+/** Returns `value` when it is a non-empty string (a path, a text). @throws InvalidArgumentError saying what it is for */
+export function checkString(argument: string, value: unknown, what = 'a non-empty string'): string {
+  if (typeof value === 'string' && value !== '') return value;
+  throw new InvalidArgumentError(argument, value, what);
+}
+
 /** Throws unless `[offset, offset + length)` lies inside `[0, limit)`. */
 export function checkRange(argument: string, offset: number, length: number, limit: number, what: string): void {
   if (offset + length > limit) {

@@ -12,6 +12,24 @@ describeAllocatorContract('FailureCallbackAllocator over the CPU allocator', () 
 const summary = (f: AllocationFailure): [number, number] => [f.requestedBytes, f.attempt];
 
 describe('FailureCallbackAllocator#constructor', () => {
+  it('refuses unknown option keys (naming the nearest) and option values of the wrong type with InvalidArgumentError', () => {
+    const bad: [unknown, RegExp][] = [
+      [{ ownsUpstream: 'no' }, /options\.ownsUpstream must be true or false/],
+      [{ ownUpstream: false }, /options\.ownUpstream.*did you mean ownsUpstream\?/],
+      [[], /options must be an options object/],
+    ];
+    for (const [options, pattern] of bad) {
+      let error: unknown;
+      try {
+        new FailureCallbackAllocator(createCpuAllocator(), () => false, options as never);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(pattern);
+    }
+  });
+
   it('rejects a callback that is not a function and an upstream that is not an allocator', () => {
     expect(() => new FailureCallbackAllocator(createCpuAllocator(), true as never)).to.throw(InvalidArgumentError).with.property('argument', 'callback');
     expect(() => new FailureCallbackAllocator({ allocate: 1 } as never, () => false)).to.throw(InvalidArgumentError).with.property('argument', 'upstream');

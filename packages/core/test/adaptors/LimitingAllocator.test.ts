@@ -22,6 +22,24 @@ describeAllocatorContract('StatisticsAllocator over a LimitingAllocator over the
 const liveAt = (allocator: Allocator): number => allocator.memoryStats()['allocation.all.current'];
 
 describe('LimitingAllocator#constructor', () => {
+  it('refuses unknown option keys (naming the nearest) and option values of the wrong type with InvalidArgumentError', () => {
+    const bad: [unknown, RegExp][] = [
+      [{ ownsUpstream: 'no' }, /options\.ownsUpstream must be true or false/],
+      [{ ownUpstream: false }, /options\.ownUpstream.*did you mean ownsUpstream\?/],
+      [[], /options must be an options object/],
+    ];
+    for (const [options, pattern] of bad) {
+      let error: unknown;
+      try {
+        new LimitingAllocator(createCpuAllocator(), '1MiB', options as never);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(pattern);
+    }
+  });
+
   it('takes the limit as a byte count or as text', () => {
     expect(new LimitingAllocator(createCpuAllocator(), 4096).limitBytes).to.equal(4096);
     expect(new LimitingAllocator(createCpuAllocator(), '1.5 MiB').limitBytes).to.equal(1.5 * MiB);

@@ -27,6 +27,26 @@ function logged(upstream: Allocator = multiStream(), options: { threadId?: numbe
 const hex = (address: number): string => `0x${address.toString(16)}`;
 
 describe('LoggingAllocator#constructor', () => {
+  it('refuses unknown option keys (naming the nearest) and option values of the wrong type with InvalidArgumentError', () => {
+    const bad: [unknown, RegExp][] = [
+      [{ ownsUpstream: 'no' }, /options\.ownsUpstream must be true or false/],
+      [{ ownUpstream: false }, /options\.ownUpstream.*did you mean ownsUpstream\?/],
+      [[], /options must be an options object/],
+      [{ threadID: 1 }, /did you mean threadId\?/],
+      [{ clock: 5 }, /options\.clock/],
+    ];
+    for (const [options, pattern] of bad) {
+      let error: unknown;
+      try {
+        new LoggingAllocator(createCpuAllocator(), () => undefined, options as never);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(pattern);
+    }
+  });
+
   it('writes the RMM CSV header first', () => {
     const { allocator, lines } = logged();
     expect(lines).to.deep.equal(['Thread,Time,Action,Pointer,Size,Stream']);

@@ -9,6 +9,24 @@ describeAllocatorContract('StatisticsAllocator over the CPU allocator', () => ne
 const figures = (c: { current: number; peak: number; total: number }): number[] => [c.current, c.peak, c.total];
 
 describe('StatisticsAllocator#constructor', () => {
+  it('refuses unknown option keys (naming the nearest) and option values of the wrong type with InvalidArgumentError', () => {
+    const bad: [unknown, RegExp][] = [
+      [{ ownsUpstream: 'no' }, /options\.ownsUpstream must be true or false/],
+      [{ ownUpstream: false }, /options\.ownUpstream.*did you mean ownsUpstream\?/],
+      [[], /options must be an options object/],
+    ];
+    for (const [options, pattern] of bad) {
+      let error: unknown;
+      try {
+        new StatisticsAllocator(createCpuAllocator(), options as never);
+      } catch (e) {
+        error = e;
+      }
+      expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(pattern);
+    }
+  });
+
   it('rejects an upstream that is not an allocator', () => {
     expect(() => new StatisticsAllocator(null as unknown as Allocator))
       .to.throw(InvalidArgumentError)

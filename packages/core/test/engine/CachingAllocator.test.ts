@@ -11,7 +11,7 @@ import {
   UseAfterReleaseError,
 } from '@stowage/core';
 import { VirtualMemoryBackend, describeAllocatorContract } from '@stowage/core/testing';
-import { blockOf, engine, expectSnapshotCoversReserved, KiB, MiB } from './helpers.js';
+import { blockOf, engine, expectSnapshotCoversReserved, KiB, MiB, thrownBy } from './helpers.js';
 
 describeAllocatorContract('CachingAllocator (pytorch preset) over a virtual device', () => new CachingAllocator(new VirtualMemoryBackend(), { preset: 'pytorch' }));
 describeAllocatorContract('CachingAllocator (best preset) over a virtual device', () => new CachingAllocator(new VirtualMemoryBackend(), { preset: 'best' }));
@@ -803,5 +803,25 @@ describe('resolveCachingOptions', () => {
 
   it('rejects a null options object with InvalidArgumentError', () => {
     expect(make(null)).to.throw(InvalidArgumentError, /options/);
+  });
+
+  it('refuses boolean options given as anything but a boolean, enums outside their members and unknown keys with InvalidArgumentError', () => {
+    const bad: [unknown, RegExp][] = [
+      [{ unifiedPools: 'no' }, /options\.unifiedPools must be true or false; got "no"/],
+      [{ expandableSegments: 'yes' }, /options\.expandableSegments must be true or false/],
+      [{ deferCoalescing: 1 }, /options\.deferCoalescing must be true or false; got 1/],
+      [{ preset: 'fast' }, /options\.preset must be one of "best", "pytorch"/],
+      [{ maxSplitSze: '64MiB' }, /options\.maxSplitSze.*did you mean maxSplitSize\?/],
+      [{ unifiedPool: true }, /did you mean unifiedPools\?/],
+      [{ memoryLimit: { fracton: 0.5 } }, /options\.memoryLimit\.fracton.*did you mean fraction\?/],
+      [[], /options must be an options object/],
+    ];
+    for (const [options, pattern] of bad) {
+      const error = thrownBy(make(options));
+      expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(pattern);
+    }
+    // Valid input keeps its meaning: booleans, an undefined key, the presets.
+    expect(make({ unifiedPools: false, expandableSegments: true, deferCoalescing: false, preset: 'pytorch', maxSplitSize: undefined })).not.to.throw();
   });
 });

@@ -7,6 +7,14 @@ import { InvalidArgumentError } from '@stowage/core';
 import { readTrace } from '@stowage/core/replay';
 
 describe('readTrace', () => {
+  it('rejects a path that is not a non-empty string with InvalidArgumentError, not a TypeError', async () => {
+    for (const path of [null, undefined, 42, '', { path: 'a.jsonl' }]) {
+      const error: unknown = await readTrace(path as never).then(() => undefined, (caught: unknown) => caught);
+      expect(error, String(path)).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(/^path must be the path of a trace file/);
+    }
+  });
+
   let dir: string;
   before(() => {
     dir = mkdtempSync(join(tmpdir(), 'stowage-readTrace-'));

@@ -15,6 +15,35 @@ function direct(capacityBytes?: number): { backend: VirtualMemoryBackend; alloca
 }
 
 describe('replayTrace', () => {
+  it('refuses swapped arguments, events that are not trace events and bad options with InvalidArgumentError before allocating', () => {
+    const { allocator } = direct();
+    const events = [alloc(0, 64), freeRequested(0)];
+    const bad: [() => unknown, RegExp][] = [
+      [() => replayTrace(events as never, allocator as never), /allocator must be an Allocator/],
+      [() => replayTrace(null as never, events), /allocator must be an Allocator/],
+      [() => replayTrace(allocator, null as never), /events must be an array of trace events/],
+      [() => replayTrace(allocator, [{ foo: 1 }] as never), /events\[0\]\.action/],
+      [() => replayTrace(allocator, events, { scal: 2 } as never), /options\.scal.*did you mean scale\?/],
+      [() => replayTrace(allocator, events, { streams: 'yes' } as never), /options\.streams must be true or false/],
+      [() => replayTrace(allocator, events, { keepLive: 1 } as never), /options\.keepLive must be true or false/],
+      [() => replayTrace(allocator, events, { freeAt: 'never' } as never), /options\.freeAt must be one of "completed", "requested"/],
+      [() => replayTrace(allocator, events, { stopWhen: true } as never), /options\.stopWhen must be a function/],
+      [() => replayTrace(allocator, events, { onProgress: 'log' } as never), /options\.onProgress must be a function/],
+      [() => replayTrace(allocator, events, null as never), /options must be an options object/],
+    ];
+    for (const [call, pattern] of bad) {
+      let error: unknown;
+      try {
+        call();
+      } catch (caught) {
+        error = caught;
+      }
+      expect(error, String(error)).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(pattern);
+      expect(allocator.memoryStats()['allocation.all.allocated'], 'nothing allocated').to.equal(0);
+    }
+  });
+
   it('replays allocs and frees by id, counting ops and the peak of live requested bytes exactly', () => {
     const { backend, allocator } = direct();
     const result = replayTrace(allocator, [alloc(0, 100), alloc(1, 200), freeRequested(0), alloc(2, 50), freeRequested(1), freeRequested(2)]);

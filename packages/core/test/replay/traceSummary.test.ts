@@ -1,10 +1,33 @@
 import { expect } from 'chai';
 import type { TraceEvent } from '@stowage/core/replay';
+import { InvalidArgumentError } from '@stowage/core';
 import { traceSummary } from '@stowage/core/replay';
 
 const e = (action: TraceEvent['action'], id: number, size: number, extra: Partial<TraceEvent> = {}): TraceEvent => ({ action, id, size, stream: 0, ...extra });
 
 describe('traceSummary', () => {
+  it('refuses what is not a list of trace events with InvalidArgumentError naming the first bad one, counting nothing', () => {
+    const bad: [unknown, RegExp][] = [
+      [null, /events must be an array of trace events/],
+      [[{ foo: 1 }], /events\[0\]\.action must be one of alloc/],
+      [[e('alloc', 0, 8), null], /events\[1\] must be a trace event/],
+      [[e('alloc', 0, -8)], /events\[0\]\.size must be a non-negative safe integer/],
+      [[e('alloc', 0.5, 8)], /events\[0\]\.id must be a safe integer of at least -1/],
+      [[{ action: 'alloc', id: 0, size: 8 }], /events\[0\]\.stream/],
+      [[e('alloc', 0, 8, { pre: 'yes' as never })], /events\[0\]\.pre must be true or false/],
+    ];
+    for (const [events, pattern] of bad) {
+      let error: unknown;
+      try {
+        traceSummary(events as TraceEvent[]);
+      } catch (caught) {
+        error = caught;
+      }
+      expect(error, `${JSON.stringify(events)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(pattern);
+    }
+  });
+
   it("counts events, peak live bytes, and PyTorch's segments and peak reserved bytes", () => {
     const summary = traceSummary([
       e('alloc', 0, 100, { pre: true }),
