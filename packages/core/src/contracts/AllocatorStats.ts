@@ -1,7 +1,14 @@
 /** The four figures PyTorch keeps per statistic. */
 export type StatField = 'current' | 'peak' | 'allocated' | 'freed';
 
-/** The pools PyTorch breaks statistics down by. */
+/**
+ * The pools PyTorch breaks statistics down by. A block counts under the pool whose segment holds it, not under the
+ * size of its request: with the caching engine's `unifiedPools` (on in the `best` preset, the default, so for
+ * `cpu()`; and by default for `webgpu()` in either preset) every request is served from large segments, so small
+ * requests (≤ 1 MiB) count under `large_pool` and `small_pool` figures stay 0, where PyTorch would count them under
+ * `small_pool`. `all` is the same either way; `unifiedPools: false` (implied by the `pytorch` preset on the CPU)
+ * gives PyTorch's split.
+ */
 export type StatPool = 'all' | 'small_pool' | 'large_pool';
 
 /** Statistics that have the four fields and the pool breakdown. */
@@ -29,6 +36,8 @@ export type StatKey = `${StatName}.${StatPool}.${StatField}` | `oversize_${'allo
 
 /**
  * Memory statistics under PyTorch's key names (`torch.cuda.memory_stats()`), e.g.
- * `stats['allocated_bytes.all.current']`. Byte figures are bytes; counts are counts.
+ * `stats['allocated_bytes.all.current']`. Byte figures are bytes; counts are counts. The `small_pool` and
+ * `large_pool` figures follow the pool that holds a block (see {@link StatPool}): under unified pools small
+ * allocations show under `large_pool`.
  */
 export type AllocatorStats = Readonly<Record<StatKey, number>>;
