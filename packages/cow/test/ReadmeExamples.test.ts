@@ -109,29 +109,12 @@ function formatDiagnostics(diagnostics: readonly ts.Diagnostic[]): string {
   });
 }
 
-/**
- * Faults of the packages' declarations (not of the README) that an example hits, tolerated until they are fixed:
- * each entry matches a diagnostic by code and text. The last test fails once an entry no longer occurs, so that a
- * fixed fault is removed from this list.
- */
-const KNOWN_FAULTS: readonly { readonly code: number; readonly text: string; readonly why: string }[] = [
-  {
-    code: 2379,
-    text: "Types of property 'pageMapping' are incompatible",
-    why: 'MemoryBackend.pageMapping is declared `?: PageMapping<H>`; VirtualMemoryBackend assigns `| undefined`, which exactOptionalPropertyTypes refuses (issue 17, item 7)',
-  },
-];
-
-const isKnownFault = (d: ts.Diagnostic, fault: (typeof KNOWN_FAULTS)[number]): boolean =>
-  d.code === fault.code && ts.flattenDiagnosticMessageText(d.messageText, '\n').includes(fault.text);
-
 const examples = readmes().flatMap(examplesOf);
 
 describe('README examples', function () {
   this.timeout(120_000);
   const diagnosticsByFile = new Map<string, ts.Diagnostic[]>();
   let globalDiagnostics: ts.Diagnostic[] = [];
-  const faultsSeen = new Set<(typeof KNOWN_FAULTS)[number]>();
 
   before(() => {
     rmSync(workDir, { recursive: true, force: true });
@@ -166,14 +149,7 @@ describe('README examples', function () {
       continue;
     }
     it(`${where} type-checks as written`, () => {
-      const diagnostics = (diagnosticsByFile.get(join(workDir, `${example.name}.mts`)) ?? []).filter((d) => {
-        const fault = KNOWN_FAULTS.find((f) => isKnownFault(d, f));
-        if (fault) {
-          faultsSeen.add(fault);
-          console.log(`    tolerated known fault TS${fault.code}: ${fault.why}`);
-        }
-        return fault === undefined;
-      });
+      const diagnostics = diagnosticsByFile.get(join(workDir, `${example.name}.mts`)) ?? [];
       expect(diagnostics.length, `${where}:\n${formatDiagnostics(diagnostics)}`).to.equal(0);
     });
     if (example.mode === 'typecheck-only') {
@@ -205,8 +181,4 @@ describe('README examples', function () {
       }
     });
   }
-
-  it('still hits every tolerated known fault (remove fixed ones from KNOWN_FAULTS)', () => {
-    expect(KNOWN_FAULTS.filter((f) => !faultsSeen.has(f)).map((f) => f.why)).to.deep.equal([]);
-  });
 });

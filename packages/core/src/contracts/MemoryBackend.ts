@@ -72,7 +72,7 @@ export interface MemoryBackend<H = unknown> {
    * expandable segment per stream instead of reserving many fixed ones. Absent when the backend can only
    * malloc whole segments.
    */
-  readonly pageMapping?: PageMapping<H>;
+  readonly pageMapping?: PageMapping<H> | undefined;
 
   /**
    * A sentence for the OutOfMemoryError of a request the device can never serve whatever is free (over a
