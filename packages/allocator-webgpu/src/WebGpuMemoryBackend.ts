@@ -141,7 +141,11 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     return this.#epochs.count;
   }
 
+  /** @throws InvalidArgumentError for `shared: true` (GPU memory is never host shared memory) or an unknown usage */
   segmentKind(options: AllocateOptions): number {
+    if (options.shared !== undefined && options.shared !== false) {
+      throw new InvalidArgumentError('options.shared', options.shared, 'false or nothing on webgpu: GPU memory cannot be host shared memory (allocate on cpu with { shared: true } to cross threads)');
+    }
     return kindOfUsage(options.usage);
   }
 

@@ -53,7 +53,9 @@ describe('WebGpuAllocator', function () {
       const before = allocator.memoryStats();
       expect(() => allocator.allocate(256, { usage: 'vertex' })).to.throw(InvalidArgumentError, /options.usage/);
       expect(() => allocator.allocate(256, { usage: 'readback' })).to.throw(InvalidArgumentError, /Runtime#read/);
-      expect(allocator.memoryStats()).to.deep.equal(before);
+      expect(() => allocator.allocate(256, { shared: true }), 'GPU memory is never host shared memory').to.throw(InvalidArgumentError, /options\.shared/);
+      expect(allocator.allocate(256, { shared: false }).byteLength, 'the default is served').to.equal(256);
+      expect(allocator.memoryStats()['allocation.all.current']).to.equal(before['allocation.all.current'] + 1);
       expect(allocator.allocate(256).byteLength).to.equal(256);
     });
 
