@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import type { Runtime, TensorImpl } from '@stowage/core';
-import { createRuntime, hostBytes, InvalidArgumentError, TensorHooks, UseAfterReleaseError } from '@stowage/core';
+import type { ReshapePolicy as ReshapePolicyType, Runtime, TensorImpl } from '@stowage/core';
+import { createRuntime, hostBytes, InvalidArgumentError, ReshapePolicy, TensorHooks, TensorImpl as TensorImplClass, UseAfterReleaseError } from '@stowage/core';
 
 /** Writes 0, 1, 2, … into a float32 tensor's storage. */
 function iota(t: TensorImpl): void {
@@ -137,4 +137,43 @@ describe('TensorImpl#clone', () => {
     t.storage.release();
     expect(() => t.clone()).to.throw(UseAfterReleaseError);
   });
+});
+
+describe('TensorImpl constructor (what it is handed)', () => {
+  it('refuses a null context, a non-storage and a bad shadow with InvalidArgumentError', async () => {
+    await using rt = await createRuntime();
+    const storage = rt.storage(16);
+    const bad: [string, () => unknown][] = [
+      ['context', () => new TensorImplClass(storage, { sizes: [4], dtype: 'float32' }, null as never)],
+      ['storage', () => new TensorImplClass(null as never, { sizes: [4], dtype: 'float32' }, rt)],
+      ['shadow', () => new TensorImplClass(storage, { sizes: [4], dtype: 'float32' }, rt, 7 as never)],
+      ['layout.size', () => new TensorImplClass(storage, { size: [4], sizes: [4], dtype: 'float32' } as never, rt)],
+    ];
+    for (const [argument, make] of bad) {
+      let error: unknown;
+      try {
+        make();
+      } catch (e) {
+        error = e;
+      }
+      expect(error, argument).to.be.instanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).argument).to.equal(argument);
+    }
+  });
+});
+
+describe('TensorImpl#reshape (what the policy returns)', () => {
+  const policies: { name: string; reshape: (t: TensorImpl) => unknown }[] = [
+    { name: 'its input, unchanged in shape', reshape: (t) => t },
+    { name: 'null', reshape: () => null },
+    { name: 'a non-tensor', reshape: () => ({ sizes: [2, 2] }) },
+  ];
+  for (const { name, reshape } of policies) {
+    it(`refuses a policy that returns ${name}, naming the policy`, async () => {
+      const policy = { name: 'mine', reshape } as unknown as ReshapePolicyType;
+      await using rt = await createRuntime({ plugins: [{ name: 'mine', register: (c) => void c.register(ReshapePolicy, { useValue: policy }) }] });
+      const t = rt.tensor([4]);
+      expect(() => t.reshape([2, 2])).to.throw(InvalidArgumentError, /^the value by the reshape policy "mine" for reshape\(\[2, 2\]\) returned must be a float32 TensorImpl of sizes \[2, 2\]/);
+    });
+  }
 });

@@ -12,6 +12,7 @@ import { Runtime } from './Runtime.js';
 import { StorageHooks } from '../contracts/StorageHooks.js';
 import { TensorHooks } from '../contracts/TensorHooks.js';
 import { resolve, resolveAll } from '../contracts/Token.js';
+import { checkOptions } from '../validation/validate.js';
 
 export interface RuntimeOptions {
   /** Plugins in order; a later registration of a token wins over an earlier one (and over core's defaults). */
@@ -25,24 +26,29 @@ export interface RuntimeOptions {
 
 /**
  * Composes a runtime: a child container with core's defaults (the CPU allocator, the alias reshape policy),
- * then each plugin's registrations. Async because device adapters are.
- * @throws InvalidArgumentError for a plugin that is not `{ name, register }`
+ * then each plugin's registrations. Async because device adapters are. Every plugin is checked before any
+ * registers, so a bad list leaves nothing half-built; what plugins registered is checked where it is resolved
+ * (the reshape policy here, factories and decorators by the AllocatorRegistry), with errors naming the plugin.
+ * @throws InvalidArgumentError (as a rejected promise) for options that are not RuntimeOptions, a `parent` that is
+ * not a tsyringe container, a plugin that is not `{ name, register }` with a non-empty string name, or a
+ * registered reshape policy without `reshape`
  */
-export async function createRuntime(options: RuntimeOptions = {}): Promise<Runtime> {
-  const plugins = options.plugins ?? [];
-  if (!Array.isArray(plugins)) throw new InvalidArgumentError('plugins', plugins, 'an array of plugins');
+export async function createRuntime(options?: RuntimeOptions): Promise<Runtime> {
+  const checked = checkOptions('options', options, ['plugins', 'parent']);
+  const plugins = checked.plugins ?? [];
+  if (!Array.isArray(plugins)) throw new InvalidArgumentError('options.plugins', plugins, 'an array of plugins');
+  for (const [i, plugin] of (plugins as readonly unknown[]).entries()) checkPlugin(`plugins[${i}]`, plugin);
+  const given = checked.parent as Partial<DependencyContainer> | undefined;
+  if (given !== undefined && (typeof given !== 'object' || given === null || typeof given.createChildContainer !== 'function')) {
+    throw new InvalidArgumentError('options.parent', given, 'a tsyringe DependencyContainer (or nothing, for the root container)');
+  }
   // tsyringe is loaded here, not at import: it needs the reflect-metadata polyfill, which only applications
   // load, and users of core's allocators alone should not need it.
-  const parent = options.parent ?? (await import('tsyringe')).container;
+  const parent = checked.parent ?? (await import('tsyringe')).container;
   const container = parent.createChildContainer();
   registerCpuAllocator(container);
   container.register(ReshapePolicy, { useValue: new AliasReshapePolicy() });
-  for (const [i, plugin] of plugins.entries()) {
-    if (typeof plugin !== 'object' || plugin === null || typeof plugin.register !== 'function') {
-      throw new InvalidArgumentError(`plugins[${i}]`, plugin, 'a plugin: an object with name and register(container)');
-    }
-    await plugin.register(container);
-  }
+  for (const plugin of plugins) await plugin.register(container);
   const context: AllocatorContext = {
     container,
     reclaimers: () => [...resolveAll(container, IpcCollector), ...resolveAll(container, LmsReclaimer)],
@@ -54,10 +60,37 @@ export async function createRuntime(options: RuntimeOptions = {}): Promise<Runti
   const runtime = new Runtime({
     container,
     allocators,
-    reshapePolicy: resolve(container, ReshapePolicy),
+    reshapePolicy: resolveReshapePolicy(container),
     storageHooks: resolveAll(container, StorageHooks),
     tensorHooks: resolveAll(container, TensorHooks),
   });
   container.register(Runtime, { useValue: runtime });
   return runtime;
+}
+
+/** Throws unless `plugin` is `{ name, register }` with a non-empty string name. */
+function checkPlugin(argument: string, plugin: unknown): asserts plugin is Plugin {
+  const p = plugin as Partial<Plugin> | null;
+  if (typeof p !== 'object' || p === null || Array.isArray(p) || typeof p.register !== 'function') {
+    throw new InvalidArgumentError(argument, plugin, 'a plugin: an object with name and register(container)');
+  }
+  if (typeof p.name !== 'string' || p.name === '') throw new InvalidArgumentError(`${argument}.name`, p.name, 'a non-empty string naming the plugin');
+}
+
+/**
+ * The registered reshape policy, checked: an object with a `reshape` function (what it returns is checked by
+ * TensorImpl#reshape). A `null` registered as a policy is refused here instead of failing in tsyringe.
+ */
+function resolveReshapePolicy(container: DependencyContainer): ReshapePolicy {
+  let policy: unknown;
+  try {
+    policy = resolve(container, ReshapePolicy);
+  } catch (error) {
+    throw new InvalidArgumentError('the registered ReshapePolicy', undefined, 'a ReshapePolicy registered with { useValue: policy } (resolving it failed)', { cause: error });
+  }
+  const p = policy as Partial<ReshapePolicy> | null;
+  if (typeof p !== 'object' || p === null || typeof p.reshape !== 'function') {
+    throw new InvalidArgumentError('the registered ReshapePolicy', policy, 'an object with name and reshape(tensor, sizes)');
+  }
+  return p as ReshapePolicy;
 }

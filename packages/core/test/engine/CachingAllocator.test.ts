@@ -805,3 +805,11 @@ describe('resolveCachingOptions', () => {
     expect(make(null)).to.throw(InvalidArgumentError, /options/);
   });
 });
+
+describe('CachingAllocator constructor (the backend)', () => {
+  for (const backend of [null, undefined, {}, 'cpu']) {
+    it(`refuses ${String(backend === undefined ? 'undefined' : JSON.stringify(backend))} as a backend with InvalidArgumentError`, () => {
+      expect(() => new CachingAllocator(backend as never)).to.throw(InvalidArgumentError, /^backend must be a MemoryBackend/);
+    });
+  }
+});
