@@ -385,3 +385,24 @@ describe('Runtime#adopt and Allocator#free (one owner per pointer)', () => {
     expect(storage.data().isReleased).to.equal(false);
   });
 });
+
+describe('createRuntime (what plugins register)', () => {
+  const registrations: { name: string; register: (c: DependencyContainer) => void; message: RegExp }[] = [
+    { name: 'container.register(ReshapePolicy, null)', register: (c) => void c.register(ReshapePolicy, null as never), message: /^plugins\[0\] must be a plugin whose register\(container\) succeeds; the plugin "p" threw/ },
+    { name: 'an AllocatorFactory registered as { useValue: null }', register: (c) => void c.register(AllocatorFactory, { useValue: null as never }), message: /^the registered AllocatorFactory must be/ },
+    { name: 'a plugin whose register throws a TypeError', register: () => void (null as unknown as { x: number }).x, message: /^plugins\[0\] must be a plugin whose register\(container\) succeeds/ },
+  ];
+  for (const { name, register, message } of registrations) {
+    it(`refuses ${name} with InvalidArgumentError naming it`, async () => {
+      const error = await rejectionOf(createRuntime({ plugins: [{ name: 'p', register }] }));
+      expect(error).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(message);
+    });
+  }
+
+  it('passes a typed error a plugin throws through unchanged', async () => {
+    const thrown = new BackendUnavailableError('no device');
+    const error = await rejectionOf(createRuntime({ plugins: [{ name: 'p', register: () => { throw thrown; } }] }));
+    expect(error).to.equal(thrown);
+  });
+});

@@ -11,7 +11,9 @@ import { ReshapePolicy } from '../contracts/ReshapePolicy.js';
 import { Runtime } from './Runtime.js';
 import { StorageHooks } from '../contracts/StorageHooks.js';
 import { TensorHooks } from '../contracts/TensorHooks.js';
+import type { Token } from '../contracts/Token.js';
 import { resolve, resolveAll } from '../contracts/Token.js';
+import { StowageError } from '../errors/StowageError.js';
 import { checkOptions } from '../validation/validate.js';
 
 export interface RuntimeOptions {
@@ -48,21 +50,25 @@ export async function createRuntime(options?: RuntimeOptions): Promise<Runtime> 
   const container = parent.createChildContainer();
   registerCpuAllocator(container);
   container.register(ReshapePolicy, { useValue: new AliasReshapePolicy() });
-  for (const plugin of plugins) await plugin.register(container);
+  for (const [i, plugin] of plugins.entries()) await registerPlugin(`plugins[${i}]`, plugin, container);
   const context: AllocatorContext = {
     container,
     reclaimers: () => [...resolveAll(container, IpcCollector), ...resolveAll(container, LmsReclaimer)],
   };
   container.register(AllocatorContext, { useValue: context });
-  const allocators = new AllocatorRegistry(resolveAll(container, AllocatorFactory), context, resolveAll(container, AllocatorDecorator));
+  const allocators = new AllocatorRegistry(
+    resolveRegistered(container, AllocatorFactory, 'AllocatorFactory'),
+    context,
+    resolveRegistered(container, AllocatorDecorator, 'AllocatorDecorator'),
+  );
   container.register(AllocatorRegistry, { useValue: allocators });
   container.register(Allocator, { useFactory: () => allocators.get('cpu') });
   const runtime = new Runtime({
     container,
     allocators,
     reshapePolicy: resolveReshapePolicy(container),
-    storageHooks: resolveAll(container, StorageHooks),
-    tensorHooks: resolveAll(container, TensorHooks),
+    storageHooks: resolveRegistered(container, StorageHooks, 'StorageHooks'),
+    tensorHooks: resolveRegistered(container, TensorHooks, 'TensorHooks'),
   });
   container.register(Runtime, { useValue: runtime });
   return runtime;
@@ -93,4 +99,28 @@ function resolveReshapePolicy(container: DependencyContainer): ReshapePolicy {
     throw new InvalidArgumentError('the registered ReshapePolicy', policy, 'an object with name and reshape(tensor, sizes)');
   }
   return p as ReshapePolicy;
+}
+
+/**
+ * Runs a plugin's registration. A StowageError (a device that cannot be used, bad options) passes through; any
+ * other error (tsyringe's TypeError for `container.register(token, null)`, a bug in the plugin) becomes an
+ * InvalidArgumentError naming the plugin, with the original as its cause.
+ */
+async function registerPlugin(argument: string, plugin: Plugin, container: DependencyContainer): Promise<void> {
+  try {
+    await plugin.register(container);
+  } catch (error) {
+    if (error instanceof StowageError) throw error;
+    const message = error instanceof Error ? error.message : String(error);
+    throw new InvalidArgumentError(argument, plugin, `a plugin whose register(container) succeeds; the plugin ${JSON.stringify(plugin.name)} threw: ${message}`, { cause: error });
+  }
+}
+
+/** Every registration of `token`; a registration tsyringe cannot resolve (`{ useValue: null }`) is an InvalidArgumentError. */
+function resolveRegistered<T>(container: DependencyContainer, token: Token<T>, name: string): T[] {
+  try {
+    return resolveAll(container, token);
+  } catch (error) {
+    throw new InvalidArgumentError(`the registered ${name}`, undefined, `registered as a value, a factory or a class (resolving it failed: ${error instanceof Error ? error.message : String(error)})`, { cause: error });
+  }
 }
