@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import type { ReshapePolicy as ReshapePolicyType, Runtime, TensorImpl } from '@stowage/core';
-import { createRuntime, hostBytes, InvalidArgumentError, ReshapePolicy, TensorHooks, TensorImpl as TensorImplClass, UseAfterReleaseError } from '@stowage/core';
+import { AliasReshapePolicy, createRuntime, hostBytes, InvalidArgumentError, ReshapePolicy, TensorHooks, TensorImpl as TensorImplClass, UseAfterReleaseError, viewStrides } from '@stowage/core';
 
 /** Writes 0, 1, 2, … into a float32 tensor's storage. */
 function iota(t: TensorImpl): void {
@@ -176,4 +176,30 @@ describe('TensorImpl#reshape (what the policy returns)', () => {
       expect(() => t.reshape([2, 2])).to.throw(InvalidArgumentError, /^the value by the reshape policy "mine" for reshape\(\[2, 2\]\) returned must be a float32 TensorImpl of sizes \[2, 2\]/);
     });
   }
+});
+
+describe('AliasReshapePolicy#reshape, viewStrides and hostBytes (what they are handed)', () => {
+  it('refuse a non-tensor, bad sizes or strides, and a non-pointer with InvalidArgumentError', async () => {
+    await using rt = await createRuntime();
+    const t = rt.tensor([2, 3]);
+    const policy = new AliasReshapePolicy();
+    const bad: [string, () => unknown][] = [
+      ['tensor', () => policy.reshape(null as never, [6])],
+      ['sizes', () => policy.reshape(t, [7])],
+      ['oldSizes', () => viewStrides(null as never, [1], [1])],
+      ['oldStrides', () => viewStrides([2, 3], [1], [6])],
+      ['newSizes[0]', () => viewStrides([2], [1], [0.5])],
+      ['ptr', () => hostBytes(undefined as never)],
+    ];
+    for (const [argument, call] of bad) {
+      let error: unknown;
+      try {
+        call();
+      } catch (e) {
+        error = e;
+      }
+      expect(error, argument).to.be.instanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).argument).to.equal(argument);
+    }
+  });
 });

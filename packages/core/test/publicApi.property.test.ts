@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import fc from 'fast-check';
 import type { Allocator, DataPtr, MinimalAllocator, Runtime } from '@stowage/core';
 import {
+  AliasReshapePolicy,
   CachingAllocator,
   CpuMemoryBackend,
   FailureCallbackAllocator,
@@ -17,10 +18,12 @@ import {
   createCpuAllocator,
   createRuntime,
   formatBytes,
+  hostBytes,
   makeAllocator,
   makeDirectAllocator,
   parseBytes,
   parseDevice,
+  viewStrides,
   wrapAllocators,
 } from '@stowage/core';
 import { assertAllocatorInvariants, VirtualMemoryBackend } from '@stowage/core/testing';
@@ -31,7 +34,8 @@ import { assertAllocatorInvariants, VirtualMemoryBackend } from '@stowage/core/t
  * functions), either succeeds or throws a StowageError with a code, never another error; and afterwards the
  * allocator it touched still allocates, and its statistics equal a recount of the pointers the test holds.
  * Plausible values (small byte counts, 'cpu', 'float32', the runtime's own storages and pointers) are mixed in,
- * so that calls get past their first check.
+ * so that calls get past their first check. Not fed junk: `new DataPtr(init)`, which only allocators call, on the
+ * allocation path (Note [Few large functions on the hot path]), and which checks nothing by design.
  */
 
 /** Junk of every kind, with some plausible values among it. */
@@ -150,6 +154,8 @@ describe('the public API of core under junk (Note [The public API under junk])',
     ['a StatisticsAllocator', () => new StatisticsAllocator(createCpuAllocator())],
     ['a LimitingAllocator', () => new LimitingAllocator(createCpuAllocator(), '1MiB')],
     ['a TrackingAllocator', () => new TrackingAllocator(createCpuAllocator(), { captureStacks: false })],
+    ['a LoggingAllocator', () => new LoggingAllocator(createCpuAllocator(), () => {})],
+    ['a FailureCallbackAllocator', () => new FailureCallbackAllocator(createCpuAllocator(), () => false)],
   ];
   for (const [kind, make] of allocators) {
     for (const [name, arity, call] of allocatorCalls) {
@@ -179,6 +185,24 @@ describe('the public API of core under junk (Note [The public API under junk])',
       fc.asyncProperty(fc.constantFrom(...methods), args(3, f.plausible), async (method, a) => {
         const fn = (f.tensor as unknown as Record<string, (...x: unknown[]) => unknown>)[method]!;
         const made = await expectTypedOrSuccess(`TensorImpl#${method}`, () => fn.apply(f.tensor, a));
+        if (made instanceof TensorImpl && made.storage !== f.tensor.storage && made.storage !== f.storage) made.storage.release();
+        expectConsistent(rt.allocator(), livePointers(f));
+      }),
+      RUNS,
+    );
+  });
+
+  it('AliasReshapePolicy#reshape, viewStrides and hostBytes give a typed error or succeed', async () => {
+    const f = fixtures();
+    const policy = new AliasReshapePolicy();
+    const calls: [string, (a: unknown[]) => unknown][] = [
+      ['AliasReshapePolicy#reshape', (a) => policy.reshape(a[0] as TensorImpl, a[1] as number[])],
+      ['viewStrides', (a) => viewStrides(a[0] as number[], a[1] as number[], a[2] as number[])],
+      ['hostBytes', (a) => hostBytes(a[0] as DataPtr)],
+    ];
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom(...calls), args(3, [...f.plausible, [3, 1], [6], [1]]), async ([name, call], a) => {
+        const made = await expectTypedOrSuccess(name, () => call(a));
         if (made instanceof TensorImpl && made.storage !== f.tensor.storage && made.storage !== f.storage) made.storage.release();
         expectConsistent(rt.allocator(), livePointers(f));
       }),
