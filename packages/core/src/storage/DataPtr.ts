@@ -77,8 +77,9 @@ export class DataPtr<H = unknown> implements Disposable {
    * The live storage that holds this pointer, or null. Note [One holder per pointer]: a StorageImpl holds its
    * DataPtr from construction (or `setDataPtr`) until it lets it go (`setDataPtr`, `resize`, `release`); while
    * held, no second storage may take it (`rt.adopt(p)` twice, `new StorageImpl`, `sibling`) and
-   * `allocator.free(ptr)` refuses it, so that no storage ever reports memory live that was freed under it.
-   * Releasing the pointer itself (`ptr.release()`, what COW and IPC owners do) is not refused.
+   * `allocator.free(ptr)` and `ptr.release()` refuse it, so that no storage ever reports memory live that was freed
+   * under it (whatever the allocator's own `free` does: an adaptor's, a device's for imported buffers). Owners that
+   * swap pointers (COW materialization, LMS page-in) take the old one back with `setDataPtr` before releasing it.
    */
   get holder(): object | null {
     return this.#holder;
@@ -116,7 +117,8 @@ export class DataPtr<H = unknown> implements Disposable {
 
   /**
    * Frees the allocation through the deleter.
-   * @throws DoubleFreeError when already released; nothing is freed twice.
+   * @throws DoubleFreeError when already released; nothing is freed twice. InvalidArgumentError while a live
+   * storage holds the pointer (Note [One holder per pointer]); nothing changes.
    */
   release(): void {
     if (this.#released) {
@@ -124,8 +126,14 @@ export class DataPtr<H = unknown> implements Disposable {
         `The ${this.byteLength}-byte allocation at address 0x${this.address.toString(16)} on ${formatDevice(this.device)} was already released.`,
       );
     }
+    if (this.#holder !== null) {
+      throw new InvalidArgumentError(
+        'ptr',
+        this,
+        `a pointer no live storage holds: the ${this.byteLength}-byte allocation at 0x${this.address.toString(16)} belongs to a live storage; release the storage instead`,
+      );
+    }
     this.#released = true;
-    this.#holder = null;
     const deleter = this.#deleter;
     this.#deleter = null;
     deleter?.(this.#context);
