@@ -30,7 +30,7 @@ describe('AllocatorRegistry (what plugins hand back)', () => {
       await using rt = await createRuntime({ plugins: [{ name: 'broken', register: (c) => void c.register(AllocatorFactory, { useValue: factory }) }] });
       const error = thrownBy(() => rt.storage(8));
       expect(error).to.be.instanceOf(InvalidArgumentError);
-      expect((error as Error).message).to.match(/^the value by the AllocatorFactory for 'cpu' \(create\(cpu:0\)\) returned must be an Allocator/);
+      expect((error as Error).message).to.match(/^the value the AllocatorFactory for 'cpu' \(create\(cpu:0\)\) returned must be an Allocator/);
     });
   }
 

@@ -173,7 +173,7 @@ describe('TensorImpl#reshape (what the policy returns)', () => {
       const policy = { name: 'mine', reshape } as unknown as ReshapePolicyType;
       await using rt = await createRuntime({ plugins: [{ name: 'mine', register: (c) => void c.register(ReshapePolicy, { useValue: policy }) }] });
       const t = rt.tensor([4]);
-      expect(() => t.reshape([2, 2])).to.throw(InvalidArgumentError, /^the value by the reshape policy "mine" for reshape\(\[2, 2\]\) returned must be a float32 TensorImpl of sizes \[2, 2\]/);
+      expect(() => t.reshape([2, 2])).to.throw(InvalidArgumentError, /^the value the reshape policy "mine" \(reshape\(\[2, 2\]\)\) returned must be a float32 TensorImpl of sizes \[2, 2\]/);
     });
   }
 });

@@ -57,13 +57,13 @@ export class AllocatorRegistry implements Disposable {
         `No allocator is registered for ${key}: this runtime serves ${this.deviceTypes.join(', ')}. Add the plugin for '${parsed.type}' to createRuntime({ plugins }).`,
       );
     }
-    let allocator = checkReturned(`by the AllocatorFactory for '${parsed.type}' (create(${key}))`, factory.create(parsed, this.#context), isAllocator, 'an Allocator');
+    let allocator = checkReturned(`the AllocatorFactory for '${parsed.type}' (create(${key}))`, factory.create(parsed, this.#context), isAllocator, 'an Allocator');
     try {
       checkServes(allocator, parsed);
       for (const decorator of this.#decorators) {
         if (decorator.deviceType !== parsed.type) continue;
         const wrapped: unknown = decorator.wrap(allocator, parsed);
-        allocator = checkReturned(`by the AllocatorDecorator for '${parsed.type}' (a wrapAllocators wrapper)`, wrapped, isAllocator, `an Allocator (the one it was given, wrapped)`);
+        allocator = checkReturned(`the AllocatorDecorator for '${parsed.type}' (a wrapAllocators wrapper)`, wrapped, isAllocator, `an Allocator (the one it was given, wrapped)`);
       }
       checkServes(allocator, parsed);
     } catch (error) {

@@ -174,7 +174,7 @@ export class TensorImpl {
     const policy = this.#context.reshapePolicy;
     const result: unknown = policy.reshape(this, newSizes);
     return checkReturned(
-      `by the reshape policy ${describeValue(policy.name)} for reshape([${newSizes.join(', ')}])`,
+      `the reshape policy ${describeValue(policy.name)} (reshape([${newSizes.join(', ')}]))`,
       result,
       (value): value is TensorImpl =>
         value instanceof TensorImpl && value.dtype === this.dtype && value.sizes.length === newSizes.length && value.sizes.every((n, i) => n === newSizes[i]),
