@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { EventEmitter } from 'eventemitter3';
-import type { Allocator, AllocatorEvents, DataPtr } from '@stowage/core';
+import type { AllocateOptions, Allocator, AllocatorEvents, DataPtr } from '@stowage/core';
 import {
   CpuMemoryBackend,
   createCpuAllocator,
@@ -172,8 +172,8 @@ describe('ForwardingAllocator#dispose', () => {
 /** Counts live pointers through the adoption hook, whichever path releases them. */
 class CountingAllocator extends ForwardingAllocator {
   live = 0;
-  override allocate(nbytes: number): DataPtr {
-    const ptr = super.allocate(nbytes);
+  override allocate(nbytes: number, options?: AllocateOptions): DataPtr {
+    const ptr = super.allocate(nbytes, options);
     this.live++;
     return ptr;
   }

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { DataPtr, DoubleFreeError } from '@stowage/core';
+import { createCpuAllocator, DataPtr, DoubleFreeError, InvalidArgumentError, StorageImpl } from '@stowage/core';
 
 const init = (deleter: ((c: unknown) => void) | null, context: unknown = 'ctx') => ({
   device: { type: 'cpu', index: 0 },
@@ -43,5 +43,19 @@ describe('DataPtr#compareExchangeDeleter', () => {
     ptr.release();
     expect(calls).to.deep.equal(['wrapped']);
     expect(ptr.compareExchangeDeleter(null, original, 'late')).to.equal(false);
+  });
+});
+
+describe('DataPtr#release (a pointer a live storage holds)', () => {
+  it('refuses to release a pointer a live storage holds, changing nothing; the storage releases it', () => {
+    using allocator = createCpuAllocator();
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(8), allocator });
+    const ptr = storage.data();
+    expect(() => ptr.release()).to.throw(InvalidArgumentError, /belongs to a live storage/);
+    expect(ptr.isReleased).to.equal(false);
+    expect(allocator.memoryStats()['allocation.all.current']).to.equal(1);
+    storage.release();
+    expect(ptr.isReleased).to.equal(true);
+    expect(allocator.memoryStats()['allocation.all.current']).to.equal(0);
   });
 });

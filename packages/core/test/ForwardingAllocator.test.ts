@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { CachingAllocator, CpuMemoryBackend, DisposedError, ForwardingAllocator, LimitingAllocator, makeDirectAllocator, StatisticsAllocator } from '@stowage/core';
+import { CachingAllocator, CpuMemoryBackend, DisposedError, ForwardingAllocator, InvalidArgumentError, LimitingAllocator, makeDirectAllocator, StatisticsAllocator } from '@stowage/core';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 const KiB = 1024;
@@ -28,5 +28,18 @@ describe('ForwardingAllocator#recordStream', () => {
     expect(() => adaptor.recordStream(ptr, 0)).to.not.throw();
     adaptor.dispose();
     expect(() => adaptor.recordStream(ptr, 0)).to.throw(DisposedError);
+  });
+});
+
+describe('ForwardingAllocator constructor', () => {
+  it('refuses a missing upstream at construction, not at the first allocate', () => {
+    expect(() => new ForwardingAllocator(null as never)).to.throw(InvalidArgumentError, /^upstream must be an Allocator/);
+  });
+
+  it('refuses null options and a non-boolean ownsUpstream', () => {
+    const upstream = makeDirectAllocator(new CpuMemoryBackend());
+    expect(() => new ForwardingAllocator(upstream, null as never)).to.throw(InvalidArgumentError, /^options must be/);
+    expect(() => new ForwardingAllocator(upstream, { ownsUpstream: 'no' as never })).to.throw(InvalidArgumentError, /^options.ownsUpstream must be true or false/);
+    upstream.dispose();
   });
 });

@@ -22,7 +22,7 @@ import {
   UseAfterReleaseError,
   wrapAllocators,
 } from '@stowage/core';
-import { storageHooks } from './engine/helpers.js';
+import { storageHooks, thrownBy } from './engine/helpers.js';
 
 describe('createRuntime', () => {
   it('gives a runtime with no plugins the CPU allocator', async () => {
@@ -272,5 +272,137 @@ describe('Runtime#adopt', () => {
     await using b = await createRuntime();
     const ptr: DataPtr = a.allocator().allocate(64);
     expect(() => b.adopt(ptr)).to.throw(/another runtime|did not allocate|foreign/i);
+  });
+});
+
+/** The error a promise rejected with, or undefined. */
+async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  return undefined;
+}
+
+describe('createRuntime (what it is handed)', () => {
+  const bad: { name: string; options: unknown; argument: string }[] = [
+    { name: 'null options', options: null, argument: 'options' },
+    { name: "a device name instead of options ('cpu')", options: 'cpu', argument: 'options' },
+    { name: 'a parent that is not a container', options: { parent: {} }, argument: 'options.parent' },
+    { name: 'a misspelled option', options: { plugin: [] }, argument: 'options.plugin' },
+    { name: 'a plugin without a name', options: { plugins: [{ register() {} }] }, argument: 'plugins[0].name' },
+    { name: 'a plugin with an empty name', options: { plugins: [{ name: '', register() {} }] }, argument: 'plugins[0].name' },
+    { name: 'null as a plugin', options: { plugins: [null] }, argument: 'plugins[0]' },
+  ];
+  for (const { name, options, argument } of bad) {
+    it(`refuses ${name} with InvalidArgumentError naming ${argument}`, async () => {
+      const error = await rejectionOf(createRuntime(options as Parameters<typeof createRuntime>[0]));
+      expect(error).to.be.instanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).argument).to.equal(argument);
+    });
+  }
+
+  it('refuses a plugin that registers null as the reshape policy, naming the policy', async () => {
+    const plugin: Plugin = { name: 'nullPolicy', register: (c) => void c.register(ReshapePolicy, { useValue: null as unknown as ReshapePolicyType }) };
+    const error = await rejectionOf(createRuntime({ plugins: [plugin] }));
+    expect(error).to.be.instanceOf(InvalidArgumentError);
+    expect((error as Error).message).to.match(/^the registered ReshapePolicy must be/);
+  });
+
+  it('refuses a reshape policy without reshape, naming the policy', async () => {
+    const plugin: Plugin = { name: 'noReshape', register: (c) => void c.register(ReshapePolicy, { useValue: { name: 'half' } as unknown as ReshapePolicyType }) };
+    const error = await rejectionOf(createRuntime({ plugins: [plugin] }));
+    expect(error).to.be.instanceOf(InvalidArgumentError);
+    expect((error as Error).message).to.match(/ReshapePolicy must be an object with name and reshape/);
+  });
+});
+
+describe('Runtime#storage and Runtime#tensor (options)', () => {
+  const storageOptions: { name: string; options: unknown; argument: string }[] = [
+    { name: 'null options', options: null, argument: 'options' },
+    { name: "resizable: 'no'", options: { resizable: 'no' }, argument: 'options.resizable' },
+    { name: 'shared: 1', options: { shared: 1 }, argument: 'options.shared' },
+    { name: 'a misspelled key (resizeable)', options: { resizeable: true }, argument: 'options.resizeable' },
+    { name: 'an array', options: [], argument: 'options' },
+  ];
+  for (const { name, options, argument } of storageOptions) {
+    it(`storage() refuses ${name} with InvalidArgumentError naming ${argument}, allocating nothing`, async () => {
+      await using rt = await createRuntime();
+      const error = thrownBy(() => rt.storage(8, options as object));
+      expect(error).to.be.instanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).argument).to.equal(argument);
+      expect(rt.allocator().memoryStats()['allocation.all.current']).to.equal(0);
+    });
+  }
+
+  const tensorOptions: { name: string; options: unknown; argument: string }[] = [
+    { name: 'null options', options: null, argument: 'options' },
+    { name: 'a misspelled key (dtyp)', options: { dtyp: 'int32' }, argument: 'options.dtyp' },
+    { name: "shared: 'yes'", options: { shared: 'yes' }, argument: 'options.shared' },
+  ];
+  for (const { name, options, argument } of tensorOptions) {
+    it(`tensor() refuses ${name} with InvalidArgumentError naming ${argument}, allocating nothing`, async () => {
+      await using rt = await createRuntime();
+      const error = thrownBy(() => rt.tensor([2], options as object));
+      expect(error).to.be.instanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).argument).to.equal(argument);
+      expect(rt.allocator().memoryStats()['allocation.all.current']).to.equal(0);
+    });
+  }
+
+  it('suggests the nearest known option for a misspelled key', async () => {
+    await using rt = await createRuntime();
+    expect(() => rt.tensor([2], { dtyp: 'int32' } as object)).to.throw(InvalidArgumentError, /did you mean dtype\?/);
+  });
+});
+
+describe('Runtime#adopt and Allocator#free (one owner per pointer)', () => {
+  it('refuses to adopt a pointer twice: one storage owns it', async () => {
+    await using rt = await createRuntime();
+    const ptr = rt.allocator().allocate(8);
+    const first = rt.adopt(ptr);
+    expect(() => rt.adopt(ptr)).to.throw(InvalidArgumentError, /adopted already/);
+    first.release();
+    expect(ptr.isReleased).to.equal(true);
+    expect(rt.allocator().memoryStats()['allocation.all.current']).to.equal(0);
+  });
+
+  it("refuses allocator.free(storage.data()) on a live storage, changing nothing", async () => {
+    await using rt = await createRuntime();
+    const storage = rt.storage(8);
+    expect(() => rt.allocator().free(storage.data())).to.throw(InvalidArgumentError, /belongs to a live storage/);
+    expect(storage.data().isReleased).to.equal(false);
+    expect(rt.allocator().memoryStats()['allocation.all.current']).to.equal(1);
+    storage.release();
+    expect(rt.allocator().memoryStats()['allocation.all.current']).to.equal(0);
+  });
+
+  it('refuses a free through an adaptor of a pointer a live storage holds', async () => {
+    await using rt = await createRuntime({ plugins: [wrapAllocators('cpu', (a) => new StatisticsAllocator(a))] });
+    const storage = rt.storage(8);
+    expect(() => rt.allocator().free(storage.data())).to.throw(InvalidArgumentError, /belongs to a live storage/);
+    expect(storage.data().isReleased).to.equal(false);
+  });
+});
+
+describe('createRuntime (what plugins register)', () => {
+  const registrations: { name: string; register: (c: DependencyContainer) => void; message: RegExp }[] = [
+    { name: 'container.register(ReshapePolicy, null)', register: (c) => void c.register(ReshapePolicy, null as never), message: /^plugins\[0\] must be a plugin whose register\(container\) succeeds; the plugin "p" threw/ },
+    { name: 'an AllocatorFactory registered as { useValue: null }', register: (c) => void c.register(AllocatorFactory, { useValue: null as never }), message: /^the registered AllocatorFactory must be/ },
+    { name: 'a plugin whose register throws a TypeError', register: () => void (null as unknown as { x: number }).x, message: /^plugins\[0\] must be a plugin whose register\(container\) succeeds/ },
+  ];
+  for (const { name, register, message } of registrations) {
+    it(`refuses ${name} with InvalidArgumentError naming it`, async () => {
+      const error = await rejectionOf(createRuntime({ plugins: [{ name: 'p', register }] }));
+      expect(error).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.match(message);
+    });
+  }
+
+  it('passes a typed error a plugin throws through unchanged', async () => {
+    const thrown = new BackendUnavailableError('no device');
+    const error = await rejectionOf(createRuntime({ plugins: [{ name: 'p', register: () => { throw thrown; } }] }));
+    expect(error).to.equal(thrown);
   });
 });

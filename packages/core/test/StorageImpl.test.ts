@@ -164,3 +164,59 @@ describe('StorageImpl constructor', () => {
     expect(() => new StorageImpl({ dataPtr: allocator.allocate(8), allocator: other })).to.throw(DeviceMismatchError);
   });
 });
+
+describe('StorageImpl#sibling (the pointers it takes)', () => {
+  it('refuses a released pointer with UseAfterReleaseError', () => {
+    using allocator = createCpuAllocator();
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(8), allocator });
+    const released = allocator.allocate(8);
+    released.release();
+    expect(() => storage.sibling(released)).to.throw(UseAfterReleaseError);
+  });
+
+  it('refuses a pointer another live storage holds, and a non-pointer', () => {
+    using allocator = createCpuAllocator();
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(8), allocator });
+    const other = new StorageImpl({ dataPtr: allocator.allocate(8), allocator });
+    expect(() => storage.sibling(other.data())).to.throw(InvalidArgumentError, /no live storage holds/);
+    expect(() => storage.sibling(null as never)).to.throw(InvalidArgumentError, /^dataPtr must be a DataPtr/);
+  });
+});
+
+describe('StorageImpl constructor (what it is handed)', () => {
+  it('refuses a released pointer, a pointer a live storage holds, and a missing init with typed errors', () => {
+    using allocator = createCpuAllocator();
+    const released = allocator.allocate(8);
+    released.release();
+    expect(() => new StorageImpl({ dataPtr: released, allocator })).to.throw(UseAfterReleaseError);
+    const held = new StorageImpl({ dataPtr: allocator.allocate(8), allocator });
+    expect(() => new StorageImpl({ dataPtr: held.data(), allocator })).to.throw(InvalidArgumentError, /no live storage holds/);
+    expect(() => new StorageImpl(null as never)).to.throw(InvalidArgumentError, /^init must be/);
+    expect(() => new StorageImpl({ dataPtr: allocator.allocate(8), allocator, resizable: 'no' as never })).to.throw(InvalidArgumentError, /^init.resizable/);
+  });
+
+  it('lets go of the pointer when a hook refuses the storage, so the caller can wrap it again', () => {
+    using allocator = createCpuAllocator();
+    const dataPtr = allocator.allocate(8);
+    const refuse: StorageHooks = {
+      afterCreate: () => {
+        throw new Error('no');
+      },
+    };
+    expect(() => new StorageImpl({ dataPtr, allocator, hooks: [refuse] })).to.throw('no');
+    expect(new StorageImpl({ dataPtr, allocator }).data()).to.equal(dataPtr);
+  });
+});
+
+describe('StorageImpl#resize under a tensor', () => {
+  it('shrinks below a live tensor, which then refuses data access until the storage grows again', async () => {
+    await using rt = await createRuntime();
+    const storage = rt.storage(16, { resizable: true });
+    const tensor = rt.tensor([1]).withStorage(storage, { sizes: [4] });
+    storage.resize(8);
+    expect(() => tensor.data()).to.throw(InvalidArgumentError, /resized below the tensor's extent/);
+    expect(() => tensor.mutableData()).to.throw(InvalidArgumentError, /resized below the tensor's extent/);
+    storage.resize(16);
+    expect(tensor.data().byteLength).to.equal(16);
+  });
+});

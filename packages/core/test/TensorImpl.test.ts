@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import type { Runtime, TensorImpl } from '@stowage/core';
-import { createRuntime, hostBytes, InvalidArgumentError, TensorHooks, UseAfterReleaseError } from '@stowage/core';
+import type { ReshapePolicy as ReshapePolicyType, Runtime, TensorImpl } from '@stowage/core';
+import { AliasReshapePolicy, createRuntime, hostBytes, InvalidArgumentError, ReshapePolicy, TensorHooks, TensorImpl as TensorImplClass, UseAfterReleaseError, viewStrides } from '@stowage/core';
 
 /** Writes 0, 1, 2, … into a float32 tensor's storage. */
 function iota(t: TensorImpl): void {
@@ -136,5 +136,70 @@ describe('TensorImpl#clone', () => {
     const t = rt.tensor([0, 3]);
     t.storage.release();
     expect(() => t.clone()).to.throw(UseAfterReleaseError);
+  });
+});
+
+describe('TensorImpl constructor (what it is handed)', () => {
+  it('refuses a null context, a non-storage and a bad shadow with InvalidArgumentError', async () => {
+    await using rt = await createRuntime();
+    const storage = rt.storage(16);
+    const bad: [string, () => unknown][] = [
+      ['context', () => new TensorImplClass(storage, { sizes: [4], dtype: 'float32' }, null as never)],
+      ['storage', () => new TensorImplClass(null as never, { sizes: [4], dtype: 'float32' }, rt)],
+      ['shadow', () => new TensorImplClass(storage, { sizes: [4], dtype: 'float32' }, rt, 7 as never)],
+      ['layout.size', () => new TensorImplClass(storage, { size: [4], sizes: [4], dtype: 'float32' } as never, rt)],
+    ];
+    for (const [argument, make] of bad) {
+      let error: unknown;
+      try {
+        make();
+      } catch (e) {
+        error = e;
+      }
+      expect(error, argument).to.be.instanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).argument).to.equal(argument);
+    }
+  });
+});
+
+describe('TensorImpl#reshape (what the policy returns)', () => {
+  const policies: { name: string; reshape: (t: TensorImpl) => unknown }[] = [
+    { name: 'its input, unchanged in shape', reshape: (t) => t },
+    { name: 'null', reshape: () => null },
+    { name: 'a non-tensor', reshape: () => ({ sizes: [2, 2] }) },
+  ];
+  for (const { name, reshape } of policies) {
+    it(`refuses a policy that returns ${name}, naming the policy`, async () => {
+      const policy = { name: 'mine', reshape } as unknown as ReshapePolicyType;
+      await using rt = await createRuntime({ plugins: [{ name: 'mine', register: (c) => void c.register(ReshapePolicy, { useValue: policy }) }] });
+      const t = rt.tensor([4]);
+      expect(() => t.reshape([2, 2])).to.throw(InvalidArgumentError, /^the value the reshape policy "mine" \(reshape\(\[2, 2\]\)\) returned must be a float32 TensorImpl of sizes \[2, 2\]/);
+    });
+  }
+});
+
+describe('AliasReshapePolicy#reshape, viewStrides and hostBytes (what they are handed)', () => {
+  it('refuse a non-tensor, bad sizes or strides, and a non-pointer with InvalidArgumentError', async () => {
+    await using rt = await createRuntime();
+    const t = rt.tensor([2, 3]);
+    const policy = new AliasReshapePolicy();
+    const bad: [string, () => unknown][] = [
+      ['tensor', () => policy.reshape(null as never, [6])],
+      ['sizes', () => policy.reshape(t, [7])],
+      ['oldSizes', () => viewStrides(null as never, [1], [1])],
+      ['oldStrides', () => viewStrides([2, 3], [1], [6])],
+      ['newSizes[0]', () => viewStrides([2], [1], [0.5])],
+      ['ptr', () => hostBytes(undefined as never)],
+    ];
+    for (const [argument, call] of bad) {
+      let error: unknown;
+      try {
+        call();
+      } catch (e) {
+        error = e;
+      }
+      expect(error, argument).to.be.instanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).argument).to.equal(argument);
+    }
   });
 });

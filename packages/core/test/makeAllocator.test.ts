@@ -1,9 +1,9 @@
 import { expect } from 'chai';
 import type { Allocator, BackendEvent, MemoryBackend, MemoryBlock, MinimalAllocator, SegmentSink } from '@stowage/core';
-import { CpuMemoryBackend, InvalidArgumentError, makeAllocator, makeDirectAllocator, OutOfMemoryError, StowageError } from '@stowage/core';
+import { CpuMemoryBackend, DeviceError, InvalidArgumentError, makeAllocator, makeDirectAllocator, OutOfMemoryError, StowageError } from '@stowage/core';
 import type { HostBuffer } from '@stowage/core';
 import { thrownBy } from './engine/helpers.js';
-import { VirtualMemoryBackend } from '@stowage/core/testing';
+import { assertAllocatorInvariants, VirtualMemoryBackend } from '@stowage/core/testing';
 
 /** The arena example, loaded from its build output (core does not depend on it). */
 interface ArenaModule {
@@ -194,5 +194,90 @@ describe('makeDirectAllocator#allocate', () => {
     using allocator = makeDirectAllocator(new CpuMemoryBackend());
     const error = thrownBy(() => allocator.allocate(16, null as never));
     expect(error).to.be.instanceOf(StowageError);
+  });
+});
+
+/** A core over a CPU backend whose allocate is replaced by `fault` for the request it names. */
+function faultyCore(fault: (nbytes: number, good: (n: number) => MemoryBlock<HostBuffer>) => unknown, read?: MinimalAllocator<HostBuffer>['read']) {
+  const backend = new CpuMemoryBackend();
+  const freed: unknown[] = [];
+  const core: MinimalAllocator<HostBuffer> = {
+    device: 'cpu',
+    alignment: 64,
+    allocate: (n) => fault(n, (m) => backend.malloc(m)!) as MemoryBlock<HostBuffer> | null,
+    free: (b) => {
+      freed.push(b);
+      backend.free(b);
+    },
+    copy: (d, dOff, s, sOff, n) => backend.copy(d, dOff, s, sOff, n),
+    write: (d, off, bytes) => backend.write(d, off, bytes),
+    read: read ?? ((s, off, n) => backend.read(s, off, n)),
+  };
+  return { core, freed };
+}
+
+describe('makeAllocator (checking the core)', () => {
+  const faults: { name: string; fault: (n: number, good: (n: number) => MemoryBlock<HostBuffer>) => unknown; message: RegExp }[] = [
+    { name: 'a block smaller than the request', fault: (n, good) => (n === 1000 ? good(16) : good(n)), message: /block of 16 bytes for a 1000-byte request/ },
+    { name: 'a misaligned address', fault: (n, good) => (n === 1000 ? { ...good(n), address: good(64).address + 8 } : good(n)), message: /not a multiple of its alignment 64/ },
+    { name: 'undefined instead of a block or null', fault: (n, good) => (n === 1000 ? undefined : good(n)), message: /returned undefined instead of a block or null/ },
+    { name: 'a non-integer byteLength', fault: (n, good) => (n === 1000 ? { ...good(n), byteLength: Number.NaN } : good(n)), message: /block of NaN bytes/ },
+    { name: 'a negative address', fault: (n, good) => (n === 1000 ? { ...good(n), address: -64 } : good(n)), message: /address -64/ },
+  ];
+  for (const { name, fault, message } of faults) {
+    it(`refuses ${name} with a DeviceError naming the core's fault, counting nothing`, () => {
+      const { core } = faultyCore(fault);
+      using allocator = makeAllocator(core);
+      const live = [allocator.allocate(100)];
+      const error = thrownBy(() => allocator.allocate(1000));
+      expect(error).to.be.instanceOf(DeviceError);
+      expect((error as Error).message).to.match(/minimal allocator for cpu:0 broke its contract/).and.match(message);
+      assertAllocatorInvariants(allocator, live);
+      live.push(allocator.allocate(200));
+      assertAllocatorInvariants(allocator, live);
+    });
+  }
+
+  it('refuses a block at the address of another live block, and hands the refused block back to the core', () => {
+    let first: MemoryBlock<HostBuffer> | undefined;
+    const { core, freed } = faultyCore((n, good) => {
+      if (first === undefined) return (first = good(n));
+      return n === 1000 ? { ...good(n), address: first.address } : good(n);
+    });
+    using allocator = makeAllocator(core);
+    const live = [allocator.allocate(100)];
+    expect(() => allocator.allocate(1000)).to.throw(DeviceError, /where another live block starts/);
+    expect(freed).to.have.length(1);
+    assertAllocatorInvariants(allocator, live);
+  });
+
+  it('refuses a read that returns fewer bytes than asked with a DeviceError', async () => {
+    const backend = new CpuMemoryBackend();
+    const { core } = faultyCore((n, good) => good(n), async (s, off, n) => (await backend.read(s, off, n)).subarray(0, n - 1));
+    using allocator = makeAllocator(core);
+    const ptr = allocator.allocate(100);
+    let error: unknown;
+    await allocator.readBytes(ptr).catch((e: unknown) => (error = e));
+    expect(error).to.be.instanceOf(DeviceError);
+    expect((error as Error).message).to.match(/read\(\) of 100 bytes returned 99 bytes/);
+  });
+
+  const notCores: { name: string; core: unknown; argument: string }[] = [
+    { name: 'null', core: null, argument: 'core' },
+    { name: 'a string', core: 'cpu', argument: 'core' },
+    { name: 'a core without allocate', core: { device: 'cpu', alignment: 64, free() {}, copy() {}, write() {}, read() {} }, argument: 'core.allocate' },
+    { name: 'a core with a bad device', core: { device: 7, alignment: 64, allocate() {}, free() {}, copy() {}, write() {}, read() {} }, argument: 'core.device' },
+    { name: 'a core with a non-function emptyCache', core: { device: 'cpu', alignment: 64, allocate() {}, free() {}, copy() {}, write() {}, read() {}, emptyCache: 1 }, argument: 'core.emptyCache' },
+  ];
+  for (const { name, core, argument } of notCores) {
+    it(`refuses ${name} at once with InvalidArgumentError naming ${argument}`, () => {
+      const error = thrownBy(() => makeAllocator(core as MinimalAllocator));
+      expect(error).to.be.instanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).argument).to.equal(argument);
+    });
+  }
+
+  it('refuses a backend that is not a MemoryBackend in makeDirectAllocator', () => {
+    expect(() => makeDirectAllocator(null as unknown as MemoryBackend)).to.throw(InvalidArgumentError, /^backend must be a MemoryBackend/);
   });
 });

@@ -10,6 +10,9 @@ import type { LmsStorage } from '../contracts/LmsStorage.js';
 import type { MemorySnapshot } from '../contracts/MemorySnapshot.js';
 import type { StorageImpl } from '../storage/StorageImpl.js';
 import { markAllocatorDeleter } from '../internal/allocatorDeleters.js';
+import { throwHeld } from '../internal/AllocatorBase.js';
+import { checkUpstream } from '../internal/checkUpstream.js';
+import { checkBoolean, checkOptions } from '../validation/validate.js';
 
 export interface ForwardingAllocatorOptions {
   /** Dispose the upstream when this adaptor is disposed (default true: the stack is owned top-down). */
@@ -53,9 +56,11 @@ export class ForwardingAllocator implements Allocator {
   /** Called once per pointer this adaptor returned, when it is released by any path; see Note [Adopting pointers]. */
   protected onReleased?(ptr: DataPtr): void;
 
+  /** @throws InvalidArgumentError when `upstream` is not an Allocator or `options` is not ForwardingAllocatorOptions */
   constructor(upstream: Allocator, options: ForwardingAllocatorOptions = {}) {
-    this.upstream = upstream;
-    this.#ownsUpstream = options.ownsUpstream ?? true;
+    this.upstream = checkUpstream(upstream);
+    const checked = checkOptions('options', options);
+    this.#ownsUpstream = checkBoolean('options.ownsUpstream', checked.ownsUpstream) ?? true;
   }
 
   get device(): Device {
@@ -83,8 +88,10 @@ export class ForwardingAllocator implements Allocator {
   free(ptr: DataPtr): void {
     this.checkOpen('free');
     if (!(ptr instanceof DataPtr)) throw new InvalidArgumentError('ptr', ptr, 'a DataPtr');
-    if (this.onReleased !== undefined && ptr.deleter === this.#deleter) ptr.release();
-    else if (ptr.isReleased) throw new DoubleFreeError(`Cannot free the ${ptr.byteLength}-byte allocation at 0x${ptr.address.toString(16)}: it was already released.`);
+    if (this.onReleased !== undefined && ptr.deleter === this.#deleter) {
+      if (ptr.holder !== null) throwHeld(ptr);
+      ptr.release();
+    } else if (ptr.isReleased) throw new DoubleFreeError(`Cannot free the ${ptr.byteLength}-byte allocation at 0x${ptr.address.toString(16)}: it was already released.`);
     else this.upstream.free(ptr);
   }
 

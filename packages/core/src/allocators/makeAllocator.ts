@@ -2,11 +2,13 @@ import type { AllocateOptions, Allocator } from '../contracts/Allocator.js';
 import { DataPtr } from '../storage/DataPtr.js';
 import type { DeviceLike } from '../contracts/Device.js';
 import { formatDevice, parseDevice } from '../contracts/Device.js';
+import { DeviceError } from '../errors/DeviceError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
 import { isSmallRequest } from '../engine/SizeClass.js';
-import { checkByteCount, checkOptions } from '../validation/validate.js';
+import { checkByteCount, checkFunction, checkOptions } from '../validation/validate.js';
+import { describeValue } from '../validation/describeValue.js';
 import type { LmsStorage } from '../contracts/LmsStorage.js';
 import type { BackendEvent, MemoryBackend } from '../contracts/MemoryBackend.js';
 import type { MemoryBlock } from '../contracts/MemoryBlock.js';
@@ -53,6 +55,11 @@ export interface SegmentSink {
   released(segment: { readonly address: number; readonly byteLength: number }): void;
 }
 
+/** What a core's read resolved to, for an error message. */
+function describeCount(bytes: unknown): string {
+  return bytes instanceof Uint8Array ? `${bytes.byteLength} bytes` : describeValue(bytes);
+}
+
 /** The allocator's record of one live allocation: a DataPtr's context. */
 interface Allocation<H> {
   readonly block: MemoryBlock<H>;
@@ -66,9 +73,37 @@ interface Allocation<H> {
  * Builds a full {@link Allocator} around a {@link MinimalAllocator}: argument validation, DataPtr ownership and
  * double-free detection, PyTorch-keyed statistics, events, the out-of-memory retry after `emptyCache`, typed
  * errors and snapshots.
+ *
+ * Note [Checking the core]: the core is user code, so what it returns is checked before anything counts it.
+ * Every block must be an object whose `byteLength` is at least the request, whose `address` and `byteOffset` are
+ * non-negative safe integers with the address a multiple of `alignment`, and (when not empty) whose address no
+ * other live non-empty block has (a map by address: O(1); a block overlapping another at a different address
+ * is not caught). A `read` must resolve to a Uint8Array of the asked length. A violation throws a DeviceError
+ * naming the core's fault; a refused block is handed back to the core's `free` and never counted, so the
+ * statistics still equal a recount of the live pointers.
+ * @throws InvalidArgumentError when `core` is not a MinimalAllocator (checked here, not at the first allocate)
  */
 export function makeAllocator<H>(core: MinimalAllocator<H>): Allocator {
+  checkCore(core);
   return new ManagedAllocator(core);
+}
+
+/** Throws unless `core` has the members a MinimalAllocator must have. */
+function checkCore(core: unknown): void {
+  const what = 'a MinimalAllocator: an object with device, alignment, allocate, free, copy, write and read';
+  if (typeof core !== 'object' || core === null || Array.isArray(core)) throw new InvalidArgumentError('core', core, what);
+  const c = core as Record<string, unknown>;
+  for (const method of ['allocate', 'free', 'copy', 'write', 'read'] as const) {
+    checkFunction(`core.${method}`, c[method], `a function (${what})`);
+  }
+  for (const method of ['bindSegments', 'emptyCache', 'snapshotSegments', 'asLmsStorage', 'dispose'] as const) {
+    if (c[method] !== undefined) checkFunction(`core.${method}`, c[method], 'a function, or absent');
+  }
+  parseDevice(c.device as DeviceLike, 'core.device');
+  const capacity = c.capacityBytes;
+  if (capacity !== undefined && (typeof capacity !== 'number' || !(capacity >= 0))) {
+    throw new InvalidArgumentError('core.capacityBytes', capacity, 'a non-negative number of bytes, or undefined');
+  }
 }
 
 /**
@@ -76,6 +111,9 @@ export function makeAllocator<H>(core: MinimalAllocator<H>): Allocator {
  * baseline the caching engine is measured against, and a correct allocator for any backend.
  */
 export function makeDirectAllocator<H>(backend: MemoryBackend<H>): Allocator {
+  if (typeof backend !== 'object' || backend === null || typeof backend.malloc !== 'function' || typeof backend.free !== 'function') {
+    throw new InvalidArgumentError('backend', backend, 'a MemoryBackend');
+  }
   // A backend whose freed memory may still be read by unsubmitted work (deferredFree) gets its frees back
   // only once an event recorded at free time completes; until then the memory stays held.
   // Each block is its own segment, reported to the ManagedAllocator when the backend really takes or frees it.
@@ -137,8 +175,21 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
   readonly #live = new Set<Allocation<H>>();
   readonly #countsSegments: boolean;
 
+  /** Live non-empty blocks by address (Note [Checking the core]). */
+  readonly #byAddress = new Map<number, Allocation<H>>();
+
   constructor(core: MinimalAllocator<H>) {
-    super(parseDevice(core.device), core.alignment, core);
+    super(parseDevice(core.device, 'core.device'), core.alignment, {
+      copy: (dst, dstOffset, src, srcOffset, n) => core.copy(dst, dstOffset, src, srcOffset, n),
+      write: (dst, dstOffset, bytes) => core.write(dst, dstOffset, bytes),
+      read: async (src, srcOffset, n) => {
+        const bytes: unknown = await core.read(src, srcOffset, n);
+        if (!(bytes instanceof Uint8Array) || bytes.byteLength !== n) {
+          throw new DeviceError(`The minimal allocator for ${formatDevice(parseDevice(core.device))} broke its contract: read() of ${n} bytes returned ${describeCount(bytes)}.`);
+        }
+        return bytes;
+      },
+    });
     this.#core = core;
     if (core.asLmsStorage) this.asLmsStorage = (storage) => core.asLmsStorage!(storage);
     this.#countsSegments = core.bindSegments !== undefined;
@@ -166,6 +217,7 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
       this.emitter.safeEmit('outOfMemory', { requestedBytes: nbytes, stats });
       throw new OutOfMemoryError({ device: this.device, requestedBytes: nbytes, capacityBytes: this.#core.capacityBytes, stats });
     }
+    this.#checkBlock(block, nbytes);
     const allocation: Allocation<H> = { block, requestedBytes: nbytes, ptr: undefined, freed: false };
     const ptr = new DataPtr<H>({
       device: this.device,
@@ -178,6 +230,7 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
     });
     allocation.ptr = ptr;
     this.#live.add(allocation);
+    if (block.byteLength > 0) this.#byAddress.set(block.address, allocation);
     this.#count(block.byteLength, nbytes, 1);
     if (this.emitter.hears('allocated')) this.emitter.safeEmit('allocated', { ptr, requestedBytes: nbytes });
     return ptr;
@@ -201,6 +254,7 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
       this.#core.free(allocation.block);
     }
     this.#live.clear();
+    this.#byAddress.clear();
     this.#core.dispose?.();
   }
 
@@ -209,10 +263,40 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
     if (allocation.freed) return; // reclaimed by dispose(); the pointer outlived its allocator
     allocation.freed = true;
     this.#live.delete(allocation);
+    if (this.#byAddress.get(allocation.block.address) === allocation) this.#byAddress.delete(allocation.block.address);
     // Counted out first: a core that returns a segment inside free() reports it to consistent statistics.
     this.#count(allocation.block.byteLength, allocation.requestedBytes, -1);
     this.#core.free(allocation.block);
     if (this.emitter.hears('freed')) this.emitter.safeEmit('freed', { ptr: allocation.ptr! });
+  }
+
+  /**
+   * Throws a DeviceError when the core's block breaks the contract (Note [Checking the core]); the block goes
+   * back to the core first, uncounted.
+   */
+  #checkBlock(block: MemoryBlock<H> | null | undefined, nbytes: number): asserts block is MemoryBlock<H> {
+    let fault: string | undefined;
+    if (typeof block !== 'object' || block === null) fault = `returned ${describeValue(block)} instead of a block or null`;
+    else if (typeof block.byteLength !== 'number' || !Number.isSafeInteger(block.byteLength) || block.byteLength < nbytes) {
+      fault = `returned a block of ${describeValue(block.byteLength)} bytes for a ${nbytes}-byte request`;
+    } else if (typeof block.address !== 'number' || !Number.isSafeInteger(block.address) || block.address < 0) {
+      fault = `returned a block at address ${describeValue(block.address)}, not a non-negative safe integer`;
+    } else if (typeof block.byteOffset !== 'number' || !Number.isSafeInteger(block.byteOffset) || block.byteOffset < 0) {
+      fault = `returned a block at byteOffset ${describeValue(block.byteOffset)}, not a non-negative safe integer`;
+    } else if (block.address % this.alignment !== 0) {
+      fault = `returned a block at 0x${block.address.toString(16)}, not a multiple of its alignment ${this.alignment}`;
+    } else if (block.byteLength > 0 && this.#byAddress.has(block.address)) {
+      fault = `returned a block at 0x${block.address.toString(16)}, where another live block starts`;
+    }
+    if (fault === undefined) return;
+    if (typeof block === 'object' && block !== null) {
+      try {
+        this.#core.free(block);
+      } catch {
+        // the contract fault is the one to report
+      }
+    }
+    throw new DeviceError(`The minimal allocator for ${formatDevice(this.device)} broke its contract: allocate(${nbytes}) ${fault}.`);
   }
 
   /** Counts one allocation in (sign 1) or out (sign -1); each block is its own segment unless the core reports them. */

@@ -79,8 +79,9 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   readonly #snapshot: EngineSnapshot<H>;
   readonly #invariants: EngineInvariants<H>;
 
+  /** @throws InvalidArgumentError when `backend` is not a MemoryBackend, or for bad options */
   constructor(backend: MemoryBackend<H>, options: CachingAllocatorOptions = {}) {
-    super(backend.device, backend.alignment, backend);
+    super(checkBackend(backend).device, backend.alignment, backend);
     this.backend = backend;
     this.options = resolveCachingOptions(options);
     const limit = this.options.memoryLimit;
@@ -509,4 +510,13 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       this.stats.inactive_split_bytes.add(block.small, inactiveSplitBytes);
     }
   }
+}
+
+/** Throws unless `backend` looks like a MemoryBackend (a device and the segment methods); constructor only. */
+function checkBackend<H>(backend: MemoryBackend<H>): MemoryBackend<H> {
+  const b = backend as Partial<MemoryBackend<H>> | null;
+  if (typeof b !== 'object' || b === null || typeof b.device !== 'object' || typeof b.malloc !== 'function' || typeof b.free !== 'function' || typeof b.copy !== 'function') {
+    throw new InvalidArgumentError('backend', backend, 'a MemoryBackend (such as new CpuMemoryBackend())');
+  }
+  return backend;
 }

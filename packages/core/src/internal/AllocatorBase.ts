@@ -27,6 +27,14 @@ export interface Transfers<H> {
  * double-free and use-after-release detection, the event emitter, statistics, copies and host transfers, and
  * idempotent disposal. Subclasses place and free memory (`allocate`, `releaseAllocation`).
  */
+/**
+ * Throws for `allocator.free(ptr)` on a pointer a live storage holds (Note [One holder per pointer] in DataPtr.ts):
+ * freeing it would leave the storage reporting memory live that was freed. Nothing changes.
+ */
+export function throwHeld(ptr: DataPtr): never {
+  throw new InvalidArgumentError('ptr', ptr, `a pointer no live storage holds: the ${ptr.byteLength}-byte allocation at 0x${ptr.address.toString(16)} belongs to a live storage; release the storage instead`);
+}
+
 export abstract class AllocatorBase<H> implements Allocator {
   readonly device: Device;
   readonly alignment: number;
@@ -134,7 +142,7 @@ export abstract class AllocatorBase<H> implements Allocator {
   protected checkPtr(argument: string, ptr: DataPtr, owned = false): void {
     // One test on the hot path, the messages out of it (Note [Few large functions on the hot path] in
     // CachingAllocator.ts: V8 optimizes a short function sooner).
-    if (!(ptr instanceof DataPtr) || ptr.isReleased || !isSameDevice(ptr.device, this.device) || (owned && ptr.deleter !== this.deleter)) {
+    if (!(ptr instanceof DataPtr) || ptr.isReleased || !isSameDevice(ptr.device, this.device) || (owned && (ptr.deleter !== this.deleter || ptr.holder !== null))) {
       this.#throwBadPointer(argument, ptr, owned);
     }
   }
@@ -147,6 +155,7 @@ export abstract class AllocatorBase<H> implements Allocator {
       if (owned) throw new DoubleFreeError(`Cannot free ${what}: it was already released.`);
       throw new UseAfterReleaseError(`${argument} is ${what}, which was already released.`);
     }
+    if (owned && ptr.holder !== null && ptr.deleter === this.deleter) throwHeld(ptr);
     if (!isSameDevice(ptr.device, this.device)) {
       throw new DeviceMismatchError(`${argument} lives on ${formatDevice(ptr.device)}, but this allocator serves ${formatDevice(this.device)}.`);
     }

@@ -4,6 +4,8 @@ import type { Device, DeviceLike } from '../contracts/Device.js';
 import { formatDevice, parseDevice } from '../contracts/Device.js';
 import { BackendUnavailableError } from '../errors/BackendUnavailableError.js';
 import { DeviceMismatchError } from '../errors/DeviceMismatchError.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { checkReturned } from '../validation/validate.js';
 
 /**
  * One runtime's allocators, one per device, made on first use by the registered factories.
@@ -16,7 +18,15 @@ export class AllocatorRegistry implements Disposable {
   readonly #context: AllocatorContext;
   readonly #decorators: readonly AllocatorDecorator[];
 
+  /**
+   * @throws InvalidArgumentError for a factory that is not `{ deviceType, create }` or a decorator that is not
+   * `{ deviceType, wrap }` (what a plugin registered), naming it
+   */
   constructor(factories: readonly AllocatorFactory[], context: AllocatorContext, decorators: readonly AllocatorDecorator[]) {
+    if (!Array.isArray(factories)) throw new InvalidArgumentError('factories', factories, 'an array of AllocatorFactory');
+    if (!Array.isArray(decorators)) throw new InvalidArgumentError('decorators', decorators, 'an array of AllocatorDecorator');
+    for (const [i, factory] of factories.entries()) checkPluginObject(`the registered AllocatorFactory [${i}]`, factory, 'create');
+    for (const [i, decorator] of decorators.entries()) checkPluginObject(`the registered AllocatorDecorator [${i}]`, decorator, 'wrap');
     this.#context = context;
     this.#decorators = decorators;
     for (const factory of factories) this.#factories.set(factory.deviceType, factory);
@@ -47,11 +57,13 @@ export class AllocatorRegistry implements Disposable {
         `No allocator is registered for ${key}: this runtime serves ${this.deviceTypes.join(', ')}. Add the plugin for '${parsed.type}' to createRuntime({ plugins }).`,
       );
     }
-    let allocator = factory.create(parsed, this.#context);
+    let allocator = checkReturned(`the AllocatorFactory for '${parsed.type}' (create(${key}))`, factory.create(parsed, this.#context), isAllocator, 'an Allocator');
     try {
       checkServes(allocator, parsed);
       for (const decorator of this.#decorators) {
-        if (decorator.deviceType === parsed.type) allocator = decorator.wrap(allocator, parsed);
+        if (decorator.deviceType !== parsed.type) continue;
+        const wrapped: unknown = decorator.wrap(allocator, parsed);
+        allocator = checkReturned(`the AllocatorDecorator for '${parsed.type}' (a wrapAllocators wrapper)`, wrapped, isAllocator, `an Allocator (the one it was given, wrapped)`);
       }
       checkServes(allocator, parsed);
     } catch (error) {
@@ -90,6 +102,29 @@ export class AllocatorRegistry implements Disposable {
 
   [Symbol.dispose](): void {
     this.dispose();
+  }
+}
+
+/** True for an object with the members every allocator has; enough to refuse a plugin's `null` or a wrong object. */
+function isAllocator(value: unknown): value is Allocator {
+  const a = value as Partial<Allocator> | null;
+  return (
+    typeof a === 'object' &&
+    a !== null &&
+    typeof a.allocate === 'function' &&
+    typeof a.free === 'function' &&
+    typeof a.memoryStats === 'function' &&
+    typeof a.dispose === 'function' &&
+    typeof a.device === 'object' &&
+    a.device !== null
+  );
+}
+
+/** Throws unless `value` is `{ deviceType: string, [method]: function }`. */
+function checkPluginObject(argument: string, value: unknown, method: 'create' | 'wrap'): void {
+  const v = value as Record<string, unknown> | null;
+  if (typeof v !== 'object' || v === null || typeof v.deviceType !== 'string' || typeof v[method] !== 'function') {
+    throw new InvalidArgumentError(argument, value, `an object with deviceType (a string) and ${method}()`);
   }
 }
 

@@ -12,7 +12,7 @@ import { ForeignPointerError } from '../errors/ForeignPointerError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { formatBytes } from '../units/formatBytes.js';
 import { isAllocatorDeleter } from '../internal/allocatorDeleters.js';
-import { checkByteCount, checkBytes, checkRange } from '../validation/validate.js';
+import { checkBoolean, checkByteCount, checkBytes, checkOptions, checkRange } from '../validation/validate.js';
 import { checkSizes, numelOf } from '../internal/shape.js';
 import type { ReshapePolicy } from '../contracts/ReshapePolicy.js';
 import type { StorageHooks } from '../contracts/StorageHooks.js';
@@ -37,6 +37,9 @@ export interface TensorOptions {
   readonly device?: DeviceLike;
   readonly shared?: boolean;
 }
+
+const STORAGE_OPTION_KEYS = ['device', 'shared', 'resizable'] as const;
+const TENSOR_OPTION_KEYS = ['dtype', 'device', 'shared'] as const;
 
 /** The services a runtime is built from; `createRuntime` resolves them from the runtime's container. */
 export interface RuntimeServices {
@@ -93,15 +96,18 @@ export class Runtime implements TensorContext, AsyncDisposable {
    * @throws InvalidArgumentError for a bad size or device; BackendUnavailableError for a device with no plugin;
    * OutOfMemoryError when the device is full
    */
-  storage(nbytes: number, options: StorageOptions = {}): StorageImpl {
+  storage(nbytes: number, options?: StorageOptions): StorageImpl {
     this.#checkOpen('storage');
     checkByteCount('nbytes', nbytes);
-    const allocator = this.#allocators.get(parseDevice(options.device ?? 'cpu', 'options.device'));
-    const allocateOptions = options.shared === undefined ? {} : { shared: options.shared };
+    const checked = checkOptions('options', options, STORAGE_OPTION_KEYS);
+    const shared = checkBoolean('options.shared', checked.shared);
+    const resizable = checkBoolean('options.resizable', checked.resizable) ?? false;
+    const allocator = this.#allocators.get(parseDevice(checked.device ?? 'cpu', 'options.device'));
+    const allocateOptions = shared === undefined ? {} : { shared };
     const dataPtr = allocator.allocate(nbytes, allocateOptions);
     let storage: StorageImpl;
     try {
-      storage = new StorageImpl({ dataPtr, allocator, resizable: options.resizable ?? false, hooks: this.#hooks, allocateOptions });
+      storage = new StorageImpl({ dataPtr, allocator, resizable, hooks: this.#hooks, allocateOptions });
     } catch (error) {
       dataPtr.release();
       throw error;
@@ -114,12 +120,17 @@ export class Runtime implements TensorContext, AsyncDisposable {
    * memory), in a storage with the runtime's hooks. The storage owns the pointer: releasing it releases the
    * pointer.
    * @throws BackendUnavailableError when no allocator serves the pointer's device; UseAfterReleaseError for a
-   * released pointer; ForeignPointerError for a pointer another allocator (another runtime's) made
+   * released pointer; ForeignPointerError for a pointer another allocator (another runtime's) made;
+   * InvalidArgumentError for a pointer a live storage already holds (adopting it twice would give two storages
+   * owning one allocation: Note [One holder per pointer] in DataPtr.ts)
    */
   adopt(dataPtr: DataPtr): StorageImpl {
     this.#checkOpen('adopt');
     if (!(dataPtr instanceof DataPtr)) throw new InvalidArgumentError('dataPtr', dataPtr, 'a DataPtr');
     if (dataPtr.isReleased) throw new UseAfterReleaseError('Cannot adopt a released pointer.');
+    if (dataPtr.holder !== null) {
+      throw new InvalidArgumentError('dataPtr', dataPtr, 'a pointer no live storage holds: it was adopted already, or belongs to a storage (one storage owns a pointer)');
+    }
     const allocator = this.#allocators.get(dataPtr.device);
     if (isAllocatorDeleter(dataPtr.deleter) && !(allocator.owns?.(dataPtr) ?? false)) {
       throw new ForeignPointerError(
@@ -130,15 +141,17 @@ export class Runtime implements TensorContext, AsyncDisposable {
   }
 
   /** A new contiguous tensor of `sizes` over a new storage. Same errors as `storage()`, plus bad sizes/dtype. */
-  tensor(sizes: readonly number[], options: TensorOptions = {}): TensorImpl {
+  tensor(sizes: readonly number[], options?: TensorOptions): TensorImpl {
     this.#checkOpen('tensor');
     const shape = checkSizes('sizes', sizes);
-    const dtype = checkDType('options.dtype', options.dtype ?? 'float32');
+    const checked = checkOptions('options', options, TENSOR_OPTION_KEYS);
+    const dtype = checkDType('options.dtype', checked.dtype ?? 'float32');
+    const shared = checkBoolean('options.shared', checked.shared);
     const nbytes = numelOf(shape) * itemsizeOf(dtype);
     checkByteCount('sizes (as bytes)', nbytes);
     const storage = this.storage(nbytes, {
-      device: options.device ?? 'cpu',
-      ...(options.shared === undefined ? {} : { shared: options.shared }),
+      device: checked.device ?? 'cpu',
+      ...(shared === undefined ? {} : { shared }),
     });
     return new TensorImpl(storage, { sizes: shape, dtype }, this);
   }

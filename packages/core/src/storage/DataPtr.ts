@@ -1,6 +1,8 @@
 import type { Device } from '../contracts/Device.js';
 import { formatDevice } from '../contracts/Device.js';
 import { DoubleFreeError } from '../errors/DoubleFreeError.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 
 /** Frees what a DataPtr points at, given the pointer's context. Called at most once per pointer. */
 export type Deleter = (context: unknown) => void;
@@ -46,6 +48,7 @@ export class DataPtr<H = unknown> implements Disposable {
   #context: unknown;
   #deleter: Deleter | null;
   #released = false;
+  #holder: object | null = null;
 
   constructor(init: DataPtrInit<H>) {
     this.device = init.device;
@@ -71,6 +74,37 @@ export class DataPtr<H = unknown> implements Disposable {
   }
 
   /**
+   * The live storage that holds this pointer, or null. Note [One holder per pointer]: a StorageImpl holds its
+   * DataPtr from construction (or `setDataPtr`) until it lets it go (`setDataPtr`, `resize`, `release`); while
+   * held, no second storage may take it (`rt.adopt(p)` twice, `new StorageImpl`, `sibling`) and
+   * `allocator.free(ptr)` and `ptr.release()` refuse it, so that no storage ever reports memory live that was freed
+   * under it (whatever the allocator's own `free` does: an adaptor's, a device's for imported buffers). Owners that
+   * swap pointers (COW materialization, LMS page-in) take the old one back with `setDataPtr` before releasing it.
+   */
+  get holder(): object | null {
+    return this.#holder;
+  }
+
+  /**
+   * Makes `holder` this pointer's holder (Note [One holder per pointer]); for StorageImpl.
+   * @throws InvalidArgumentError when another holder holds it; UseAfterReleaseError when it was released
+   */
+  hold(holder: object): void {
+    if (this.#released) {
+      throw new UseAfterReleaseError(`The ${this.byteLength}-byte allocation at address 0x${this.address.toString(16)} on ${formatDevice(this.device)} was already released; no storage can hold it.`);
+    }
+    if (this.#holder !== null && this.#holder !== holder) {
+      throw new InvalidArgumentError('dataPtr', this, 'a pointer no live storage holds (one storage owns a pointer; release that storage, or copy its bytes)');
+    }
+    this.#holder = holder;
+  }
+
+  /** Ends `holder`'s hold, if it holds this pointer. */
+  letGo(holder: object): void {
+    if (this.#holder === holder) this.#holder = null;
+  }
+
+  /**
    * Replaces deleter and context if the current deleter is `expected`; returns whether it did. Used to take
    * ownership (a COW context wraps the original context) without racing another owner.
    */
@@ -83,12 +117,20 @@ export class DataPtr<H = unknown> implements Disposable {
 
   /**
    * Frees the allocation through the deleter.
-   * @throws DoubleFreeError when already released; nothing is freed twice.
+   * @throws DoubleFreeError when already released; nothing is freed twice. InvalidArgumentError while a live
+   * storage holds the pointer (Note [One holder per pointer]); nothing changes.
    */
   release(): void {
     if (this.#released) {
       throw new DoubleFreeError(
         `The ${this.byteLength}-byte allocation at address 0x${this.address.toString(16)} on ${formatDevice(this.device)} was already released.`,
+      );
+    }
+    if (this.#holder !== null) {
+      throw new InvalidArgumentError(
+        'ptr',
+        this,
+        `a pointer no live storage holds: the ${this.byteLength}-byte allocation at 0x${this.address.toString(16)} belongs to a live storage; release the storage instead`,
       );
     }
     this.#released = true;

@@ -1,11 +1,11 @@
 import type { AllocateOptions, Allocator } from '../contracts/Allocator.js';
-import type { DataPtr } from './DataPtr.js';
+import { DataPtr } from './DataPtr.js';
 import type { Device } from '../contracts/Device.js';
 import { formatDevice, isSameDevice } from '../contracts/Device.js';
 import { DeviceMismatchError } from '../errors/DeviceMismatchError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
-import { checkByteCount } from '../validation/validate.js';
+import { checkBoolean, checkByteCount, checkOptions } from '../validation/validate.js';
 import type { LmsStorage } from '../contracts/LmsStorage.js';
 import type { StorageHooks } from '../contracts/StorageHooks.js';
 import { BeforeWrite, isWriteGuard } from '../contracts/WriteGuard.js';
@@ -38,7 +38,24 @@ export class StorageImpl implements Disposable {
   readonly #allocateOptions: AllocateOptions | undefined;
   #released = false;
 
+  /**
+   * Takes the pointer: this storage holds it from now on (Note [One holder per pointer] in DataPtr.ts).
+   * @throws InvalidArgumentError for a missing pointer or allocator, or a pointer another live storage holds;
+   * UseAfterReleaseError for a released pointer; DeviceMismatchError for a pointer of another device
+   */
   constructor(init: StorageInit) {
+    const checked = checkOptions('init', init, ['dataPtr', 'allocator', 'resizable', 'hooks', 'allocateOptions']);
+    if (!(checked.dataPtr instanceof DataPtr)) throw new InvalidArgumentError('init.dataPtr', checked.dataPtr, 'a DataPtr');
+    const allocator = checked.allocator as Partial<Allocator> | null;
+    if (typeof allocator !== 'object' || allocator === null || typeof allocator.device !== 'object' || allocator.device === null) {
+      throw new InvalidArgumentError('init.allocator', allocator, 'an Allocator');
+    }
+    checkBoolean('init.resizable', checked.resizable);
+    if (checked.hooks !== undefined && !Array.isArray(checked.hooks)) throw new InvalidArgumentError('init.hooks', checked.hooks, 'an array of StorageHooks');
+    if (init.dataPtr.isReleased) throw new UseAfterReleaseError(`Cannot make a storage over a released ${init.dataPtr.byteLength}-byte pointer.`);
+    if (init.dataPtr.holder !== null) {
+      throw new InvalidArgumentError('dataPtr', init.dataPtr, 'a pointer no live storage holds (one storage owns a pointer; release that storage, or copy its bytes)');
+    }
     if (!isSameDevice(init.dataPtr.device, init.allocator.device)) {
       throw new DeviceMismatchError(
         `A storage's DataPtr lives on ${formatDevice(init.dataPtr.device)} but its allocator serves ${formatDevice(init.allocator.device)}.`,
@@ -50,6 +67,7 @@ export class StorageImpl implements Disposable {
     this.#dataPtr = init.dataPtr;
     this.#allocateOptions = init.allocateOptions;
     this.lms = init.allocator.asLmsStorage?.(this) ?? null;
+    init.dataPtr.hold(this);
     let created = 0;
     try {
       for (const hook of this.#hooks) {
@@ -68,6 +86,7 @@ export class StorageImpl implements Disposable {
       }
       this.#released = true;
       this.lms?.release();
+      init.dataPtr.letGo(this);
       throw error;
     }
   }
@@ -75,11 +94,12 @@ export class StorageImpl implements Disposable {
   /**
    * A new storage over `dataPtr` (same device and byte length) with this storage's allocator, hooks and
    * resizable flag: how COW makes a lazy clone.
-   * @throws UseAfterReleaseError once released; DeviceMismatchError or InvalidArgumentError for a pointer of
-   * another device or size
+   * @throws UseAfterReleaseError once released, or for a released pointer; DeviceMismatchError or
+   * InvalidArgumentError for a pointer of another device or size, or one a live storage holds
    */
   sibling(dataPtr: DataPtr): StorageImpl {
     this.#checkLive('sibling');
+    checkPointer('dataPtr', dataPtr);
     if (!isSameDevice(dataPtr.device, this.device)) {
       throw new DeviceMismatchError(`Cannot make a sibling on ${formatDevice(dataPtr.device)} of a storage on ${formatDevice(this.device)}.`);
     }
@@ -129,6 +149,7 @@ export class StorageImpl implements Disposable {
    */
   setDataPtr(dataPtr: DataPtr): DataPtr {
     this.#checkLive('setDataPtr');
+    checkPointer('dataPtr', dataPtr);
     if (!isSameDevice(dataPtr.device, this.device)) {
       throw new DeviceMismatchError(`Cannot set a DataPtr on ${formatDevice(dataPtr.device)} into a storage on ${formatDevice(this.device)}.`);
     }
@@ -136,12 +157,20 @@ export class StorageImpl implements Disposable {
       throw new InvalidArgumentError('dataPtr.byteLength', dataPtr.byteLength, `the storage's ${this.byteLength} bytes (use resize() to change the size)`);
     }
     const previous = this.#dataPtr;
+    if (dataPtr === previous) return previous;
+    dataPtr.hold(this);
+    previous.letGo(this);
     this.#dataPtr = dataPtr;
     return previous;
   }
 
   /**
    * Changes the size of a resizable storage: allocates `nbytes`, copies the common prefix, frees the old data.
+   *
+   * Note [Resizing under tensors]: a storage does not know its tensors, so shrinking below a live tensor's
+   * extent is allowed here (as PyTorch's `storage.resize_()` allows it); the tensor checks its extent against
+   * the storage's size at every `data()` / `mutableData()` and throws InvalidArgumentError while it does not fit,
+   * so no access ever reaches past the end. Growing the storage again makes it usable again.
    * @throws InvalidArgumentError when the storage is not resizable or `nbytes` is not a byte count
    */
   resize(nbytes: number): void {
@@ -157,6 +186,8 @@ export class StorageImpl implements Disposable {
       next.release();
       throw error;
     }
+    next.hold(this);
+    old.letGo(this);
     this.#dataPtr = next;
     old.release();
   }
@@ -182,6 +213,7 @@ export class StorageImpl implements Disposable {
     }
     this.#released = true;
     this.lms?.release();
+    this.#dataPtr.letGo(this);
     if (!this.#dataPtr.isReleased) this.#dataPtr.release();
     if (errors.length === 1) throw errors[0];
     if (errors.length > 1) throw new AggregateError(errors, `${errors.length} beforeRelease hooks failed; the storage was released anyway.`);
@@ -198,4 +230,11 @@ export class StorageImpl implements Disposable {
       );
     }
   }
+}
+
+/** Throws unless `dataPtr` is a live DataPtr that no storage holds. */
+function checkPointer(argument: string, dataPtr: unknown): asserts dataPtr is DataPtr {
+  if (!(dataPtr instanceof DataPtr)) throw new InvalidArgumentError(argument, dataPtr, 'a DataPtr');
+  if (dataPtr.isReleased) throw new UseAfterReleaseError(`${argument} is a ${dataPtr.byteLength}-byte pointer that was already released.`);
+  if (dataPtr.holder !== null) throw new InvalidArgumentError(argument, dataPtr, 'a pointer no live storage holds (one storage owns a pointer; release that storage, or copy its bytes)');
 }

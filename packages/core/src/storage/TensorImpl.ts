@@ -7,8 +7,9 @@ import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import type { DataPtr } from './DataPtr.js';
 import type { ReshapePolicy } from '../contracts/ReshapePolicy.js';
 import type { TensorHooks } from '../contracts/TensorHooks.js';
-import type { StorageImpl } from './StorageImpl.js';
-import { checkCount } from '../validation/validate.js';
+import { StorageImpl } from './StorageImpl.js';
+import { checkCount, checkOptions, checkReturned } from '../validation/validate.js';
+import { describeValue } from '../validation/describeValue.js';
 import {
   checkSizes,
   checkStrides,
@@ -58,12 +59,20 @@ export class TensorImpl {
    */
   readonly shadow: object | null;
   readonly #context: TensorContext;
+  /** Bytes of the storage this tensor reaches: (storageOffset + extent) * itemsize, 0 when empty. */
+  readonly #neededBytes: number;
 
   /**
-   * @throws InvalidArgumentError for a bad shape, stride, offset or dtype, or a layout that does not fit the storage
+   * @throws InvalidArgumentError for a bad shape, stride, offset or dtype, a layout that does not fit the storage,
+   * a storage that is not a StorageImpl, a context without `createStorage` and `reshapePolicy`, or a shadow that is
+   * not an object or null
    * @throws UseAfterReleaseError when the storage was released
    */
   constructor(storage: StorageImpl, layout: TensorLayout, context: TensorContext, shadow: object | null = null) {
+    if (!(storage instanceof StorageImpl)) throw new InvalidArgumentError('storage', storage, 'a StorageImpl');
+    checkContext(context);
+    if (typeof shadow !== 'object') throw new InvalidArgumentError('shadow', shadow, 'an object or null');
+    checkOptions('layout', layout, ['sizes', 'strides', 'storageOffset', 'dtype']);
     if (storage.isReleased) throw new UseAfterReleaseError('Cannot make a tensor over a released storage.');
     const dtype = checkDType('dtype', layout.dtype);
     const sizes = checkSizes('sizes', layout.sizes);
@@ -88,16 +97,23 @@ export class TensorImpl {
     this.numel = numelOf(sizes);
     this.shadow = shadow;
     this.#context = context;
+    this.#neededBytes = neededBytes;
   }
 
-  /** The storage's DataPtr for reading, after the runtime's tensor hooks. */
+  /**
+   * The storage's DataPtr for reading, after the runtime's tensor hooks.
+   * @throws InvalidArgumentError while the storage was resized below this tensor's extent (Note [Resizing under
+   * tensors] in StorageImpl.ts); UseAfterReleaseError once the storage was released
+   */
   data(): DataPtr {
+    this.#checkFits();
     for (const hook of this.#context.tensorHooks ?? []) hook.beforeRead?.(this);
     return this.storage.data();
   }
 
-  /** The storage's DataPtr for writing (COW materializes), after the runtime's tensor hooks. */
+  /** The storage's DataPtr for writing (COW materializes), after the runtime's tensor hooks. Same errors as `data()`. */
   mutableData(): DataPtr {
+    this.#checkFits();
     for (const hook of this.#context.tensorHooks ?? []) hook.beforeWrite?.(this);
     return this.storage.mutableData();
   }
@@ -155,7 +171,15 @@ export class TensorImpl {
   /** A tensor of `sizes` (one may be -1), as the runtime's reshape policy decides: a view, a copy or a lazy copy. */
   reshape(sizes: readonly number[]): TensorImpl {
     const newSizes = inferSizes('sizes', sizes, this.numel);
-    return this.#context.reshapePolicy.reshape(this, newSizes);
+    const policy = this.#context.reshapePolicy;
+    const result: unknown = policy.reshape(this, newSizes);
+    return checkReturned(
+      `the reshape policy ${describeValue(policy.name)} (reshape([${newSizes.join(', ')}]))`,
+      result,
+      (value): value is TensorImpl =>
+        value instanceof TensorImpl && value.dtype === this.dtype && value.sizes.length === newSizes.length && value.sizes.every((n, i) => n === newSizes[i]),
+      `a ${this.dtype} TensorImpl of sizes [${newSizes.join(', ')}]`,
+    );
   }
 
   /** This tensor when it is contiguous, otherwise a contiguous copy over a new storage. */
@@ -176,10 +200,29 @@ export class TensorImpl {
     }
   }
 
+  #checkFits(): void {
+    if (this.#neededBytes > this.storage.byteLength && !this.storage.isReleased) {
+      throw new InvalidArgumentError(
+        'storage',
+        `a ${this.storage.byteLength}-byte storage`,
+        `at least ${this.#neededBytes} bytes for ${this.toString()}: the storage was resized below the tensor's extent`,
+      );
+    }
+  }
+
   /** A human-readable one-liner: `TensorImpl(float32[2, 3] on cpu:0, strides [3, 1], offset 0)`. */
   toString(): string {
     return `TensorImpl(${this.dtype}[${this.sizes.join(', ')}] on ${formatDevice(this.device)}, strides [${this.strides.join(', ')}], offset ${this.storageOffset})`;
   }
+}
+
+/** Throws unless `context` has what a tensor uses: `createStorage` and a reshape policy with `reshape`. */
+function checkContext(context: unknown): void {
+  const c = context as Partial<TensorContext> | null;
+  if (typeof c !== 'object' || c === null || typeof c.createStorage !== 'function' || typeof c.reshapePolicy?.reshape !== 'function') {
+    throw new InvalidArgumentError('context', context, 'a TensorContext: an object with createStorage(nbytes, device) and reshapePolicy (a runtime)');
+  }
+  if (c.tensorHooks !== undefined && !Array.isArray(c.tensorHooks)) throw new InvalidArgumentError('context.tensorHooks', c.tensorHooks, 'an array of TensorHooks, or absent');
 }
 
 /**

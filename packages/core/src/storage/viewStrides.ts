@@ -1,11 +1,16 @@
-import { contiguousStrides, numelOf } from '../internal/shape.js';
+import { checkSizes, checkStrides, contiguousStrides, numelOf } from '../internal/shape.js';
 
 /**
  * Strides that let a tensor of `oldSizes`/`oldStrides` be viewed as `newSizes` without copying, or null when no
  * such strides exist. Same result as PyTorch's `computeStride`: dimensions are matched in chunks of
  * memory-contiguous dimensions, and each chunk must split exactly into new dimensions.
+ * @throws InvalidArgumentError when a size or stride is not a non-negative safe integer, or `oldStrides` has
+ * another length than `oldSizes`
  */
 export function viewStrides(oldSizes: readonly number[], oldStrides: readonly number[], newSizes: readonly number[]): number[] | null {
+  checkSizes('oldSizes', oldSizes);
+  checkStrides('oldStrides', oldStrides, oldSizes.length);
+  checkSizes('newSizes', newSizes);
   if (oldSizes.length === 0) return newSizes.map(() => 1);
   const numel = numelOf(oldSizes);
   if (numel === 0) {

@@ -3,6 +3,7 @@ import fc from 'fast-check';
 import type { Allocator } from '../contracts/Allocator.js';
 import { DataPtr } from '../storage/DataPtr.js';
 import { isSameDevice } from '../contracts/Device.js';
+import { StorageImpl } from '../storage/StorageImpl.js';
 import { DisposedError } from '../errors/DisposedError.js';
 import { DoubleFreeError } from '../errors/DoubleFreeError.js';
 import { ForeignPointerError } from '../errors/ForeignPointerError.js';
@@ -310,6 +311,37 @@ export const allocatorContract: readonly ContractCheck[] = [
           expect(error.argument).to.equal('nbytes');
         }
         expect(allocator.memoryStats()).to.deep.equal(stats);
+      }),
+  },
+  {
+    name: 'rejects options that are not an options object (null, a string, an array, a number) with InvalidArgumentError, changing nothing',
+    run: (make) =>
+      withAllocator(make, (allocator) => {
+        const stats = allocator.memoryStats();
+        for (const bad of [null, 'cpu', [], 5]) {
+          const error = expectThrows(() => allocator.allocate(8, bad as never), InvalidArgumentError, 'INVALID_ARGUMENT', `allocate(8, ${JSON.stringify(bad)})`);
+          expect(error.argument, 'the error names the options argument').to.equal('options');
+        }
+        expect(allocator.memoryStats()).to.deep.equal(stats);
+        const ptr = allocator.allocate(8);
+        assertAllocatorInvariants(allocator, [ptr]);
+        allocator.free(ptr);
+      }),
+  },
+  {
+    name: 'refuses to free a pointer a live storage holds, changing nothing; the storage frees it on release',
+    run: (make) =>
+      withAllocator(make, (allocator) => {
+        const ptr = allocator.allocate(64);
+        const storage = new StorageImpl({ dataPtr: ptr, allocator });
+        const stats = allocator.memoryStats();
+        expectThrows(() => allocator.free(storage.data()), InvalidArgumentError, 'INVALID_ARGUMENT', 'free(storage.data()) of a live storage');
+        expect(ptr.isReleased, 'the storage still holds live memory').to.equal(false);
+        expect(allocator.memoryStats()).to.deep.equal(stats);
+        assertAllocatorInvariants(allocator, [ptr]);
+        storage.release();
+        expect(ptr.isReleased, 'released with its storage').to.equal(true);
+        assertAllocatorInvariants(allocator, []);
       }),
   },
   {

@@ -825,3 +825,11 @@ describe('resolveCachingOptions', () => {
     expect(make({ unifiedPools: false, expandableSegments: true, deferCoalescing: false, preset: 'pytorch', maxSplitSize: undefined })).not.to.throw();
   });
 });
+
+describe('CachingAllocator constructor (the backend)', () => {
+  for (const backend of [null, undefined, {}, 'cpu']) {
+    it(`refuses ${String(backend === undefined ? 'undefined' : JSON.stringify(backend))} as a backend with InvalidArgumentError`, () => {
+      expect(() => new CachingAllocator(backend as never)).to.throw(InvalidArgumentError, /^backend must be a MemoryBackend/);
+    });
+  }
+});
