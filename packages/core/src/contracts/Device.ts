@@ -20,6 +20,7 @@ const DEVICE_TEXT = /^([a-z][a-z0-9_-]*)(?::(\d+))?$/;
  * @throws InvalidArgumentError when the text is not `type` or `type:index`, or the index is not a safe integer.
  */
 export function parseDevice(device: DeviceLike, argument = 'device'): Device {
+  if (typeof argument !== 'string') throw new InvalidArgumentError('argument', argument, "the name of the argument being parsed, for messages (default 'device')");
   if (typeof device === 'string') {
     const match = DEVICE_TEXT.exec(device);
     if (!match) throw new InvalidArgumentError(argument, device, "a device such as 'cpu', 'webgpu:0' or 'cuda:1'");

@@ -30,10 +30,12 @@ export function formatBytes(bytes: number): string {
 
 /**
  * Parses a byte count written as a number or as `'512MiB'`, `'1.5 GiB'`, `'64KB'` (KB, MB, GB are decimal;
- * KiB, MiB, GiB binary). Returns undefined when the text is not a size; callers turn that into a typed error.
+ * KiB, MiB, GiB binary). Returns undefined when the value is not a size (text that is not one, or anything but a
+ * number or a string); callers turn that into a typed error.
  */
 export function parseBytes(value: number | string): number | undefined {
   if (typeof value === 'number') return Number.isSafeInteger(value) && value >= 0 ? value : undefined;
+  if (typeof value !== 'string') return undefined;
   const match = /^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?B|B)?\s*$/i.exec(value);
   if (!match) return undefined;
   const unit = (match[2] ?? 'B').toUpperCase();
