@@ -49,6 +49,21 @@ import { SegmentRelease } from './SegmentRelease.js';
 import { isSmallRequest, MIN_BLOCK_BYTES, roundSize, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
 import { StreamEvents } from './StreamEvents.js';
 
+/**
+ * Throws unless `options` is an options object whose keys are AllocateOptions' (a `for…in` over one or two keys:
+ * no allocation on the path of a call that passes options).
+ */
+function checkAllocateOptions(options: AllocateOptions): void {
+  checkOptions('options', options);
+  for (const key in options) {
+    if (key !== 'stream' && key !== 'usage' && key !== 'shared' && (options as Record<string, unknown>)[key] !== undefined) {
+      checkOptions('options', options, ALLOCATE_OPTION_KEYS); // throws, naming the key and the nearest known one
+    }
+  }
+}
+
+const ALLOCATE_OPTION_KEYS: readonly string[] = ['stream', 'usage', 'shared'];
+
 /** The options of a call that passed none: one shared object, not a new one per call. */
 const NO_OPTIONS: AllocateOptions = Object.freeze({});
 
@@ -114,10 +129,13 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   allocate(nbytes: number, options: AllocateOptions = NO_OPTIONS): DataPtr<H> {
     this.checkOpen('allocate');
     checkByteCount('nbytes', nbytes);
-    checkOptions('options', options);
+    if (options !== NO_OPTIONS) checkAllocateOptions(options);
     const stream = options.stream ?? this.backend.defaultStream;
     if (!this.backend.isStream(stream)) throw new InvalidArgumentError('options.stream', stream, `a stream of ${formatDevice(this.device)}`);
-    if (nbytes === 0) return this.#allocateZero();
+    if (nbytes === 0) {
+      this.backend.segmentKind?.(options); // a zero-byte request is refused what a real one would be
+      return this.#allocateZero();
+    }
     const events = this.#events;
     if (events.pendingCount > 0) events.process();
     const size = roundSize(nbytes, this.options.roundupPower2Divisions);

@@ -28,6 +28,17 @@ function expectedFit(allocator: CachingAllocator<number>, rounded: number): Snap
 }
 
 describe('CachingAllocator#allocate', () => {
+  it('refuses an unknown option key (naming the nearest known one) and, for zero bytes too, a usage the device cannot serve; nothing changes', () => {
+    const engine = new CachingAllocator(new CpuMemoryBackend());
+    const before = engine.memoryStats();
+    expect(() => engine.allocate(64, { stram: 0 } as never)).to.throw(InvalidArgumentError, /^options\.stram must be left out: .*did you mean stream\?/);
+    expect(() => engine.allocate(0, { usage: 'uniform' })).to.throw(InvalidArgumentError, /options\.usage/);
+    expect(() => engine.allocate(0, { shared: 'no' } as never)).to.throw(InvalidArgumentError, /options\.shared/);
+    expect(() => engine.allocate(8, null as never)).to.throw(InvalidArgumentError, /^options must be an options object/);
+    expect(engine.memoryStats()).to.deep.equal(before);
+    expect(engine.allocate(64, { stream: 0, usage: 'storage', shared: false, other: undefined } as never).byteLength, 'known keys, and an undefined one').to.equal(64);
+  });
+
   it('rounds a small request to 512 bytes inside a 2 MiB small-pool segment', () => {
     const { allocator, backend } = engine();
     const ptr = allocator.allocate(100);
