@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import type { AllocationFailure, DataPtr } from '@stowage/core';
 import { createCpuAllocator, FailureCallbackAllocator, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
 import { describeAllocatorContract } from '@stowage/core/testing';
+import { expectRefusedOptions } from './refusedOptions.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -13,21 +14,7 @@ const summary = (f: AllocationFailure): [number, number] => [f.requestedBytes, f
 
 describe('FailureCallbackAllocator#constructor', () => {
   it('refuses unknown option keys (naming the nearest) and option values of the wrong type with InvalidArgumentError', () => {
-    const bad: [unknown, RegExp][] = [
-      [{ ownsUpstream: 'no' }, /options\.ownsUpstream must be true or false/],
-      [{ ownUpstream: false }, /options\.ownUpstream.*did you mean ownsUpstream\?/],
-      [[], /options must be an options object/],
-    ];
-    for (const [options, pattern] of bad) {
-      let error: unknown;
-      try {
-        new FailureCallbackAllocator(createCpuAllocator(), () => false, options as never);
-      } catch (e) {
-        error = e;
-      }
-      expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
-      expect((error as Error).message).to.match(pattern);
-    }
+    expectRefusedOptions((options) => new FailureCallbackAllocator(createCpuAllocator(), () => false, options));
   });
 
   it('rejects a callback that is not a function and an upstream that is not an allocator', () => {

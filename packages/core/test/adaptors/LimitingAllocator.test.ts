@@ -10,6 +10,7 @@ import {
   StatisticsAllocator,
 } from '@stowage/core';
 import { describeAllocatorContract } from '@stowage/core/testing';
+import { expectRefusedOptions } from './refusedOptions.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -23,21 +24,7 @@ const liveAt = (allocator: Allocator): number => allocator.memoryStats()['alloca
 
 describe('LimitingAllocator#constructor', () => {
   it('refuses unknown option keys (naming the nearest) and option values of the wrong type with InvalidArgumentError', () => {
-    const bad: [unknown, RegExp][] = [
-      [{ ownsUpstream: 'no' }, /options\.ownsUpstream must be true or false/],
-      [{ ownUpstream: false }, /options\.ownUpstream.*did you mean ownsUpstream\?/],
-      [[], /options must be an options object/],
-    ];
-    for (const [options, pattern] of bad) {
-      let error: unknown;
-      try {
-        new LimitingAllocator(createCpuAllocator(), '1MiB', options as never);
-      } catch (e) {
-        error = e;
-      }
-      expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
-      expect((error as Error).message).to.match(pattern);
-    }
+    expectRefusedOptions((options) => new LimitingAllocator(createCpuAllocator(), '1MiB', options));
   });
 
   it('takes the limit as a byte count or as text', () => {

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import type { Allocator, RmmLogRecord } from '@stowage/core';
 import { CachingAllocator, createCpuAllocator, InvalidArgumentError, LoggingAllocator, OutOfMemoryError, parseRmmCsv, RMM_CSV_HEADER } from '@stowage/core';
 import { VirtualMemoryBackend, describeAllocatorContract } from '@stowage/core/testing';
+import { expectRefusedOptions } from './refusedOptions.js';
 
 describeAllocatorContract('LoggingAllocator over the CPU allocator', () => new LoggingAllocator(createCpuAllocator(), () => {}));
 
@@ -28,23 +29,10 @@ const hex = (address: number): string => `0x${address.toString(16)}`;
 
 describe('LoggingAllocator#constructor', () => {
   it('refuses unknown option keys (naming the nearest) and option values of the wrong type with InvalidArgumentError', () => {
-    const bad: [unknown, RegExp][] = [
-      [{ ownsUpstream: 'no' }, /options\.ownsUpstream must be true or false/],
-      [{ ownUpstream: false }, /options\.ownUpstream.*did you mean ownsUpstream\?/],
-      [[], /options must be an options object/],
+    expectRefusedOptions((options) => new LoggingAllocator(createCpuAllocator(), () => undefined, options), [
       [{ threadID: 1 }, /did you mean threadId\?/],
       [{ clock: 5 }, /options\.clock/],
-    ];
-    for (const [options, pattern] of bad) {
-      let error: unknown;
-      try {
-        new LoggingAllocator(createCpuAllocator(), () => undefined, options as never);
-      } catch (e) {
-        error = e;
-      }
-      expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
-      expect((error as Error).message).to.match(pattern);
-    }
+    ]);
   });
 
   it('writes the RMM CSV header first', () => {

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import type { Allocator } from '@stowage/core';
 import { createCpuAllocator, InvalidArgumentError, StatisticsAllocator } from '@stowage/core';
 import { describeAllocatorContract } from '@stowage/core/testing';
+import { expectRefusedOptions } from './refusedOptions.js';
 
 describeAllocatorContract('StatisticsAllocator over the CPU allocator', () => new StatisticsAllocator(createCpuAllocator()));
 
@@ -10,21 +11,7 @@ const figures = (c: { current: number; peak: number; total: number }): number[] 
 
 describe('StatisticsAllocator#constructor', () => {
   it('refuses unknown option keys (naming the nearest) and option values of the wrong type with InvalidArgumentError', () => {
-    const bad: [unknown, RegExp][] = [
-      [{ ownsUpstream: 'no' }, /options\.ownsUpstream must be true or false/],
-      [{ ownUpstream: false }, /options\.ownUpstream.*did you mean ownsUpstream\?/],
-      [[], /options must be an options object/],
-    ];
-    for (const [options, pattern] of bad) {
-      let error: unknown;
-      try {
-        new StatisticsAllocator(createCpuAllocator(), options as never);
-      } catch (e) {
-        error = e;
-      }
-      expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
-      expect((error as Error).message).to.match(pattern);
-    }
+    expectRefusedOptions((options) => new StatisticsAllocator(createCpuAllocator(), options));
   });
 
   it('rejects an upstream that is not an allocator', () => {

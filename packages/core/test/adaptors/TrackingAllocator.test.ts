@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import type { Allocator, DataPtr } from '@stowage/core';
 import { createCpuAllocator, ForwardingAllocator, InvalidArgumentError, TrackingAllocator } from '@stowage/core';
 import { describeAllocatorContract } from '@stowage/core/testing';
+import { expectRefusedOptions } from './refusedOptions.js';
 
 describeAllocatorContract('TrackingAllocator over the CPU allocator', () => new TrackingAllocator(createCpuAllocator()));
 describeAllocatorContract('TrackingAllocator over the CPU allocator, without stacks', () => new TrackingAllocator(createCpuAllocator(), { captureStacks: false }));
@@ -13,23 +14,10 @@ function allocateForTheModel(allocator: Allocator, nbytes: number): DataPtr {
 
 describe('TrackingAllocator#constructor', () => {
   it('refuses unknown option keys (naming the nearest) and option values of the wrong type with InvalidArgumentError', () => {
-    const bad: [unknown, RegExp][] = [
-      [{ ownsUpstream: 'no' }, /options\.ownsUpstream must be true or false/],
-      [{ ownUpstream: false }, /options\.ownUpstream.*did you mean ownsUpstream\?/],
-      [[], /options must be an options object/],
+    expectRefusedOptions((options) => new TrackingAllocator(createCpuAllocator(), options), [
       [{ captureStack: false }, /did you mean captureStacks\?/],
       [{ captureStacks: 'no' }, /options\.captureStacks must be true or false/],
-    ];
-    for (const [options, pattern] of bad) {
-      let error: unknown;
-      try {
-        new TrackingAllocator(createCpuAllocator(), options as never);
-      } catch (e) {
-        error = e;
-      }
-      expect(error, `${JSON.stringify(options)}: ${String(error)}`).to.be.instanceOf(InvalidArgumentError);
-      expect((error as Error).message).to.match(pattern);
-    }
+    ]);
   });
 
   it('rejects an upstream that is not an allocator and a captureStacks that is not a boolean', () => {
