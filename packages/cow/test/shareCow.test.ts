@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { cpu, createRuntime, hostBytes, InvalidArgumentError, StowageError } from '@stowage/core';
+import { cpu, createRuntime, hostBytes, InvalidArgumentError, StowageError, TrackingAllocator, wrapAllocators } from '@stowage/core';
 import { collectSharedCow, cow, receiveCow, shareCow } from '@stowage/cow';
 
 describe('shareCow / receiveCow', () => {
@@ -112,5 +112,21 @@ describe('collectSharedCow', () => {
     await using rt = await createRuntime({ plugins: [cpu({ shared: true })] });
     expect(() => collectSharedCow({} as never)).to.throw(InvalidArgumentError, /Runtime/);
     expect(() => shareCow(null as never, rt.storage(8, { shared: true }))).to.throw(InvalidArgumentError, /Runtime/);
+  });
+});
+
+describe('TrackingAllocator#outstanding with shared COW storages', () => {
+  it('lists shared memory while a receiver may still use it, under the released first pointer, and drops it once collected', async () => {
+    let tracker: TrackingAllocator | undefined;
+    await using rt = await createRuntime({
+      plugins: [cpu({ shared: true }), wrapAllocators('cpu', (a) => (tracker = new TrackingAllocator(a, { captureStacks: false })))],
+    });
+    const s = rt.storage(64, { shared: true });
+    const handle = shareCow(rt, s);
+    s.release(); // the descriptor still holds a reference: the memory is live
+    expect(tracker!.outstanding().map((r) => [r.bytes, r.ptr.isReleased])).to.deep.equal([[64, true]]);
+    receiveCow(rt, handle).release();
+    expect(collectSharedCow(rt)).to.equal(64);
+    expect(tracker!.outstanding(), 'freed through the tracker once the receiver is done').to.deep.equal([]);
   });
 });

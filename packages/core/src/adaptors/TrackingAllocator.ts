@@ -16,6 +16,10 @@ export interface TrackingAllocatorOptions extends ForwardingAllocatorOptions {
 
 /** A live allocation a {@link TrackingAllocator} handed out. */
 export interface TrackedAllocation {
+  /**
+   * The pointer the allocation was returned as. It may read `isReleased` while the memory lives on under another
+   * owner (see the class comment): the record describes memory, not the pointer object.
+   */
   readonly ptr: DataPtr;
   readonly address: number;
   /** Requested bytes. */
@@ -44,12 +48,16 @@ const TRACE_MESSAGE = 'allocated here';
  * after RMM's `tracking_resource_adaptor`: a leak finder. `outstanding()` lists the live allocations,
  * `reportLeaks()` renders them for a person (call it before `dispose()`, or at the end of a test).
  *
- * A record is dropped when its pointer is released by any path (Note [Adopting pointers]). A stack is formatted
+ * A record is dropped when its memory is freed, by any path (Note [Adopting pointers]). When COW or IPC takes
+ * ownership of an allocation (a lazy clone; a storage shared with another thread), the pointer first returned
+ * may be released while its memory lives on, held by the new owner, which frees it later through this adaptor:
+ * the record stays until then, with `ptr.isReleased` true. Data shared by `shareCow` but never received is such
+ * memory: its descriptor holds a reference for the sender's lifetime (Note [COW across threads]). A stack is formatted
  * to text at allocation (an unformatted V8 stack would keep the callers' receivers reachable, and so change
  * what the garbage collector may reclaim), which costs a few microseconds per allocation; with
  * `captureStacks: false` tracking costs one map entry.
  *
- * Invariants: outstanding().length == number of live pointers this adaptor returned;
+ * Invariants: outstanding().length == number of allocations this adaptor returned whose memory is not yet freed;
  * outstandingBytes == sum of their requested bytes.
  */
 export class TrackingAllocator extends ForwardingAllocator {
