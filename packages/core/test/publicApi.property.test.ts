@@ -11,7 +11,6 @@ import {
   LoggingAllocator,
   StatisticsAllocator,
   StorageImpl,
-  StowageError,
   TensorImpl,
   TrackingAllocator,
   cpu,
@@ -26,7 +25,7 @@ import {
   viewStrides,
   wrapAllocators,
 } from '@stowage/core';
-import { assertAllocatorInvariants, VirtualMemoryBackend } from '@stowage/core/testing';
+import { assertAllocatorInvariants, expectTypedOrSuccess, junkArgs as args, VirtualMemoryBackend } from '@stowage/core/testing';
 
 /**
  * Note [The public API under junk]: every public entry point of core, called with generated junk (wrong types,
@@ -37,36 +36,6 @@ import { assertAllocatorInvariants, VirtualMemoryBackend } from '@stowage/core/t
  * so that calls get past their first check. Not fed junk: `new DataPtr(init)`, which only allocators call, on the
  * allocation path (Note [Few large functions on the hot path]), and which checks nothing by design.
  */
-
-/** Junk of every kind, with some plausible values among it. */
-function junk(plausible: readonly unknown[] = []): fc.Arbitrary<unknown> {
-  const base = fc.oneof(
-    fc.constantFrom(null, undefined, true, false, Number.NaN, Infinity, -Infinity, -0, -1, 0.5, 2 ** 53, 2 ** 60, Number.MAX_VALUE, 1e21),
-    fc.integer({ min: -1000, max: 1 << 20 }),
-    fc.double(),
-    fc.string({ maxLength: 12 }),
-    fc.constantFrom('cpu', 'cuda:1', 'webgpu', 'float32', 'int8', '1KiB', '-1B', 'no', 'yes', '', '__proto__', 'toString'),
-    fc.constantFrom(() => undefined, () => null, function named() {
-      return 1;
-    }),
-    fc.constantFrom([], [2, 3], [-1], [0.5], [null], ['2'], [1, -1], [2 ** 40, 2 ** 40]),
-    fc.constantFrom({}, { foo: 1 }, { device: 'cpu' }, { dtyp: 'int8' }, { shared: 'no' }, { resizable: 1 }, { ownsUpstream: 'yes' }, Object.create(null) as object),
-    fc.constantFrom(new Uint8Array(4), new ArrayBuffer(8), new Map(), new Date(0), Symbol('s'), 10n),
-  );
-  return plausible.length === 0 ? base : fc.oneof(base, fc.constantFrom(...plausible));
-}
-
-const args = (n: number, plausible: readonly unknown[] = []): fc.Arbitrary<unknown[]> => fc.array(junk(plausible), { minLength: 0, maxLength: n });
-
-/** Runs `call`; returns what it returned, or undefined when it threw a StowageError with a code. */
-async function expectTypedOrSuccess(name: string, call: () => unknown): Promise<unknown> {
-  try {
-    return await call();
-  } catch (error) {
-    if (error instanceof StowageError && typeof error.code === 'string') return undefined;
-    throw new Error(`${name} threw ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}`, { cause: error });
-  }
-}
 
 /** The next allocation works and statistics equal a recount of `live`. */
 function expectConsistent(allocator: Allocator, live: readonly DataPtr[]): void {

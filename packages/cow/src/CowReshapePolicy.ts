@@ -1,5 +1,5 @@
-import type { ReshapePolicy, TensorImpl } from '@stowage/core';
-import { viewStrides } from '@stowage/core';
+import type { ReshapePolicy } from '@stowage/core';
+import { InvalidArgumentError, TensorImpl, viewStrides } from '@stowage/core';
 import { lazyClone } from './lazyClone.js';
 
 /**
@@ -11,6 +11,7 @@ export class CowReshapePolicy implements ReshapePolicy {
   readonly name = 'cow';
 
   reshape(tensor: TensorImpl, sizes: readonly number[]): TensorImpl {
+    if (!(tensor instanceof TensorImpl)) throw new InvalidArgumentError('tensor', tensor, 'a TensorImpl');
     const strides = viewStrides(tensor.sizes, tensor.strides, sizes);
     if (strides === null) return tensor.clone().view(sizes);
     const storage = lazyClone(tensor.storage);

@@ -1,6 +1,6 @@
 import { EventEmitter } from 'eventemitter3';
-import type { ReshapePolicy, StorageImpl, TensorHooks, TensorImpl } from '@stowage/core';
-import { viewStrides } from '@stowage/core';
+import type { ReshapePolicy, StorageImpl, TensorHooks } from '@stowage/core';
+import { InvalidArgumentError, TensorImpl, viewStrides } from '@stowage/core';
 
 /** A view family: the tensors sharing one shadow storage (Note [Shadow storages]). */
 class ShadowStorage {
@@ -56,6 +56,7 @@ export class WarnReshapePolicy implements ReshapePolicy, TensorHooks {
   }
 
   reshape(tensor: TensorImpl, sizes: readonly number[]): TensorImpl {
+    if (!(tensor instanceof TensorImpl)) throw new InvalidArgumentError('tensor', tensor, 'a TensorImpl');
     const strides = viewStrides(tensor.sizes, tensor.strides, sizes);
     if (strides === null) return this.#copy(tensor, sizes);
     const physical = this.#physicalOf(tensor.storage);

@@ -4,3 +4,4 @@ export { assertAllocatorInvariants } from './assertAllocatorInvariants.js';
 export { describeAllocatorContract } from './describeAllocatorContract.js';
 export type { VirtualMemoryBackendOptions } from './VirtualMemoryBackend.js';
 export { VirtualMemoryBackend } from './VirtualMemoryBackend.js';
+export { expectTypedOrSuccess, junk, junkArgs } from './junk.js';
