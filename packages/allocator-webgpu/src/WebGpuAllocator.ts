@@ -1,5 +1,5 @@
 import type { AllocateOptions, CachingAllocatorOptions, Deleter, DeviceError } from '@stowage/core';
-import { CachingAllocator, DataPtr, DeviceMismatchError, ForwardingAllocator, formatDevice, InvalidArgumentError, isSameDevice } from '@stowage/core';
+import { CachingAllocator, DataPtr, DeviceMismatchError, ForwardingAllocator, formatDevice, InvalidArgumentError, isSameDevice, UseAfterReleaseError } from '@stowage/core';
 import type { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
 import { WebGpuPager } from './WebGpuPager.js';
 import { BufferUsage } from './WebGpuUsage.js';
@@ -136,10 +136,15 @@ export class WebGpuAllocator extends ForwardingAllocator {
   }
 
   /**
-   * The binding range of a pointer, for a bind group entry. @throws InvalidArgumentError when it is larger than
-   * the device's maxStorageBufferBindingSize (bind a slice instead)
+   * The binding range of a pointer, for a bind group entry. @throws InvalidArgumentError for a value that is not a
+   * DataPtr, or one larger than the device's maxStorageBufferBindingSize (bind a slice instead);
+   * UseAfterReleaseError for a released pointer; DeviceMismatchError for a pointer of another device
    */
   bindingOf(ptr: DataPtr): { buffer: GPUBuffer; offset: number; size: number } {
+    if (!(ptr instanceof DataPtr)) throw new InvalidArgumentError('ptr', ptr, 'a DataPtr of this allocator');
+    if (ptr.isReleased) throw new UseAfterReleaseError(`Cannot bind the ${ptr.byteLength}-byte allocation at 0x${ptr.address.toString(16)}: it was already released.`);
+    if (!isSameDevice(ptr.device, this.device)) throw new DeviceMismatchError(`ptr lives on ${formatDevice(ptr.device)}, but this allocator serves ${formatDevice(this.device)}.`);
+    this.#checkBuffer('ptr', ptr);
     const max = this.backend.maxStorageBufferBindingSize;
     if (ptr.byteLength > max) throw new InvalidArgumentError('ptr.byteLength', ptr.byteLength, `at most maxStorageBufferBindingSize (${max}) to bind whole`);
     return { buffer: ptr.handle as GPUBuffer, offset: ptr.byteOffset, size: Math.ceil(ptr.byteLength / 4) * 4 };
