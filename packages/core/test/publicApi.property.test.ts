@@ -22,9 +22,12 @@ import {
   makeDirectAllocator,
   parseBytes,
   parseDevice,
+  parseRmmCsv,
   viewStrides,
   wrapAllocators,
 } from '@stowage/core';
+import { parseRmmCsvLog, replayTrace, traceSummary } from '@stowage/core/replay';
+import type { TraceEvent } from '@stowage/core/replay';
 import { assertAllocatorInvariants, expectTypedOrSuccess, junkArgs as args, VirtualMemoryBackend } from '@stowage/core/testing';
 
 /**
@@ -190,6 +193,10 @@ describe('the public API of core under junk (Note [The public API under junk])',
   });
 
   const upstream = (): Allocator => createCpuAllocator();
+  const TRACE: readonly TraceEvent[] = [
+    { action: 'alloc', id: 0, size: 1024, stream: 0, addr: 0, timeUs: null },
+    { action: 'free_requested', id: 0, size: 1024, stream: 0, addr: 0, timeUs: null },
+  ];
   const entries: [string, (a: unknown[]) => unknown][] = [
     ['createRuntime', async (a) => (await createRuntime(a[0] as object)).dispose()],
     ['new CachingAllocator(junk)', (a) => new CachingAllocator(a[0] as never, a[1] as object)],
@@ -215,6 +222,12 @@ describe('the public API of core under junk (Note [The public API under junk])',
     ['parseDevice', (a) => parseDevice(a[0] as string, a[1] as string)],
     ['parseBytes', (a) => parseBytes(a[0] as string)],
     ['formatBytes', (a) => formatBytes(a[0] as number)],
+    ['parseRmmCsv', (a) => parseRmmCsv(a[0] as string, a[1] as string)],
+    // The replay entry's parsers and replay (its file readers pass the file system's errors through, by design).
+    ['parseRmmCsvLog', (a) => parseRmmCsvLog(a[0] as string, a[1] as string)],
+    ['traceSummary', (a) => traceSummary(a[0] as never)],
+    ['replayTrace', (a) => replayTrace(a[0] as Allocator, a[1] as never, a[2] as object)],
+    ['replayTrace(allocator, events, junk)', (a) => replayTrace(upstream(), TRACE, a[0] as object)],
   ];
   for (const [name, call] of entries) {
     it(`${name} gives a typed error or succeeds`, async () => {
