@@ -295,16 +295,9 @@ describe('CachingAllocator#allocate after the fragmentation limit unmaps an over
     allocator.events.on('segmentReserved', (e) => reserved.push(e.bytes));
     allocator.allocate(512); // maps one page: [0, 512) live, [512, 2 MiB) free
     allocator.free(allocator.allocate(40 * MiB)); // extends the free tail: one free 42 MiB - 512 block, oversize
-    const mapsBefore = calls.filter((c) => c.op === 'map').length;
-    const devicesAllocsBefore = allocator.memoryStats()['num_device_alloc'];
     // 512 B may not take the oversize block; growing first unmaps its whole pages (fragmentation limit), which
     // leaves a 2 MiB - 512 free tail that the request may take: nothing needs mapping.
-    const ptr = allocator.allocate(512);
-    expect(ptr.byteLength).to.equal(512);
-    check();
-    expect(reserved.filter((bytes) => !(bytes > 0)), 'segmentReserved events of no bytes').to.deep.equal([]);
-    expect(calls.filter((c) => c.op === 'map').slice(mapsBefore).map((c) => c.bytes), 'page mappings for the request').to.deep.equal([]);
-    expect(allocator.memoryStats()['num_device_alloc'], 'no device mapping counted').to.equal(devicesAllocsBefore);
+    expectServedWithoutMapping({ allocator, calls, check }, reserved);
   });
 
   it('serves the request from the free partial page before a gap that unmapping left, mapping no zero-byte range', () => {
@@ -315,17 +308,23 @@ describe('CachingAllocator#allocate after the fragmentation limit unmaps an over
     const oversize = allocator.allocate(40 * MiB); // [512, 40 MiB + 512)
     allocator.allocate(2 * MiB - 512); // the rest of the mapped pages, up to 42 MiB
     allocator.free(oversize);
-    const mapsBefore = calls.filter((c) => c.op === 'map').length;
-    const devicesAllocsBefore = allocator.memoryStats()['num_device_alloc'];
     // Unmapping the oversize block's whole pages leaves [512, 2 MiB) free before a gap [2 MiB, 40 MiB): that free
     // block alone holds the request, so the engine serves it from the pool and maps no (-0-byte) range of the gap.
+    expectServedWithoutMapping({ allocator, calls, check }, reserved);
+  });
+
+  /** Allocates 512 B and checks it mapped nothing, counted no device allocation and reserved no 0-byte segment. */
+  function expectServedWithoutMapping(rig: Pick<ReturnType<typeof recordingEngine>, 'allocator' | 'calls' | 'check'>, reserved: readonly number[]): void {
+    const { allocator, calls, check } = rig;
+    const mapsBefore = calls.filter((c) => c.op === 'map').length;
+    const devicesAllocsBefore = allocator.memoryStats()['num_device_alloc'];
     const ptr = allocator.allocate(512);
     expect(ptr.byteLength).to.equal(512);
     check();
     expect(reserved.filter((bytes) => !(bytes > 0)), 'segmentReserved events of no bytes').to.deep.equal([]);
     expect(calls.filter((c) => c.op === 'map').slice(mapsBefore).map((c) => c.bytes), 'page mappings for the request').to.deep.equal([]);
     expect(allocator.memoryStats()['num_device_alloc'], 'no device mapping counted').to.equal(devicesAllocsBefore);
-  });
+  }
 });
 
 const SEED = 1; // fixed so the run is reproducible; seeds 1, 3, 4 and 5 each reach a request that a zero-byte map could serve
