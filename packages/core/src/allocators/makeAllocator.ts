@@ -166,17 +166,19 @@ export function makeDirectAllocator<H>(backend: MemoryBackend<H>): Allocator {
 }
 
 /**
- * Invariants: live.size == stats allocation.all.current;
+ * Invariants (live = the values of #byAddress and of #empty): live.size == stats allocation.all.current;
  * sum over live of requestedBytes == requested_bytes.all.current;
  * sum over live of block.byteLength == allocated_bytes.all.current.
  */
 class ManagedAllocator<H> extends AllocatorBase<H> {
   readonly #core: MinimalAllocator<H>;
-  readonly #live = new Set<Allocation<H>>();
   readonly #countsSegments: boolean;
-
-  /** Live non-empty blocks by address (Note [Checking the core]). */
+  /**
+   * The live allocations: non-empty blocks by address (one per address, Note [Checking the core]), and the empty
+   * ones apart (they may share an address). One map operation per allocate and per free.
+   */
   readonly #byAddress = new Map<number, Allocation<H>>();
+  readonly #empty = new Set<Allocation<H>>();
 
   constructor(core: MinimalAllocator<H>) {
     super(parseDevice(core.device, 'core.device'), core.alignment, {
@@ -229,8 +231,8 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
       deleter: this.deleter,
     });
     allocation.ptr = ptr;
-    this.#live.add(allocation);
     if (block.byteLength > 0) this.#byAddress.set(block.address, allocation);
+    else this.#empty.add(allocation);
     this.#count(block.byteLength, nbytes, 1);
     if (this.emitter.hears('allocated')) this.emitter.safeEmit('allocated', { ptr, requestedBytes: nbytes });
     return ptr;
@@ -238,7 +240,7 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
 
   snapshot(): MemorySnapshot {
     this.checkOpen('snapshot');
-    const segments = this.#core.snapshotSegments?.() ?? [...this.#live].map((a) => this.#segmentOf(a));
+    const segments = this.#core.snapshotSegments?.() ?? this.#liveAllocations().map((a) => this.#segmentOf(a));
     segments.sort((a, b) => a.address - b.address);
     return { segments, device_traces: [[]], allocator_settings: { ...(this.#core.settings ?? {}) }, external_annotations: [] };
   }
@@ -249,12 +251,12 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
   }
 
   protected disposeResources(): void {
-    for (const allocation of this.#live) {
+    for (const allocation of this.#liveAllocations()) {
       allocation.freed = true;
       this.#core.free(allocation.block);
     }
-    this.#live.clear();
     this.#byAddress.clear();
+    this.#empty.clear();
     this.#core.dispose?.();
   }
 
@@ -262,12 +264,17 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
     const allocation = context as Allocation<H>;
     if (allocation.freed) return; // reclaimed by dispose(); the pointer outlived its allocator
     allocation.freed = true;
-    this.#live.delete(allocation);
-    if (this.#byAddress.get(allocation.block.address) === allocation) this.#byAddress.delete(allocation.block.address);
+    // A live non-empty block is the only one at its address (checked at allocate), so the entry is this one's.
+    if (allocation.block.byteLength > 0) this.#byAddress.delete(allocation.block.address);
+    else this.#empty.delete(allocation);
     // Counted out first: a core that returns a segment inside free() reports it to consistent statistics.
     this.#count(allocation.block.byteLength, allocation.requestedBytes, -1);
     this.#core.free(allocation.block);
     if (this.emitter.hears('freed')) this.emitter.safeEmit('freed', { ptr: allocation.ptr! });
+  }
+
+  #liveAllocations(): Allocation<H>[] {
+    return [...this.#byAddress.values(), ...this.#empty];
   }
 
   /**
