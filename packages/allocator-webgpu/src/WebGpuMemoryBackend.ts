@@ -1,5 +1,5 @@
 import type { BackendEvent, Device, MemoryBackend, MemoryBlock, SegmentOptions, StreamId, AllocateOptions } from '@stowage/core';
-import { DeviceError, formatBytes, InvalidArgumentError } from '@stowage/core';
+import { DeviceError, DeviceMismatchError, formatBytes, InvalidArgumentError } from '@stowage/core';
 import { ByteCopyKernel } from './ByteCopyKernel.js';
 import { roundedBufferSize, StagingPool } from './StagingPool.js';
 import { SubmitCounter } from './SubmitCounter.js';
@@ -89,12 +89,11 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   #lost: DeviceError | undefined;
   #disposed = false;
   /**
-   * The buffers pointers of each GPUDevice may name (segments and imported buffers), shared by every backend on
-   * that device: a pointer whose buffer is not in its device's set belongs to another GPUDevice. Keyed weakly
-   * by the device, as SubmitCounter is by its queue: device state, not a runtime's.
+   * The GPUDevice of every buffer pointers may name (segments and imported buffers), shared by every backend: a
+   * pointer whose buffer is recorded under another device belongs to that device. Keyed weakly by the buffer:
+   * device state, not a runtime's (as SubmitCounter's per queue).
    */
-  static readonly #buffersOf = new WeakMap<GPUDevice, WeakSet<GPUBuffer>>();
-  readonly #buffers: WeakSet<GPUBuffer>;
+  static readonly #deviceOf = new WeakMap<GPUBuffer, GPUDevice>();
 
   constructor(options: WebGpuMemoryBackendOptions) {
     const gpu = options.device;
@@ -106,9 +105,6 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.maxBufferSize = options.maxBufferSize ?? gpu.limits.maxBufferSize;
     this.maxStorageBufferBindingSize = gpu.limits.maxStorageBufferBindingSize;
     this.keepAlive = options.keepAlive;
-    let buffers = WebGpuMemoryBackend.#buffersOf.get(gpu);
-    if (!buffers) WebGpuMemoryBackend.#buffersOf.set(gpu, (buffers = new WeakSet()));
-    this.#buffers = buffers;
     this.#epochs = SubmitCounter.acquire(gpu.queue);
     this.#epochs.addBeforeSubmit(this.#flushPending);
     const submit = this.#epochs.submitUncounted;
@@ -171,7 +167,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
       void gpu.popErrorScope().then(report, () => {});
       void gpu.popErrorScope().then(report, () => {});
     }
-    this.#buffers.add(buffer);
+    WebGpuMemoryBackend.#deviceOf.set(buffer, this.gpuDevice);
     this.#createdBuffers++;
     this.#reservedBytes += byteLength;
     return { handle: buffer, byteOffset: 0, address: this.takeAddress(byteLength), byteLength };
@@ -185,9 +181,16 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     if (!this.#lost) this.#submit([]);
   }
 
-  /** Records a caller's buffer (importBuffer) as one of this device's, for `isDeviceBuffer`. */
+  /**
+   * Records a caller's buffer (importBuffer) as one of this device's, for `isDeviceBuffer`.
+   * @throws DeviceMismatchError for a buffer recorded under another GPUDevice (another allocator's segment or import)
+   */
   adoptBuffer(buffer: GPUBuffer): void {
-    this.#buffers.add(buffer);
+    const owner = WebGpuMemoryBackend.#deviceOf.get(buffer);
+    if (owner !== undefined && owner !== this.gpuDevice) {
+      throw new DeviceMismatchError('The buffer belongs to another GPUDevice (a segment or import of another allocator); this device cannot use it. Copy through the host (readBytes, then writeBytes).');
+    }
+    WebGpuMemoryBackend.#deviceOf.set(buffer, this.gpuDevice);
   }
 
   /**
@@ -195,7 +198,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
    * false for a buffer of another GPUDevice, which this device cannot use.
    */
   isDeviceBuffer(buffer: GPUBuffer): boolean {
-    return this.#buffers.has(buffer);
+    return WebGpuMemoryBackend.#deviceOf.get(buffer) === this.gpuDevice;
   }
 
   /** A fresh range of the virtual address space Stowage gives GPUBuffers (for snapshots and imported buffers). */

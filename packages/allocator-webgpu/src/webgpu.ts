@@ -75,6 +75,7 @@ const WEBGPU_OPTIONS = {
   checkDeviceOptions: checkOpenWebGpuOptions,
   // WebGPU buffers cannot map pages (WebGpuOptions omits it).
   engineOptionsLeftOut: ['expandableSegments'],
+  reportsCapacity: false,
 } as const;
 
 /**

@@ -510,6 +510,8 @@ describe('WebGpuAllocator', function () {
       await mine.flush();
       expect(() => mine.copyData(a, b, 256), 'copy from the other device').to.throw(StowageError);
       expect(() => mine.writeBytes(b, new Uint8Array(256).fill(3)), 'write into the other device').to.throw(StowageError);
+      expect(() => mine.importBuffer(b.handle as GPUBuffer, { byteOffset: b.byteOffset, byteLength: 256 }), "import of the other device's segment").to.throw(DeviceMismatchError);
+      expect(() => mine.copyData(a, b, 256), 'still refused after the refused import').to.throw(DeviceMismatchError);
       expect((await theirs.readBytes(b, 0, 1))[0]).to.equal(2);
     });
   });

@@ -51,6 +51,16 @@ describe('StorageImpl#setDataPtr', () => {
     old.release();
     expect(() => storage.setDataPtr(allocator.allocate(8))).to.throw(InvalidArgumentError, /16 bytes/);
   });
+
+  it('changes nothing when given the pointer the storage already holds', () => {
+    using allocator = createCpuAllocator();
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(16), allocator });
+    const ptr = storage.peekDataPtr();
+    expect(storage.setDataPtr(ptr)).to.equal(ptr);
+    expect(storage.data()).to.equal(ptr);
+    storage.release();
+    expect(ptr.isReleased).to.equal(true);
+  });
 });
 
 describe('StorageImpl#resize', () => {
@@ -92,6 +102,21 @@ describe('StorageImpl#resize', () => {
 });
 
 describe('StorageImpl#release', () => {
+  it("frees the memory and reports the error when the LMS object's release throws, so nothing stays held", () => {
+    using allocator = createCpuAllocator();
+    const failingLms: LmsStorage = { state: 'allocated', pin() {}, unpin() {}, release: () => { throw new Error('lms release failed'); } };
+    const lmsAllocator = new (class extends ForwardingAllocator {
+      override asLmsStorage(): LmsStorage {
+        return failingLms;
+      }
+    })(allocator, { ownsUpstream: false });
+    const ptr = lmsAllocator.allocate(64);
+    const storage = new StorageImpl({ dataPtr: ptr, allocator: lmsAllocator });
+    expect(() => storage.release()).to.throw(/lms release failed/);
+    expect([storage.isReleased, ptr.isReleased], 'storage and pointer both released').to.deep.equal([true, true]);
+    expect(allocator.memoryStats()['allocated_bytes.all.current'], 'the memory went back').to.equal(0);
+  });
+
   it('leaves no storage live after dispose when a beforeRelease hook throws, and runs that hook once', async () => {
     let calls = 0;
     const rt = await createRuntime({

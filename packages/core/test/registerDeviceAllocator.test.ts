@@ -5,6 +5,7 @@ import {
   CachingAllocator,
   cpu,
   createCpuAllocator,
+  createDeviceAllocator,
   createRuntime,
   InvalidArgumentError,
   IpcCollector,
@@ -95,6 +96,8 @@ describe('cpu plugin', () => {
     expect(() => cpu({ maxSplitSize: 5 })).to.throw(InvalidArgumentError, /maxSplitSize/);
     expect(() => cpu({ garbageCollectionThreshold: 0.5 }), 'a threshold is a fraction of the budget').to.throw(InvalidArgumentError, /options\.limit/);
     expect(() => cpu({ limit: 'lots' })).to.throw(InvalidArgumentError, /options\.limit/);
+    expect(() => cpu({ limit: { fraction: 0.5 } }), 'the host reports no capacity').to.throw(InvalidArgumentError, /^options\.limit must be a byte count .*reports no capacity/);
+    expect(() => createCpuAllocator({ limit: { fraction: 0.5 } })).to.throw(InvalidArgumentError, /reports no capacity/);
   });
 });
 
@@ -146,6 +149,17 @@ describe('registerDeviceAllocator', () => {
 
 describe('resolveDeviceOptions', () => {
   const spec = { deviceType: 'arena', deviceOptions: ['streams'] as const };
+
+  it('takes no options as none, here and in createDeviceAllocator (a third-party device need not pass {})', () => {
+    expect(resolveDeviceOptions<ArenaOptions, 'streams'>(spec, undefined)).to.deep.equal({ own: {}, engine: {}, budgetBytes: undefined });
+    const made = createDeviceAllocator<ArenaOptions, 'streams', CachingAllocator<number>>({
+      ...spec,
+      deviceCount: 1,
+      create: (_device, engine) => new CachingAllocator(new VirtualMemoryBackend(), engine),
+    });
+    expect(made.allocate(16).byteLength).to.equal(16);
+    made.dispose();
+  });
 
   it('splits the device options from the engine options and maps limit onto memoryLimit', () => {
     const settings = resolveDeviceOptions<ArenaOptions, 'streams'>(spec, { streams: 2, limit: '1GiB', garbageCollectionThreshold: 0.8 });

@@ -1,4 +1,5 @@
 import type { Runtime, Token } from '@stowage/core';
+import { DisposedError } from '@stowage/core';
 
 /**
  * The COW contexts whose data one runtime shared with other threads and still pins (Note [COW across threads]
@@ -43,6 +44,7 @@ export function createSharedCowPins(): SharedCowPins {
  * plugin still shares storages; only the collection in the out-of-memory path needs the plugin).
  */
 export function sharedCowPinsOf(rt: Runtime): SharedCowPins {
+  if (rt.isDisposed) throw new DisposedError('Cannot share or collect COW storages of a disposed runtime: its storages were released when it was disposed.');
   if (rt.container.isRegistered(SharedCowPins, true)) return rt.container.resolve(SharedCowPins);
   const pins = createSharedCowPins();
   rt.container.register(SharedCowPins, { useValue: pins });

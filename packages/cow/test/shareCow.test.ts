@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { cpu, createRuntime, hostBytes, InvalidArgumentError, StowageError, TrackingAllocator, wrapAllocators } from '@stowage/core';
+import { cpu, createRuntime, DisposedError, hostBytes, InvalidArgumentError, StowageError, TrackingAllocator, wrapAllocators } from '@stowage/core';
 import { collectSharedCow, cow, receiveCow, shareCow } from '@stowage/cow';
 
 describe('shareCow / receiveCow', () => {
@@ -106,6 +106,15 @@ describe('collectSharedCow', () => {
     expect(collectSharedCow(a), 'nothing of b is in a').to.equal(0);
     expect(collectSharedCow(b)).to.equal(48);
     expect(live(b) - baseB).to.equal(0);
+  });
+
+  it('refuses a disposed runtime with DisposedError', async () => {
+    const rt = await createRuntime({ plugins: [cpu({ shared: true })] });
+    const s = rt.storage(64, { shared: true });
+    shareCow(rt, s);
+    await rt.dispose();
+    expect(() => collectSharedCow(rt)).to.throw(DisposedError);
+    expect(() => shareCow(rt, s)).to.throw(StowageError);
   });
 
   it('refuses a value that is not a runtime with InvalidArgumentError', async () => {

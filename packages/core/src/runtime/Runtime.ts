@@ -202,6 +202,11 @@ export class Runtime implements TensorContext, AsyncDisposable {
     return rows.map((r) => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  ')).join('\n');
   }
 
+  /** True once `dispose()` was called: every method but `dispose` then throws DisposedError. */
+  get isDisposed(): boolean {
+    return this.#disposed;
+  }
+
   /** Releases every live storage, disposes the allocators and the container. Idempotent. */
   async dispose(): Promise<void> {
     if (this.#disposed) return;

@@ -16,6 +16,7 @@ const CPU: DeviceAllocatorSpec<CpuAllocatorOptions, 'shared', CachingAllocator<H
   deviceType: 'cpu',
   deviceCount: 1,
   deviceOptions: ['shared'],
+  reportsCapacity: false,
   checkDeviceOptions: (own) => void checkBoolean('options.shared', own.shared),
   create: (_device, engine, own) => new CachingAllocator(new CpuMemoryBackend({ shared: own.shared ?? false }), engine),
 };

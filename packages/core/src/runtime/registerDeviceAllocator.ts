@@ -51,6 +51,11 @@ export interface DeviceAllocatorSpec<O extends DeviceAllocatorOptions, K extends
    */
   readonly engineOptionsLeftOut?: readonly string[];
   /**
+   * False when the device reports no capacity (the host, WebGPU): a `limit` of `{ fraction }` is then refused when
+   * the options are checked, since there is nothing to take a fraction of. Default true.
+   */
+  readonly reportsCapacity?: boolean;
+  /**
    * Makes the allocator for `device` (an index already checked): the caching engine over the device's backend,
    * with `engine` as its options (the plugin may put its own defaults under them, never over them), and device
    * services beside it. `engine.memoryLimit` is the budget; `budgetBytes` is the same in bytes, when it is bytes.
@@ -75,10 +80,10 @@ export interface DeviceAllocatorSettings<O, K extends keyof O> {
  * neither the engine's, the device's nor `limit` (naming the nearest known key), or a bad engine option
  */
 export function resolveDeviceOptions<O extends DeviceAllocatorOptions, K extends keyof O>(
-  spec: Pick<DeviceAllocatorSpec<O, K>, 'deviceType' | 'deviceOptions' | 'defaultLimit' | 'checkDeviceOptions' | 'engineOptionsLeftOut'>,
-  options: O,
+  spec: Pick<DeviceAllocatorSpec<O, K>, 'deviceType' | 'deviceOptions' | 'defaultLimit' | 'checkDeviceOptions' | 'engineOptionsLeftOut' | 'reportsCapacity'>,
+  given: O | undefined,
 ): DeviceAllocatorSettings<O, K> {
-  checkOptions('options', options);
+  const options = checkOptions<O>('options', given);
   const raw = options as Record<string, unknown>;
   if (raw.reclaimers !== undefined) {
     throw new InvalidArgumentError(
@@ -102,6 +107,9 @@ export function resolveDeviceOptions<O extends DeviceAllocatorOptions, K extends
   let budgetBytes: number | undefined;
   if (typeof limit === 'object' && limit !== null) {
     checkOptions('options.limit', limit, ['fraction']);
+    if (spec.reportsCapacity === false) {
+      throw new InvalidArgumentError('options.limit', limit, `a byte count such as '1GiB': the ${spec.deviceType} device reports no capacity to take a fraction of`);
+    }
     if (typeof limit.fraction !== 'number' || !(limit.fraction > 0 && limit.fraction <= 1)) {
       throw new InvalidArgumentError('options.limit.fraction', limit.fraction, "a fraction in (0, 1] of the device's capacity");
     }
@@ -137,7 +145,7 @@ function deviceOptionKeys(spec: { readonly deviceOptions: readonly PropertyKey[]
  */
 export function createDeviceAllocator<O extends DeviceAllocatorOptions, K extends keyof O, A extends Allocator>(
   spec: DeviceAllocatorSpec<O, K, A>,
-  options: O,
+  options?: O,
   index = 0,
 ): A {
   const settings = resolveDeviceOptions(spec, options);

@@ -85,8 +85,13 @@ export class StorageImpl implements Disposable {
         }
       }
       this.#released = true;
-      this.lms?.release();
-      init.dataPtr.letGo(this);
+      try {
+        this.lms?.release();
+      } catch {
+        // the first failure is the one to report
+      } finally {
+        init.dataPtr.letGo(this); // the caller owns it again, whatever the LMS object did
+      }
       throw error;
     }
   }
@@ -149,6 +154,7 @@ export class StorageImpl implements Disposable {
    */
   setDataPtr(dataPtr: DataPtr): DataPtr {
     this.#checkLive('setDataPtr');
+    if (dataPtr === this.#dataPtr) return dataPtr; // already this storage's: nothing changes
     checkPointer('dataPtr', dataPtr);
     if (!isSameDevice(dataPtr.device, this.device)) {
       throw new DeviceMismatchError(`Cannot set a DataPtr on ${formatDevice(dataPtr.device)} into a storage on ${formatDevice(this.device)}.`);
@@ -157,7 +163,6 @@ export class StorageImpl implements Disposable {
       throw new InvalidArgumentError('dataPtr.byteLength', dataPtr.byteLength, `the storage's ${this.byteLength} bytes (use resize() to change the size)`);
     }
     const previous = this.#dataPtr;
-    if (dataPtr === previous) return previous;
     dataPtr.hold(this);
     previous.letGo(this);
     this.#dataPtr = dataPtr;
@@ -194,8 +199,8 @@ export class StorageImpl implements Disposable {
 
   /**
    * Frees the data (through the DataPtr's deleter). Idempotent; every later access throws. A `beforeRelease`
-   * hook that throws does not stop it: every hook runs once, the storage is released, then the hook's error is
-   * thrown (an AggregateError for several).
+   * hook (or the LMS object's release) that throws does not stop it: every hook runs once, the storage and its
+   * memory are released, then the error is thrown (an AggregateError for several).
    * @throws InvalidArgumentError while the storage is pinned by LMS (its LMS object is active): nothing changes
    */
   release(): void {
@@ -212,9 +217,13 @@ export class StorageImpl implements Disposable {
       }
     }
     this.#released = true;
-    this.lms?.release();
+    try {
+      this.lms?.release();
+    } catch (error) {
+      errors.push(error);
+    }
     this.#dataPtr.letGo(this);
-    if (!this.#dataPtr.isReleased) this.#dataPtr.release();
+    if (!this.#dataPtr.isReleased) this.#dataPtr.release(); // the memory goes even when a hook or LMS failed
     if (errors.length === 1) throw errors[0];
     if (errors.length > 1) throw new AggregateError(errors, `${errors.length} beforeRelease hooks failed; the storage was released anyway.`);
   }
