@@ -79,7 +79,8 @@ export function collectSharedCow(rt: Runtime): number {
  */
 export function receiveCow(rt: Runtime, shared: SharedCowStorage): StorageImpl {
   checkDescriptor(shared);
-  if (Atomics.compareExchange(new Int32Array(shared.claim), 0, 0, 1) !== 0) {
+  const claim = new Int32Array(shared.claim);
+  if (Atomics.compareExchange(claim, 0, 0, 1) !== 0) {
     throw new InvalidArgumentError('shared', 'a descriptor already received', 'a fresh descriptor: call shareCow once per receiver');
   }
   const context = new CowContext({ shared: true, originalDeleter: null, originalContext: null, materialize, state: new Int32Array(shared.state) });
@@ -92,7 +93,12 @@ export function receiveCow(rt: Runtime, shared: SharedCowStorage): StorageImpl {
     context,
     deleter: cowDeleter,
   });
-  return rt.adopt(ptr);
+  try {
+    return rt.adopt(ptr);
+  } catch (error) {
+    Atomics.store(claim, 0, 0); // not received: the descriptor keeps its reference and may be received again
+    throw error;
+  }
 }
 
 /** Throws InvalidArgumentError unless `shared` has the shape `shareCow` gives and its range lies inside its data. */

@@ -108,6 +108,21 @@ describe('collectSharedCow', () => {
     expect(live(b) - baseB).to.equal(0);
   });
 
+  it('leaves a descriptor receivable when the receiving runtime refuses it (disposed), so the data is not pinned for good', async () => {
+    await using sender = await createRuntime({ plugins: [cpu({ shared: true })] });
+    const closed = await createRuntime({ plugins: [cpu({ shared: true })] });
+    await closed.dispose();
+    const live = (): number => sender.allocator().memoryStats()['allocation.all.current'];
+    const baseline = live();
+    const s = sender.storage(32, { shared: true });
+    const handle = shareCow(sender, s);
+    expect(() => receiveCow(closed, handle)).to.throw(DisposedError);
+    receiveCow(sender, handle).release(); // received after all
+    s.release(); // the last local storage: only the sender's pin was left, so the data goes
+    collectSharedCow(sender);
+    expect(live() - baseline, 'freed once the descriptor was received and released').to.equal(0);
+  });
+
   it('refuses a disposed runtime with DisposedError', async () => {
     const rt = await createRuntime({ plugins: [cpu({ shared: true })] });
     const s = rt.storage(64, { shared: true });
