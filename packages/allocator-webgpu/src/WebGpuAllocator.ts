@@ -1,7 +1,6 @@
 import type { AllocateOptions, CachingAllocatorOptions, Deleter, DeviceError } from '@stowage/core';
 import { CachingAllocator, DataPtr, DeviceMismatchError, ForwardingAllocator, formatDevice, InvalidArgumentError, isSameDevice, UseAfterReleaseError } from '@stowage/core';
 import type { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
-import { WebGpuPager } from './WebGpuPager.js';
 import { BufferUsage } from './WebGpuUsage.js';
 
 /** The context of a pointer over a caller's GPUBuffer: Stowage never frees it. */
@@ -22,7 +21,7 @@ export interface ImportOptions {
  * services beside it. Tensors are (GPUBuffer, offset, size) binding ranges carved from large buffers, frees wait
  * for the next submit (Note [Submit epochs]), and `flush()` waits until released segments are really freed.
  * Beside the engine: `importBuffer` (a caller's buffer as a pointer Stowage never frees), `bindingOf`, `flush`,
- * `pager` (LMS), and device-error reports: a lost device or a rejected segment is reported as a `deviceError`
+ * `pager` (LMS, the backend's WebGpuPager), and device-error reports: a lost device or a rejected segment is reported as a `deviceError`
  * event naming the live pointers affected; after a loss every allocation throws DeviceError.
  *
  * Copies and writes check that every pointer's buffer belongs to this allocator's GPUDevice (two runtimes' devices
@@ -32,8 +31,6 @@ export class WebGpuAllocator extends ForwardingAllocator {
   /** The caching engine that places and caches this allocator's memory. */
   readonly engine: CachingAllocator<GPUBuffer>;
   readonly backend: WebGpuMemoryBackend;
-  /** Pages blocks out to host memory and back, for LMS. */
-  readonly pager: WebGpuPager;
   /** The deleter of imported pointers: releasing one only forgets it. */
   readonly #forget: Deleter = () => {};
 
@@ -43,7 +40,6 @@ export class WebGpuAllocator extends ForwardingAllocator {
     super(engine);
     this.engine = engine;
     this.backend = backend;
-    this.pager = new WebGpuPager(this);
   }
 
   /**

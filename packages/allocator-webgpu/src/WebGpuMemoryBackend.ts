@@ -3,6 +3,7 @@ import { DeviceError, DeviceMismatchError, formatBytes, InvalidArgumentError } f
 import { ByteCopyKernel } from './ByteCopyKernel.js';
 import { roundedBufferSize, StagingPool } from './StagingPool.js';
 import { SubmitCounter } from './SubmitCounter.js';
+import { WebGpuPager } from './WebGpuPager.js';
 import { BufferUsage, KIND_FLAGS, kindOfUsage } from './WebGpuUsage.js';
 
 export interface WebGpuMemoryBackendOptions {
@@ -59,6 +60,8 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   readonly maxBufferSize: number;
   readonly maxStorageBufferBindingSize: number;
   readonly keepAlive: unknown;
+  /** Pages blocks out to host memory and back, for LMS. */
+  readonly pager: WebGpuPager = new WebGpuPager(this);
   readonly #submit: (buffers: Iterable<GPUCommandBuffer>) => undefined;
   readonly #readback: StagingPool;
   readonly #kernel: ByteCopyKernel;

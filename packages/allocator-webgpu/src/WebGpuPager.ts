@@ -1,23 +1,39 @@
-import type { DataPtr, Device, PagedData, Pager } from '@stowage/core';
-import type { WebGpuAllocator } from './WebGpuAllocator.js';
+import type { DataPtr, Device, PageOut, Pager } from '@stowage/core';
+import type { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
+
+/** A page-out in flight on the queue; `bytes` is set when the staging buffer's mapAsync resolves. */
+class WebGpuPageOut implements PageOut {
+  bytes: Uint8Array | null = null;
+  readonly done: Promise<Uint8Array>;
+
+  constructor(
+    readonly byteLength: number,
+    read: Promise<Uint8Array>,
+  ) {
+    this.done = read.then((bytes) => (this.bytes = bytes));
+    this.done.catch(() => {}); // a failure is the awaiting caller's to see, never an unhandled rejection
+  }
+}
 
 /**
- * LMS paging for WebGPU: page-out copies a block to a readback buffer, maps it and keeps the bytes in host
- * memory; page-in writes them back through the queue. Both are asynchronous and never block the thread.
+ * LMS paging for WebGPU (Note [Paging in device order] in core's Pager). A page-out records a `copyBufferToBuffer`
+ * from the block into a pooled MAP_READ staging buffer and submits it before returning; the bytes reach the host
+ * when the staging buffer maps. The block may be freed at once: any later use of it is submitted after the copy. A
+ * page-in is a `queue.writeBuffer` of the host bytes, which the queue runs before any work submitted after it.
  */
 export class WebGpuPager implements Pager {
-  constructor(private readonly allocator: WebGpuAllocator) {}
+  constructor(private readonly backend: WebGpuMemoryBackend) {}
 
   get device(): Device {
-    return this.allocator.device;
+    return this.backend.device;
   }
 
-  async pageOut(src: DataPtr): Promise<PagedData> {
-    const bytes = await this.allocator.readBytes(src);
-    return { byteLength: bytes.byteLength, bytes };
+  pageOut(src: DataPtr): PageOut {
+    // read() records and submits the copy synchronously, before its first await.
+    return new WebGpuPageOut(src.byteLength, this.backend.read(src.handle as GPUBuffer, src.byteOffset, src.byteLength));
   }
 
-  async pageIn(paged: PagedData, dst: DataPtr): Promise<void> {
-    this.allocator.writeBytes(dst, paged.bytes);
+  pageIn(bytes: Uint8Array, dst: DataPtr): void {
+    this.backend.write(dst.handle as GPUBuffer, dst.byteOffset, bytes);
   }
 }

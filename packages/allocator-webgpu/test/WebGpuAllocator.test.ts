@@ -646,10 +646,27 @@ describe('WebGpuAllocator', function () {
       const ptr = allocator.allocate(1000);
       const data = patternBytes(1000, 3);
       allocator.writeBytes(ptr, data);
-      const paged = await allocator.pager.pageOut(ptr);
-      allocator.writeBytes(ptr, new Uint8Array(1000));
-      await allocator.pager.pageIn(paged, ptr);
+      const paged = allocator.pager!.pageOut(ptr);
+      allocator.writeBytes(ptr, new Uint8Array(1000)); // ordered after the page-out's copy: the copy sees `data`
+      expect(paged.bytes).to.equal(null);
+      const bytes = await paged.done;
+      expect(paged.bytes).to.equal(bytes);
+      allocator.pager!.pageIn(bytes, ptr);
       expect([...(await allocator.readBytes(ptr))]).to.deep.equal([...data]);
+    });
+
+    it('hands a paged-out block to later work at once: a write after the page-out never reaches the host copy', async () => {
+      using allocator = allocatorOn(context);
+      const ptr = allocator.allocate(4096);
+      allocator.writeBytes(ptr, patternBytes(4096, 5));
+      const place = { handle: ptr.handle, byteOffset: ptr.byteOffset };
+      const paged = allocator.pager!.pageOut(ptr);
+      allocator.free(ptr);
+      context.device.queue.submit([]); // the free's submit epoch ends: the block is reusable
+      const next = allocator.allocate(4096);
+      expect({ handle: next.handle, byteOffset: next.byteOffset }).to.deep.equal(place);
+      allocator.writeBytes(next, new Uint8Array(4096).fill(0xee));
+      expect([...(await paged.done)]).to.deep.equal([...patternBytes(4096, 5)]);
     });
   });
 

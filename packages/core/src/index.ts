@@ -55,8 +55,9 @@ export type {
 } from './contracts/MemorySnapshot.js';
 export type { MemoryReclaimer } from './contracts/MemoryReclaimer.js';
 export { IpcCollector, LmsReclaimer } from './contracts/MemoryReclaimer.js';
-export type { PagedData } from './contracts/Pager.js';
-export { Pager } from './contracts/Pager.js';
+export type { ReclaimTarget } from './contracts/MemoryReclaimer.js';
+export type { PageOut, Pager } from './contracts/Pager.js';
+export type { BlockPlacement } from './contracts/BlockPlacement.js';
 export type { Plugin } from './contracts/Plugin.js';
 export { ReshapePolicy } from './contracts/ReshapePolicy.js';
 export { AliasReshapePolicy } from './storage/AliasReshapePolicy.js';

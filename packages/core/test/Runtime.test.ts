@@ -109,7 +109,7 @@ describe('Runtime#storage and #tensor', () => {
     let lmsReleased = 0;
     class LmsAllocator extends ForwardingAllocator {
       override asLmsStorage(): LmsStorage {
-        return { state: 'allocated', pin() {}, unpin() {}, release: () => void lmsReleased++ };
+        return { state: 'allocated', pin() {}, unpin() {}, access() {}, ready: () => Promise.resolve(), release: () => void lmsReleased++ };
       }
     }
     await using rt = await createRuntime({

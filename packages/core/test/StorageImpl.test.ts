@@ -104,7 +104,7 @@ describe('StorageImpl#resize', () => {
 describe('StorageImpl#release', () => {
   it("frees the memory and reports the error when the LMS object's release throws, so nothing stays held", () => {
     using allocator = createCpuAllocator();
-    const failingLms: LmsStorage = { state: 'allocated', pin() {}, unpin() {}, release: () => { throw new Error('lms release failed'); } };
+    const failingLms: LmsStorage = { state: 'allocated', pin() {}, unpin() {}, access() {}, ready: () => Promise.resolve(), release: () => { throw new Error('lms release failed'); } };
     const lmsAllocator = new (class extends ForwardingAllocator {
       override asLmsStorage(): LmsStorage {
         return failingLms;
@@ -141,7 +141,7 @@ describe('StorageImpl#release', () => {
 
   it('refuses to release a storage whose LMS object is active (pinned), leaving it intact', async () => {
     let lmsReleased = 0;
-    const lms = { state: 'active' as LmsStorage['state'], pin() {}, unpin() {}, release: () => void lmsReleased++ };
+    const lms = { state: 'active' as LmsStorage['state'], pin() {}, unpin() {}, access() {}, ready: () => Promise.resolve(), release: () => void lmsReleased++ };
     class LmsAllocator extends ForwardingAllocator {
       override asLmsStorage(): LmsStorage {
         return lms;
@@ -168,7 +168,7 @@ describe('StorageImpl constructor', () => {
     class LmsAllocator extends ForwardingAllocator {
       override asLmsStorage(): LmsStorage {
         events.push('asLmsStorage');
-        return { state: 'allocated', pin: () => {}, unpin: () => {}, release: () => void events.push('lms.release') };
+        return { state: 'allocated', pin: () => {}, unpin: () => {}, access: () => {}, ready: () => Promise.resolve(), release: () => void events.push('lms.release') };
       }
     }
     using allocator = new LmsAllocator(createCpuAllocator());

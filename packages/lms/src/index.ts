@@ -1,2 +1,18 @@
+export { PageInPendingError } from './errors.js';
+export type { LmsOptions } from './lms.js';
+export { lms, registerLms } from './lms.js';
+export type { LmsSnapshot } from './LmsAllocator.js';
+export { LmsAllocator } from './LmsAllocator.js';
+export { LMS_CONTROLLER, LmsController } from './LmsController.js';
+export { LmsDevice } from './LmsDevice.js';
+export type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
+export { LMS_POLICY } from './LmsPolicy.js';
+export type { AllocSource } from './LmsStats.js';
+export { ALLOC_SOURCES, LmsStats } from './LmsStats.js';
+export { LmsStorageImpl } from './LmsStorageImpl.js';
+export type { Pinnable } from './pin.js';
+export { pin, pinAsync, PinGuard } from './pin.js';
+export type { BuiltInPolicyName } from './policies.js';
+export { BestFitPolicy, BUILT_IN_POLICIES, freedRun, LruPolicy, smallestAdjacentRun } from './policies.js';
 export type { ReclaimNode } from './ReclaimList.js';
 export { ReclaimList } from './ReclaimList.js';

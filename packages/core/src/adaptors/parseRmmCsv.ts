@@ -49,6 +49,7 @@ export function parseRmmCsv(text: string, source = 'text'): RmmLogRecord[] {
 /** As {@link parseRmmCsv}, with each record's line number. */
 export function parseRmmCsvLines(text: string, source = 'text'): RmmLogLine[] {
   if (typeof text !== 'string') throw new InvalidArgumentError('text', text, 'a string holding an RMM replay log');
+  if (typeof source !== 'string') throw new InvalidArgumentError('source', source, 'a string naming the text in errors (a file name)');
   const lines = text.split(/\r?\n/);
   const first = lines.findIndex((l) => l.trim() !== '');
   if (first < 0) return [];

@@ -7,6 +7,8 @@ import { DoubleFreeError } from '../errors/DoubleFreeError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import type { Device } from '../contracts/Device.js';
 import type { LmsStorage } from '../contracts/LmsStorage.js';
+import type { Pager } from '../contracts/Pager.js';
+import type { BlockPlacement } from '../contracts/BlockPlacement.js';
 import type { MemorySnapshot } from '../contracts/MemorySnapshot.js';
 import type { StorageImpl } from '../storage/StorageImpl.js';
 import { markAllocatorDeleter } from '../internal/allocatorDeleters.js';
@@ -165,6 +167,15 @@ export class ForwardingAllocator implements Allocator {
 
   asLmsStorage(storage: StorageImpl): LmsStorage | null {
     return this.upstream.asLmsStorage?.(storage) ?? null;
+  }
+
+  /** The upstream's pager: an adaptor pages as what it wraps does. */
+  get pager(): Pager | undefined {
+    return this.upstream.pager;
+  }
+
+  describeBlock(ptr: DataPtr): BlockPlacement | undefined {
+    return this.upstream.describeBlock?.(ptr);
   }
 
   dispose(): void {

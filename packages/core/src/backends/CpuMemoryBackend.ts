@@ -1,4 +1,6 @@
 import type { AllocateOptions } from '../contracts/Allocator.js';
+import type { Pager } from '../contracts/Pager.js';
+import { CpuPager } from './CpuPager.js';
 import type { Device } from '../contracts/Device.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { checkBoolean, checkByteCount, checkOptions } from '../validation/validate.js';
@@ -32,6 +34,8 @@ export class CpuMemoryBackend implements MemoryBackend<HostBuffer> {
   readonly alignment = CPU_ALIGNMENT;
   readonly capacityBytes: number | undefined;
   readonly defaultStream: StreamId = 0;
+  /** Copies blocks out to host arrays outside the segments and back (LMS under a budget). */
+  readonly pager: Pager = new CpuPager(this.device);
   readonly #shared: boolean;
   #nextAddress = CPU_ALIGNMENT * 1024;
   #reservedBytes = 0;

@@ -4,6 +4,8 @@ import type { AllocatorStats } from './AllocatorStats.js';
 import type { DataPtr } from '../storage/DataPtr.js';
 import type { Device } from './Device.js';
 import type { LmsStorage } from './LmsStorage.js';
+import type { Pager } from './Pager.js';
+import type { BlockPlacement } from './BlockPlacement.js';
 import type { MemorySnapshot } from './MemorySnapshot.js';
 import type { StorageImpl } from '../storage/StorageImpl.js';
 import type { Token } from './Token.js';
@@ -113,6 +115,16 @@ export interface Allocator extends Disposable {
    * Default (absent): null. Called once per StorageImpl, at its construction.
    */
   asLmsStorage?(storage: StorageImpl): LmsStorage | null;
+
+  /** Moves blocks to host memory and back, for LMS; absent when this allocator cannot page. */
+  readonly pager?: Pager | undefined;
+
+  /**
+   * Where a live pointer of this allocator sits in its segment, for LMS policies choosing what to reclaim;
+   * undefined for a pointer this allocator did not place (released, imported, another allocator's). Absent on
+   * allocators that do not place blocks in segments.
+   */
+  describeBlock?(ptr: DataPtr): BlockPlacement | undefined;
 
   /** Frees everything this allocator holds. Idempotent. */
   dispose(): void;

@@ -1,4 +1,7 @@
-/** LMS residency states (see DESIGN.md "LMS"). */
+/**
+ * LMS residency states (see DESIGN.md "LMS"): `allocated` (made, never pinned), `active` (pinned), `inactive`
+ * (unpinned and resident: on the reclaim list), `reclaimed` (its bytes are in host memory, its device memory freed).
+ */
 export type LmsState = 'allocated' | 'active' | 'inactive' | 'reclaimed';
 
 /**
@@ -7,10 +10,23 @@ export type LmsState = 'allocated' | 'active' | 'inactive' | 'reclaimed';
  */
 export interface LmsStorage {
   readonly state: LmsState;
-  /** Makes the storage resident and keeps it so until the matching `unpin()`. Pins nest. */
+  /**
+   * Makes the storage resident and keeps it so until the matching `unpin()`. Pins nest.
+   * @throws when a reclaimed storage's bytes are still on their way to the host (await `ready()` first), or when
+   * the device has no room for it even after reclaiming everything else (OutOfMemoryError): nothing changes
+   */
   pin(): void;
   /** Ends one pin; the storage becomes reclaimable when the count reaches zero. */
   unpin(): void;
+  /**
+   * Called by `StorageImpl.data()` (`write` false) and `mutableData()` (`write` true) before they hand out the
+   * pointer: a reclaimed storage is brought back first, and a write drops any host copy of the bytes. The pointer
+   * handed out stays valid only while the storage is pinned, or until the next allocation on its device.
+   * @throws as `pin()`
+   */
+  access(write: boolean): void;
+  /** Resolves once `pin()` and `access()` can bring the storage back without waiting for a transfer. */
+  ready(): Promise<void>;
   /** The storage is being released; drop every reference to its memory. Never called while pinned. */
   release(): void;
 }

@@ -1,6 +1,7 @@
 import type { AllocateOptions } from './Allocator.js';
 import type { Device } from './Device.js';
 import type { MemoryBlock } from './MemoryBlock.js';
+import type { Pager } from './Pager.js';
 import type { Token } from './Token.js';
 
 /** A stream (CUDA) or queue (WebGPU) ordinal; backends with one queue have only stream 0. */
@@ -73,6 +74,9 @@ export interface MemoryBackend<H = unknown> {
    * malloc whole segments.
    */
   readonly pageMapping?: PageMapping<H> | undefined;
+
+  /** Moves blocks of this backend to host memory and back, for LMS; absent when the device cannot page. */
+  readonly pager?: Pager | undefined;
 
   /**
    * A sentence for the OutOfMemoryError of a request the device can never serve whatever is free (over a

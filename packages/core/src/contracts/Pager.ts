@@ -1,23 +1,35 @@
 import type { DataPtr } from '../storage/DataPtr.js';
 import type { Device } from './Device.js';
-import type { Token } from './Token.js';
 
-/** A block's bytes held in host memory while its device memory is reclaimed. */
-export interface PagedData {
+/**
+ * A page-out under way or done: the bytes of one block on their way to host memory.
+ *
+ * Invariants: once `bytes` is non-null it never changes; `done` resolves with the same array.
+ */
+export interface PageOut {
   readonly byteLength: number;
-  readonly bytes: Uint8Array;
+  /** The bytes once they are in host memory; null while the copy is in flight. */
+  readonly bytes: Uint8Array | null;
+  /** Resolves with the bytes once they are in host memory; rejects when the device failed the copy. */
+  readonly done: Promise<Uint8Array>;
 }
 
 /**
- * The LMS service-provider interface an allocator offers: move a block's bytes to host memory and back,
- * asynchronously where the device allows it, without blocking the JavaScript thread.
+ * The LMS service-provider interface a device offers (`Allocator.pager`): move a block's bytes to host memory and
+ * back without blocking the JavaScript thread.
+ *
+ * Note [Paging in device order]: both calls enqueue their copy in the device's order and return at once. Work the
+ * caller orders after `pageOut(src)` (a later allocation reusing `src`'s block and writing it, a kernel) runs after
+ * the copy has read the block, so the caller may free `src` immediately: reclaim happens inside a synchronous
+ * allocation, which cannot wait. Work ordered after `pageIn(bytes, dst)` sees the bytes. On the CPU both copies are
+ * done before they return. On WebGPU a page-out is a `copyBufferToBuffer` into a mappable staging buffer, submitted
+ * at once, whose bytes reach the host when `mapAsync` resolves (`PageOut.bytes` is null until then); a page-in is a
+ * `queue.writeBuffer` of host bytes, so it can start only once those bytes are on the host.
  */
 export interface Pager {
   readonly device: Device;
-  /** Copies `src` to host memory. The caller frees the device memory once this resolves. */
-  pageOut(src: DataPtr): Promise<PagedData>;
-  /** Copies paged bytes back into `dst`, which has at least `paged.byteLength` bytes. */
-  pageIn(paged: PagedData, dst: DataPtr): Promise<void>;
+  /** Enqueues a copy of `src`'s bytes to host memory and returns at once; `src` may be freed right after. */
+  pageOut(src: DataPtr): PageOut;
+  /** Enqueues a copy of host `bytes` into `dst` (which has at least `bytes.byteLength` bytes). */
+  pageIn(bytes: Uint8Array, dst: DataPtr): void;
 }
-
-export const Pager: Token<Pager> = Symbol('stowage.Pager');

@@ -2,6 +2,7 @@ import type { DataPtr } from '../storage/DataPtr.js';
 import type { MemoryBlock } from '../contracts/MemoryBlock.js';
 import type { StreamId } from '../contracts/MemoryBackend.js';
 import { BlockPool } from './BlockPool.js';
+import type { BlockPlacement } from '../contracts/BlockPlacement.js';
 
 /** One segment from the backend (or one expandable address range) and the blocks that tile it. */
 export class Segment<H = unknown> {
@@ -87,4 +88,27 @@ export class Block<H = unknown> {
   get handleOffset(): number {
     return this.segment.memory.byteOffset + (this.address - this.segment.memory.address);
   }
+}
+
+/**
+ * Where `block` sits in its segment: its size, and the free bytes contiguous with it on either side (free blocks,
+ * pooled, held in a quick list or waiting on an event: all merge with it once it is freed and the events complete).
+ */
+export function placementOf<H>(block: Block<H>): BlockPlacement {
+  let freeBefore = 0;
+  for (let b = block.prev; b !== null && !b.allocated && b.mapped; b = b.prev) freeBefore += b.size;
+  let freeAfter = 0;
+  for (let b = block.next; b !== null && !b.allocated && b.mapped; b = b.next) freeAfter += b.size;
+  const segment = block.segment;
+  return {
+    address: block.address,
+    size: block.size,
+    segment: segment.address,
+    segmentBytes: segment.mappedBytes,
+    freeBefore,
+    freeAfter,
+    small: segment.small,
+    kind: segment.kind,
+    stream: segment.stream,
+  };
 }

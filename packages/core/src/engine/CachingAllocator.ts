@@ -33,7 +33,9 @@ import { AllocatorBase } from '../internal/AllocatorBase.js';
 import { checkByteCount, checkOptions } from '../validation/validate.js';
 import type { MemoryBackend, StreamId } from '../contracts/MemoryBackend.js';
 import type { MemorySnapshot } from '../contracts/MemorySnapshot.js';
-import { Block } from './Block.js';
+import { Block, placementOf } from './Block.js';
+import type { BlockPlacement } from '../contracts/BlockPlacement.js';
+import type { Pager } from '../contracts/Pager.js';
 import type { CachingAllocatorOptions, ResolvedCachingOptions } from './CachingAllocatorOptions.js';
 import { resolveCachingOptions } from './CachingAllocatorOptions.js';
 import { EngineInvariants } from './EngineInvariants.js';
@@ -226,6 +228,17 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     return [...this.#state.segments].flatMap((segment) => this.livePointersIn(segment.memory.handle));
   }
 
+  /** The backend's pager (for LMS), when it has one. */
+  get pager(): Pager | undefined {
+    return this.backend.pager;
+  }
+
+  /** Where a live pointer of this engine sits (for LMS policies); undefined for any other pointer. */
+  describeBlock(ptr: DataPtr): BlockPlacement | undefined {
+    if (this.isDisposed || !(ptr instanceof DataPtr) || ptr.isReleased || !this.owns(ptr) || ptr.context === ZERO_BYTES) return undefined;
+    return placementOf(ptr.context as Block<H>);
+  }
+
   /**
    * Reports that the device failed under live allocations (a rejected segment, a lost device): emits
    * `deviceError` with `ptrs`, the pointers whose memory is gone. For a device's services beside the engine;
@@ -377,12 +390,18 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       // Releasing the cache completes pending frees and merges quick lists: a block may fit now.
       (release.releaseCachedBlocks() ? (this.#takeCached(r) ?? this.#newSegmentBlock(r, true)) : undefined);
     if (block) return block;
+    const target = { small: r.pool.small, kind: r.kind, stream: r.stream };
     for (const reclaimer of this.options.reclaimers()) {
-      if (reclaimer.reclaim(this.device, r.size) <= 0) continue;
-      // What the reclaimer freed went to this engine's cache: look there, then release the cache and retry.
-      if (this.#events.pendingCount > 0) this.#events.process();
-      block = this.#takeCached(r) ?? (release.releaseCachedBlocks() ? (this.#takeCached(r) ?? this.#newSegmentBlock(r, true)) : undefined);
-      if (block) return block;
+      // A reclaimer may free a little at a time (LMS: one storage, then fragments, then everything inactive), so
+      // it is asked again while it frees something (allocated bytes go down).
+      for (let before = this.stats.allocatedBytes; reclaimer.reclaim(this.device, r.size, target) > 0 && this.stats.allocatedBytes < before; before = this.stats.allocatedBytes) {
+        // What it freed is in this engine's cache: merge it with its free neighbours and look there, then release
+        // the cache and retry.
+        this.#events.synchronize();
+        this.#quick.flush();
+        block = this.#takeCached(r) ?? (release.releaseCachedBlocks() ? (this.#takeCached(r) ?? this.#newSegmentBlock(r, true)) : undefined);
+        if (block) return block;
+      }
     }
     return this.#throwOutOfMemory(nbytes);
   }

@@ -11,7 +11,8 @@ export type StowageErrorCode =
   | 'DEVICE_MISMATCH'
   | 'BACKEND_UNAVAILABLE'
   | 'DEVICE_ERROR'
-  | 'DISPOSED';
+  | 'DISPOSED'
+  | 'PAGE_IN_PENDING';
 
 /** Base class of every error Stowage throws on purpose. */
 export class StowageError extends Error {

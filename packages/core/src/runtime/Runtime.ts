@@ -179,6 +179,9 @@ export class Runtime implements TensorContext, AsyncDisposable {
   read(storage: StorageImpl): Promise<Uint8Array> {
     this.#checkOpen('read');
     this.#checkStorage(storage);
+    const lms = storage.lms;
+    // A reclaimed storage whose bytes are still on their way to the host: wait for them rather than fail.
+    if (lms !== null && lms.state === 'reclaimed') return lms.ready().then(() => storage.allocator.readBytes(storage.data()));
     return storage.allocator.readBytes(storage.data());
   }
 

@@ -126,23 +126,37 @@ export class StorageImpl implements Disposable {
     return this.#released;
   }
 
-  /** The DataPtr for reading. Never write through it. @throws UseAfterReleaseError once released. */
+  /** How the data was allocated (`usage`, `shared`): LMS allocates a page-in the same way. */
+  get allocateOptions(): AllocateOptions | undefined {
+    return this.#allocateOptions;
+  }
+
+  /**
+   * The DataPtr for reading. Never write through it. Under LMS the storage is brought back first if it was
+   * reclaimed; the pointer stays valid while the storage is pinned (Note [Access outside a pin] in @stowage/lms).
+   * @throws UseAfterReleaseError once released; what the LMS object's `access` throws (a page-in still in flight)
+   */
   data(): DataPtr {
     this.#checkLive('data');
+    if (this.lms !== null) this.lms.access(false); // a reclaimed storage comes back first
     for (const hook of this.#hooks) hook.beforeRead?.(this);
     return this.#dataPtr;
   }
 
-  /** The DataPtr for writing; COW storages materialize here. @throws UseAfterReleaseError once released. */
+  /** The DataPtr for writing; COW storages materialize here. Same errors as `data()`. */
   mutableData(): DataPtr {
     this.#checkLive('mutableData');
+    if (this.lms !== null) this.lms.access(true); // back first, and any host copy of the old bytes is stale now
     const context = this.#dataPtr.context;
     if (isWriteGuard(context)) context[BeforeWrite](this);
     for (const hook of this.#hooks) hook.beforeWrite?.(this);
     return this.#dataPtr;
   }
 
-  /** The current DataPtr without running hooks: for owners (COW, IPC, LMS) that manage it. */
+  /**
+   * The current DataPtr without running hooks or bringing a reclaimed storage back: for owners (COW, IPC, LMS)
+   * that manage it. The pointer of a reclaimed storage is released.
+   */
   peekDataPtr(): DataPtr {
     this.#checkLive('peekDataPtr');
     return this.#dataPtr;

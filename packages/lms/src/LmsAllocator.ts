@@ -1,0 +1,80 @@
+import type { AllocateOptions, Allocator, AllocatorStats, DataPtr, LmsStorage, MemorySnapshot, Pager, StorageImpl } from '@stowage/core';
+import { formatBytes, ForwardingAllocator, OutOfMemoryError } from '@stowage/core';
+import { LmsDevice } from './LmsDevice.js';
+import type { LmsPolicy } from './LmsPolicy.js';
+import { LmsStorageImpl } from './LmsStorageImpl.js';
+
+/** A snapshot of an LMS allocator: the engine's, plus the storages reclaimed now (they hold no block). */
+export interface LmsSnapshot extends MemorySnapshot {
+  readonly lms_reclaimed: readonly { readonly size: number; readonly host_copy_ready: boolean }[];
+}
+
+/**
+ * An allocator that can page (it has a `pager`), under LMS: it hands an LMS object to every storage it backs
+ * (`asLmsStorage`), adds LMS statistics to `memoryStats()` and reclaimed storages to `snapshot()`, counts how each
+ * allocation was served (`alloc_distribution`), and says in an out-of-memory error what LMS held. Everything else
+ * goes to the allocator it wraps, which keeps the one budget (the device plugin's `limit`).
+ */
+export class LmsAllocator extends ForwardingAllocator {
+  readonly lms: LmsDevice;
+  #segmentsReserved = 0;
+  #segmentsReleased = 0;
+
+  constructor(upstream: Allocator, pager: Pager, policyOf: () => LmsPolicy) {
+    super(upstream);
+    this.lms = new LmsDevice(this, pager, policyOf);
+    upstream.events.on('segmentReserved', () => void this.#segmentsReserved++);
+    upstream.events.on('segmentReleased', () => void this.#segmentsReleased++);
+  }
+
+  /** @throws OutOfMemoryError naming the pinned, inactive and reclaimed bytes when even reclaim found no room */
+  override allocate(nbytes: number, options?: AllocateOptions): DataPtr {
+    const lms = this.lms;
+    lms.lastStep = null;
+    const reserved = this.#segmentsReserved;
+    const released = this.#segmentsReleased;
+    let ptr: DataPtr;
+    try {
+      ptr = super.allocate(nbytes, options);
+    } catch (error) {
+      if (error instanceof OutOfMemoryError) throw this.#explain(error);
+      throw error;
+    }
+    const source = lms.lastStep ?? (this.#segmentsReserved === reserved ? 'freelist' : this.#segmentsReleased === released ? 'device_alloc' : 'device_alloc_retry');
+    lms.stats.allocDistribution[source]++;
+    return ptr;
+  }
+
+  override asLmsStorage(storage: StorageImpl): LmsStorage | null {
+    return new LmsStorageImpl(storage, this.lms);
+  }
+
+  override memoryStats(): AllocatorStats {
+    return { ...super.memoryStats(), ...this.lms.stats.toRecord() };
+  }
+
+  override resetPeakStats(): void {
+    super.resetPeakStats();
+    this.lms.stats.resetPeaks();
+  }
+
+  override snapshot(): LmsSnapshot {
+    const reclaimed = [...this.lms.reclaimedStorages].map((lms) => ({ size: lms.storage.byteLength, host_copy_ready: lms.hostCopyReady }));
+    return { ...super.snapshot(), lms_reclaimed: reclaimed };
+  }
+
+  #explain(error: OutOfMemoryError): OutOfMemoryError {
+    const lms = this.lms;
+    let inactive = 0;
+    for (const node of lms.list) inactive += node.storage.byteLength;
+    const stats = lms.stats;
+    const hint =
+      `LMS: ${formatBytes(stats.pinnedBytes)} pinned by ${stats.pinned} storage(s), ${formatBytes(inactive)} inactive that could not be reclaimed ` +
+      `(not placed by this allocator, e.g. shared copy-on-write data), ${formatBytes(stats.hostBytes)} in host memory. ` +
+      'The storages pinned at once must fit the budget: pin fewer per operation or raise the limit.';
+    return new OutOfMemoryError(
+      { device: error.device, requestedBytes: error.requestedBytes, capacityBytes: error.capacityBytes, budgetBytes: error.budgetBytes, stats: { ...error.stats, ...stats.toRecord() }, hint },
+      { cause: error },
+    );
+  }
+}

@@ -1,0 +1,54 @@
+import type { Allocator, Device, MemoryReclaimer, ReclaimTarget, Token } from '@stowage/core';
+import { formatDevice } from '@stowage/core';
+import { LmsAllocator } from './LmsAllocator.js';
+import type { LmsDevice } from './LmsDevice.js';
+import type { LmsPolicy } from './LmsPolicy.js';
+
+/**
+ * LMS in one runtime: wraps every allocator that can page in an {@link LmsAllocator} (an AllocatorDecorator), and
+ * is the runtime's LmsReclaimer: the caching engine's out-of-memory chain calls `reclaim` on it.
+ */
+export class LmsController implements MemoryReclaimer {
+  readonly #devices = new Map<string, LmsDevice>();
+  readonly #policyOf: () => LmsPolicy;
+
+  /** `policyOf` resolves the policy on first use (a plugin registered after `lms()` can still replace it). */
+  constructor(policyOf: () => LmsPolicy) {
+    let policy: LmsPolicy | undefined;
+    this.#policyOf = () => (policy ??= policyOf());
+  }
+
+  /** The policy this runtime's LMS uses. */
+  get policy(): LmsPolicy {
+    return this.#policyOf();
+  }
+
+  /** The allocator under LMS when it can page (it has a pager); otherwise the allocator itself, unchanged. */
+  wrap(allocator: Allocator, device: Device): Allocator {
+    const pager = allocator.pager;
+    if (pager === undefined || allocator.describeBlock === undefined) return allocator;
+    const wrapped = new LmsAllocator(allocator, pager, this.#policyOf);
+    this.#devices.set(formatDevice(device), wrapped.lms);
+    return wrapped;
+  }
+
+  /** LMS on `device`, or undefined when no allocator of it pages. */
+  device(device: Device): LmsDevice | undefined {
+    return this.#devices.get(formatDevice(device));
+  }
+
+  reclaim(device: Device, requestedBytes: number, target?: ReclaimTarget): number {
+    return this.device(device)?.reclaim(requestedBytes, target) ?? 0;
+  }
+
+  /** Reclaims every inactive storage on `device` (every device when absent); returns the bytes freed. */
+  reclaimInactive(device?: Device): number {
+    if (device !== undefined) return this.device(device)?.reclaimAll() ?? 0;
+    let freed = 0;
+    for (const lms of this.#devices.values()) freed += lms.reclaimAll();
+    return freed;
+  }
+}
+
+/** The runtime's LMS controller, once `lms()` is registered: `resolve(runtime.container, LMS_CONTROLLER)`. */
+export const LMS_CONTROLLER: Token<LmsController> = Symbol('stowage.LmsController');

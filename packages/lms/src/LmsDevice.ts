@@ -1,0 +1,97 @@
+import type { Allocator, Device, Pager, ReclaimTarget } from '@stowage/core';
+import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
+import type { AllocSource } from './LmsStats.js';
+import { LmsStats } from './LmsStats.js';
+import { LmsStorageImpl } from './LmsStorageImpl.js';
+import { ReclaimList } from './ReclaimList.js';
+
+/**
+ * LMS on one allocator (one device): its reclaim list of inactive storages, its reclaimed storages, statistics,
+ * and the reclaim the runtime's LmsReclaimer runs when the caching engine has no room.
+ *
+ * Note [Reclaim steps]: each call does one of IBM's steps, smallest first, and the engine retries the allocation
+ * after each (and calls again while it fails and something was freed): reclaim_one (the policy's one storage
+ * whose freed block, merged with its free neighbours, holds the request), else reclaim_fragments (the policy's
+ * storages that free room together), else reclaim_all (every inactive storage the allocator placed). Only
+ * candidates of the request's pool, segment kind and stream are offered for the first two steps; reclaim_all takes
+ * every kind, so that whole segments can be released and reserved again for the request.
+ */
+export class LmsDevice {
+  readonly list = new ReclaimList<LmsStorageImpl>();
+  readonly stats = new LmsStats();
+  /** Unpins so far: the clock of `unpinnedAt`. */
+  unpinClock = 0;
+  /** The step the last reclaim took, for `alloc_distribution`; reset by the allocator before each allocation. */
+  lastStep: AllocSource | null = null;
+  readonly #reclaimed = new Set<LmsStorageImpl>();
+  readonly #policyOf: () => LmsPolicy;
+
+  constructor(
+    /** The LMS allocator: it places the blocks (`describeBlock`) and pages in. */
+    readonly allocator: Allocator,
+    readonly pager: Pager,
+    policyOf: () => LmsPolicy,
+  ) {
+    this.#policyOf = policyOf;
+  }
+
+  get device(): Device {
+    return this.allocator.device;
+  }
+
+  get policy(): LmsPolicy {
+    return this.#policyOf();
+  }
+
+  /** The storages reclaimed now (bytes in host memory, no device memory). */
+  get reclaimedStorages(): ReadonlySet<LmsStorageImpl> {
+    return this.#reclaimed;
+  }
+
+  rememberReclaimed(lms: LmsStorageImpl): void {
+    this.#reclaimed.add(lms);
+  }
+
+  forgetReclaimed(lms: LmsStorageImpl): void {
+    this.#reclaimed.delete(lms);
+  }
+
+  /** One reclaim step toward `bytes` (Note [Reclaim steps]); returns the bytes freed, 0 when nothing is inactive. */
+  reclaim(bytes: number, target?: ReclaimTarget): number {
+    if (this.list.size === 0) return 0;
+    const policy = this.policy;
+    const request: ReclaimRequest = { device: this.device, bytes };
+    const one = policy.chooseOne(request, this.candidates(target));
+    if (one !== undefined) return this.#reclaimChosen('reclaim_one', [one]);
+    const fragments = policy.chooseFragments(request, this.candidates(target));
+    if (fragments.length > 0) return this.#reclaimChosen('reclaim_fragments', fragments);
+    return this.#reclaimChosen('reclaim_all', [...this.candidates(undefined)]);
+  }
+
+  /** Reclaims every inactive storage the allocator placed (IBM's `reclaim_inactive`); returns the bytes freed. */
+  reclaimAll(): number {
+    return this.#reclaimChosen(null, [...this.candidates(undefined)]);
+  }
+
+  /** The inactive storages that can be reclaimed for `target`, least recently unpinned first. */
+  *candidates(target: ReclaimTarget | undefined): Generator<ReclaimCandidate> {
+    for (const lms of this.list) {
+      const placement = this.allocator.describeBlock?.(lms.storage.peekDataPtr());
+      if (placement === undefined) continue; // not the allocator's block (COW-shared, imported, empty): never reclaimed
+      if (target !== undefined && (placement.small !== target.small || placement.kind !== target.kind || placement.stream !== target.stream)) continue;
+      yield { storage: lms.storage, placement, hostCopyReady: lms.hostCopyReady, unpinnedAt: lms.unpinnedAt };
+    }
+  }
+
+  #reclaimChosen(step: AllocSource | null, chosen: readonly ReclaimCandidate[]): number {
+    let freed = 0;
+    for (const candidate of chosen) {
+      const lms = candidate.storage.lms;
+      // A policy may only choose among the candidates it was offered: inactive storages of this device.
+      if (!(lms instanceof LmsStorageImpl) || lms.lmsDevice !== this || !this.list.has(lms)) continue;
+      freed += lms.reclaim();
+    }
+    if (freed > 0 && step !== null) this.lastStep = step;
+    return freed;
+  }
+}

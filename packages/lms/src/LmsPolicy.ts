@@ -1,0 +1,54 @@
+import type { BlockPlacement, Device, StorageImpl, Token } from '@stowage/core';
+
+/** What a reclaim must free room for. */
+export interface ReclaimRequest {
+  readonly device: Device;
+  /** The request's size, rounded as the caching engine rounds it. */
+  readonly bytes: number;
+}
+
+/**
+ * An inactive storage that may be reclaimed, as a policy sees it: its block's place in its segment (size, address
+ * and the free bytes beside it), whether a complete host copy already exists (then reclaiming it copies nothing),
+ * and when it was last unpinned.
+ */
+export interface ReclaimCandidate {
+  readonly storage: StorageImpl;
+  readonly placement: BlockPlacement;
+  /** True when the storage's bytes are already in host memory and unchanged since: reclaiming only frees. */
+  readonly hostCopyReady: boolean;
+  /** The controller's unpin count when this storage was last unpinned (larger is more recent). */
+  readonly unpinnedAt: number;
+}
+
+/**
+ * Chooses which inactive storages to reclaim when the caching engine has no room (DESIGN.md "LMS"). The controller
+ * asks in IBM's order, one step per call, and lets the engine retry after each: `chooseOne` (reclaim_one), then
+ * `chooseFragments` (reclaim_fragments), then everything inactive (reclaim_all, which no policy chooses). It passes
+ * only candidates whose freed block can serve the request (same pool, segment kind and stream), in reclaim-list
+ * order: least recently unpinned first. A policy keeps whatever history it wants through the optional hooks.
+ *
+ * Swap it with one registration: `container.register(LMS_POLICY, { useClass: MyPolicy })` in a plugin after
+ * `lms()`, or `lms({ policy: new MyPolicy() })`.
+ */
+export interface LmsPolicy {
+  readonly name: string;
+  /**
+   * One storage whose block, merged with the free bytes beside it, holds the request; undefined when none does.
+   * The candidates iterable may be walked once, partly or not at all.
+   */
+  chooseOne(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate | undefined;
+  /** Storages whose freed blocks together make room for the request; empty when none would. */
+  chooseFragments(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): readonly ReclaimCandidate[];
+  /** A storage was pinned (its pin count went from zero to one). */
+  onPin?(storage: StorageImpl): void;
+  /** A storage's last pin ended: it is inactive now. */
+  onUnpin?(storage: StorageImpl): void;
+  /** A storage was reclaimed. */
+  onReclaim?(storage: StorageImpl): void;
+  /** A storage under LMS was released. */
+  onRelease?(storage: StorageImpl): void;
+}
+
+/** The policy LMS asks; `lms()` registers `lru` unless told otherwise. */
+export const LMS_POLICY: Token<LmsPolicy> = Symbol('stowage.LmsPolicy');

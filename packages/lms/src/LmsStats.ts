@@ -1,0 +1,88 @@
+/** How an allocation on an LMS device was served (IBM's `alloc_distribution`). */
+export type AllocSource = 'freelist' | 'device_alloc' | 'reclaim_one' | 'reclaim_fragments' | 'reclaim_all' | 'device_alloc_retry';
+
+export const ALLOC_SOURCES: readonly AllocSource[] = ['freelist', 'device_alloc', 'reclaim_one', 'reclaim_fragments', 'reclaim_all', 'device_alloc_retry'];
+
+/**
+ * LMS statistics of one device, under IBM LMS's keys where it has them, merged into the allocator's
+ * `memoryStats()`:
+ * - `pinned.all.{current,peak,allocated,freed}`: storages pinned (active); `allocated` counts pins from zero,
+ *   `freed` the last unpins. `pinned_bytes.all.*` the same in bytes.
+ * - `reclaimed`, `reclaimed_bytes`: storages (and their bytes) reclaimed so far.
+ * - `host_bytes.all.{current,peak}`: bytes held in host memory now: reclaimed storages' bytes and clean host copies.
+ * - `alloc_distribution.<source>`: allocations by how they were served (see {@link AllocSource}).
+ * - `page_out`, `page_out_bytes`, `page_in`, `page_in_bytes`: transfers started; a reclaim whose host copy was
+ *   still valid pages nothing out.
+ * - `transfer_wait_ms`: time the program waited for a transfer (`ready()`, `pinAsync`).
+ */
+export class LmsStats {
+  pinned = 0;
+  pinnedPeak = 0;
+  pinnedAllocated = 0;
+  pinnedFreed = 0;
+  pinnedBytes = 0;
+  pinnedBytesPeak = 0;
+  pinnedBytesAllocated = 0;
+  pinnedBytesFreed = 0;
+  reclaimed = 0;
+  reclaimedBytes = 0;
+  hostBytes = 0;
+  hostBytesPeak = 0;
+  pageOut = 0;
+  pageOutBytes = 0;
+  pageIn = 0;
+  pageInBytes = 0;
+  waitMs = 0;
+  readonly allocDistribution: Record<AllocSource, number> = { freelist: 0, device_alloc: 0, reclaim_one: 0, reclaim_fragments: 0, reclaim_all: 0, device_alloc_retry: 0 };
+
+  pin(bytes: number): void {
+    this.pinned++;
+    this.pinnedAllocated++;
+    if (this.pinned > this.pinnedPeak) this.pinnedPeak = this.pinned;
+    this.pinnedBytes += bytes;
+    this.pinnedBytesAllocated += bytes;
+    if (this.pinnedBytes > this.pinnedBytesPeak) this.pinnedBytesPeak = this.pinnedBytes;
+  }
+
+  unpin(bytes: number): void {
+    this.pinned--;
+    this.pinnedFreed++;
+    this.pinnedBytes -= bytes;
+    this.pinnedBytesFreed += bytes;
+  }
+
+  addHost(bytes: number): void {
+    this.hostBytes += bytes;
+    if (this.hostBytes > this.hostBytesPeak) this.hostBytesPeak = this.hostBytes;
+  }
+
+  resetPeaks(): void {
+    this.pinnedPeak = this.pinned;
+    this.pinnedBytesPeak = this.pinnedBytes;
+    this.hostBytesPeak = this.hostBytes;
+  }
+
+  toRecord(): Record<string, number> {
+    const record: Record<string, number> = {
+      'pinned.all.current': this.pinned,
+      'pinned.all.peak': this.pinnedPeak,
+      'pinned.all.allocated': this.pinnedAllocated,
+      'pinned.all.freed': this.pinnedFreed,
+      'pinned_bytes.all.current': this.pinnedBytes,
+      'pinned_bytes.all.peak': this.pinnedBytesPeak,
+      'pinned_bytes.all.allocated': this.pinnedBytesAllocated,
+      'pinned_bytes.all.freed': this.pinnedBytesFreed,
+      reclaimed: this.reclaimed,
+      reclaimed_bytes: this.reclaimedBytes,
+      'host_bytes.all.current': this.hostBytes,
+      'host_bytes.all.peak': this.hostBytesPeak,
+      page_out: this.pageOut,
+      page_out_bytes: this.pageOutBytes,
+      page_in: this.pageIn,
+      page_in_bytes: this.pageInBytes,
+      transfer_wait_ms: this.waitMs,
+    };
+    for (const source of ALLOC_SOURCES) record[`alloc_distribution.${source}`] = this.allocDistribution[source];
+    return record;
+  }
+}

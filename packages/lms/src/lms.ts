@@ -1,0 +1,62 @@
+import type { DependencyContainer } from 'tsyringe';
+import type { Plugin } from '@stowage/core';
+import { AllocatorDecorator, checkOptions, InvalidArgumentError, LmsReclaimer, resolve } from '@stowage/core';
+import { LMS_CONTROLLER, LmsController } from './LmsController.js';
+import type { LmsPolicy } from './LmsPolicy.js';
+import { LMS_POLICY } from './LmsPolicy.js';
+import type { BuiltInPolicyName } from './policies.js';
+import { BUILT_IN_POLICIES } from './policies.js';
+
+export interface LmsOptions {
+  /** The policy choosing what to reclaim: `'lru'` (IBM's, the default), `'best-fit'`, or a policy object. */
+  readonly policy?: BuiltInPolicyName | LmsPolicy;
+  /** Device types whose allocators page under LMS when they can. Default: `['cpu', 'webgpu', 'cuda']`. */
+  readonly devices?: readonly string[];
+}
+
+const DEFAULT_DEVICES = ['cpu', 'webgpu', 'cuda'] as const;
+
+/**
+ * Registers Large Model Support in a runtime's container: the policy under LMS_POLICY, the controller under
+ * LMS_CONTROLLER and LmsReclaimer (the engines' out-of-memory chain calls it), and a decorator per device type
+ * that puts every allocator that can page under LMS. LMS works under each allocator's own budget (the device
+ * plugin's `limit`); it adds none. On or off per runtime, from its creation: every storage the runtime makes on
+ * a paging device gets an LMS object.
+ * @throws InvalidArgumentError for unknown options, an unknown policy name or a policy without chooseOne and
+ * chooseFragments, or devices that are not a list of device type names
+ */
+export function registerLms(container: DependencyContainer, options: LmsOptions = {}): void {
+  const { policy, devices } = checkLmsOptions(options);
+  if (typeof policy === 'string') container.register(LMS_POLICY, { useClass: BUILT_IN_POLICIES[policy] });
+  else container.register(LMS_POLICY, { useValue: policy });
+  const controller = new LmsController(() => resolve(container, LMS_POLICY));
+  container.register(LMS_CONTROLLER, { useValue: controller });
+  container.register(LmsReclaimer, { useValue: controller });
+  for (const deviceType of devices) {
+    const decorator: AllocatorDecorator = { deviceType, wrap: (allocator, device) => controller.wrap(allocator, device) };
+    container.register(AllocatorDecorator, { useValue: decorator });
+  }
+}
+
+/** The LMS plugin: `createRuntime({ plugins: [cpu({ limit: '512MiB' }), lms({ policy: 'best-fit' })] })`. */
+export function lms(options: LmsOptions = {}): Plugin {
+  checkLmsOptions(options);
+  return { name: 'lms', register: (container) => registerLms(container, options) };
+}
+
+function checkLmsOptions(options: LmsOptions | undefined): { policy: BuiltInPolicyName | LmsPolicy; devices: readonly string[] } {
+  const checked = checkOptions<LmsOptions>('options', options, ['policy', 'devices']);
+  const policy: unknown = checked.policy ?? 'lru';
+  if (typeof policy === 'string') {
+    if (!Object.hasOwn(BUILT_IN_POLICIES, policy)) {
+      throw new InvalidArgumentError('options.policy', policy, `one of ${Object.keys(BUILT_IN_POLICIES).map((n) => `'${n}'`).join(', ')}, or an LmsPolicy object`);
+    }
+  } else if (typeof policy !== 'object' || policy === null || typeof (policy as LmsPolicy).chooseOne !== 'function' || typeof (policy as LmsPolicy).chooseFragments !== 'function') {
+    throw new InvalidArgumentError('options.policy', policy, 'a policy name or an LmsPolicy (an object with chooseOne and chooseFragments)');
+  }
+  const devices: unknown = checked.devices ?? DEFAULT_DEVICES;
+  if (!Array.isArray(devices) || devices.some((d) => typeof d !== 'string' || d === '')) {
+    throw new InvalidArgumentError('options.devices', devices, "a list of device type names such as ['cpu', 'webgpu']");
+  }
+  return { policy: policy as BuiltInPolicyName | LmsPolicy, devices: devices as string[] };
+}

@@ -1,0 +1,112 @@
+import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
+
+/** The bytes a candidate's block gives once freed: itself and the free blocks it merges with. */
+export function freedRun(candidate: ReclaimCandidate): number {
+  const p = candidate.placement;
+  return p.freeBefore + p.size + p.freeAfter;
+}
+
+/**
+ * IBM LMS's policy (`reclaim-algo=first`): reclaim_one takes the least recently unpinned storage whose block, with
+ * the free bytes beside it, holds the request; reclaim_fragments takes every inactive storage in a segment large
+ * enough for the request (IBM pages them all out, then lets the cache coalesce).
+ */
+export class LruPolicy implements LmsPolicy {
+  readonly name: string = 'lru';
+
+  chooseOne(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate | undefined {
+    for (const candidate of candidates) if (freedRun(candidate) >= request.bytes) return candidate;
+    return undefined;
+  }
+
+  chooseFragments(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): readonly ReclaimCandidate[] {
+    const chosen: ReclaimCandidate[] = [];
+    for (const candidate of candidates) if (candidate.placement.segmentBytes >= request.bytes) chosen.push(candidate);
+    return chosen;
+  }
+}
+
+/**
+ * Best fit by size and adjacency: reclaim_one takes the storage whose freed run is the smallest that holds the
+ * request (the least recently unpinned among equals); reclaim_fragments takes the fewest bytes of adjacent storages
+ * whose blocks, with the free bytes between and beside them, make one run that holds the request. It never moves
+ * more bytes than `lru` for the same step, and usually fewer.
+ */
+export class BestFitPolicy implements LmsPolicy {
+  readonly name: string = 'best-fit';
+
+  chooseOne(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate | undefined {
+    let best: ReclaimCandidate | undefined;
+    for (const candidate of candidates) {
+      if (freedRun(candidate) < request.bytes) continue;
+      if (best === undefined || better(candidate, best)) best = candidate;
+    }
+    return best;
+  }
+
+  chooseFragments(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): readonly ReclaimCandidate[] {
+    return smallestAdjacentRun(request.bytes, candidates);
+  }
+}
+
+/** Smaller block first; then a ready host copy (nothing to copy); then the least recently unpinned. */
+function better(a: ReclaimCandidate, b: ReclaimCandidate): boolean {
+  if (a.placement.size !== b.placement.size) return a.placement.size < b.placement.size;
+  if (a.hostCopyReady !== b.hostCopyReady) return a.hostCopyReady;
+  return a.unpinnedAt < b.unpinnedAt;
+}
+
+/**
+ * The run of address-adjacent candidates (adjacent: only free bytes between them) in one segment that frees a
+ * contiguous range of at least `bytes` while reclaiming the fewest bytes; empty when no run does. A sliding window
+ * over each segment's candidates in address order: O(n log n).
+ */
+export function smallestAdjacentRun(bytes: number, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate[] {
+  const bySegment = new Map<number, ReclaimCandidate[]>();
+  for (const candidate of candidates) {
+    const list = bySegment.get(candidate.placement.segment);
+    if (list) list.push(candidate);
+    else bySegment.set(candidate.placement.segment, [candidate]);
+  }
+  let best: ReclaimCandidate[] = [];
+  let bestCost = Number.POSITIVE_INFINITY;
+  for (const list of bySegment.values()) {
+    list.sort((a, b) => a.placement.address - b.placement.address);
+    let start = 0;
+    let cost = 0; // bytes reclaimed in the window [start, end]
+    for (let end = 0; end < list.length; end++) {
+      const p = list[end]!.placement;
+      if (end > start && !adjacent(list[end - 1]!, list[end]!)) {
+        start = end;
+        cost = 0;
+      }
+      cost += p.size;
+      // Shrink from the left while the window still holds the request.
+      while (start < end && run(list, start + 1, end) >= bytes) {
+        cost -= list[start]!.placement.size;
+        start++;
+      }
+      if (run(list, start, end) >= bytes && cost < bestCost) {
+        bestCost = cost;
+        best = list.slice(start, end + 1);
+      }
+    }
+  }
+  return best;
+}
+
+/** True when only free bytes lie between `a` and `b` (a before b). */
+function adjacent(a: ReclaimCandidate, b: ReclaimCandidate): boolean {
+  return a.placement.address + a.placement.size + a.placement.freeAfter === b.placement.address;
+}
+
+/** The contiguous bytes freed by reclaiming list[start..end] (adjacent candidates). */
+function run(list: readonly ReclaimCandidate[], start: number, end: number): number {
+  const first = list[start]!.placement;
+  const last = list[end]!.placement;
+  return last.address + last.size + last.freeAfter - (first.address - first.freeBefore);
+}
+
+/** The built-in policies by name. */
+export const BUILT_IN_POLICIES = { lru: LruPolicy, 'best-fit': BestFitPolicy } as const;
+export type BuiltInPolicyName = keyof typeof BUILT_IN_POLICIES;

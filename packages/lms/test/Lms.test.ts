@@ -1,0 +1,397 @@
+import { expect } from 'chai';
+import type { AllocatorStats, Plugin, Runtime, StorageImpl } from '@stowage/core';
+import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve, UseAfterReleaseError } from '@stowage/core';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
+import type { LmsOptions, LmsPolicy, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
+import { LMS_CONTROLLER, LMS_POLICY, lms, LmsAllocator, LmsController, LmsStorageImpl, pin } from '@stowage/lms';
+
+const MiB = 1 << 20;
+
+/** A runtime whose CPU allocator has `limit` bytes, under LMS. */
+function lmsRuntime(limit: number, options: LmsOptions = {}, more: Plugin[] = []): Promise<Runtime> {
+  return createRuntime({ plugins: [cpu({ limit }), lms(options), ...more] });
+}
+
+/** A storage of `bytes` filled with `seed`-derived bytes, pinned once and unpinned (so it is inactive). */
+function inactiveStorage(rt: Runtime, bytes: number, seed: number): StorageImpl {
+  const storage = rt.storage(bytes);
+  rt.write(storage, pattern(bytes, seed));
+  pin(storage).release();
+  return storage;
+}
+
+function pattern(bytes: number, seed: number): Uint8Array {
+  const out = new Uint8Array(bytes);
+  for (let i = 0; i < bytes; i++) out[i] = (i * 31 + seed * 7) & 0xff;
+  return out;
+}
+
+function lmsOf(storage: StorageImpl): LmsStorageImpl {
+  expect(storage.lms).to.be.instanceOf(LmsStorageImpl);
+  return storage.lms as LmsStorageImpl;
+}
+
+function stats(rt: Runtime): AllocatorStats & Record<string, number> {
+  return rt.allocator('cpu').memoryStats() as AllocatorStats & Record<string, number>;
+}
+
+async function expectBytes(rt: Runtime, storage: StorageImpl, seed: number): Promise<void> {
+  expect(Buffer.from(await rt.read(storage)).equals(Buffer.from(pattern(storage.byteLength, seed)))).to.equal(true);
+}
+
+describe('LMS', () => {
+  describe('states and transitions', () => {
+    it('goes allocated → active (pin) → inactive (unpin) → reclaimed (reclaim) → active (pin), keeping the bytes', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const s = rt.storage(10 * MiB);
+      rt.write(s, pattern(10 * MiB, 1));
+      expect(s.lms!.state).to.equal('allocated');
+      const guard = pin(s);
+      expect(s.lms!.state).to.equal('active');
+      guard.release();
+      expect(s.lms!.state).to.equal('inactive');
+      expect(resolve(rt.container, LMS_CONTROLLER).reclaimInactive()).to.equal(10 * MiB);
+      expect(s.lms!.state).to.equal('reclaimed');
+      expect(stats(rt)['allocated_bytes.all.current']).to.equal(0);
+      pin(s).release();
+      expect(s.lms!.state).to.equal('inactive');
+      await expectBytes(rt, s, 1);
+    });
+
+    it('brings a reclaimed storage back on access without a pin, leaving it inactive', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const s = inactiveStorage(rt, 10 * MiB, 2);
+      resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+      expect(s.lms!.state).to.equal('reclaimed');
+      const ptr = s.data();
+      expect(ptr.isReleased).to.equal(false);
+      expect(s.lms!.state).to.equal('inactive');
+      await expectBytes(rt, s, 2);
+    });
+
+    it('keeps the host copy of an unwritten storage, so reclaiming it again only frees; a write drops the copy', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const controller = resolve(rt.container, LMS_CONTROLLER);
+      const s = inactiveStorage(rt, 10 * MiB, 3);
+      controller.reclaimInactive();
+      s.data(); // back, read only
+      controller.reclaimInactive();
+      expect(stats(rt).page_out).to.equal(1);
+      expect(stats(rt).reclaimed).to.equal(2);
+      s.mutableData(); // back, and written: the host copy is stale
+      expect(lmsOf(s).hasHostCopy).to.equal(false);
+      controller.reclaimInactive();
+      expect(stats(rt).page_out).to.equal(2);
+      await expectBytes(rt, s, 3);
+    });
+
+    it('nests pins: the storage stays active until the last unpin', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const s = rt.storage(MiB);
+      s.lms!.pin();
+      s.lms!.pin();
+      s.lms!.unpin();
+      expect(s.lms!.state).to.equal('active');
+      s.lms!.unpin();
+      expect(s.lms!.state).to.equal('inactive');
+    });
+
+    it('leaves the reclaim list when released, in any state but active', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const inactive = inactiveStorage(rt, MiB, 4);
+      const device = resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!; // made with the allocator
+      const reclaimed = inactiveStorage(rt, 10 * MiB, 5);
+      device.reclaimAll();
+      const again = inactiveStorage(rt, MiB, 6);
+      expect(device.list.size).to.equal(1);
+      inactive.release();
+      reclaimed.release();
+      again.release();
+      expect(device.list.size).to.equal(0);
+      expect(stats(rt)['host_bytes.all.current']).to.equal(0);
+    });
+
+    it('gives every storage of an allocator that cannot page no LMS object, and the allocator keeps working', async () => {
+      const controller = new LmsController(() => new (class implements LmsPolicy {
+        readonly name = 'none';
+        chooseOne(): undefined {
+          return undefined;
+        }
+        chooseFragments(): ReclaimCandidate[] {
+          return [];
+        }
+      })());
+      using engine = new CachingAllocator(new VirtualMemoryBackend({ capacityBytes: 64 * MiB }));
+      expect(controller.wrap(engine, engine.device)).to.equal(engine); // a virtual backend has no pager
+      await using rt = await createRuntime({ plugins: [cpu(), lms({ devices: ['webgpu'] })] });
+      const s = rt.storage(1024);
+      expect(s.lms).to.equal(null);
+      expect(() => pin(s).release()).not.to.throw();
+    });
+  });
+
+  describe('pin guard', () => {
+    it('pins for the scope of a using block and unpins at its end', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const a = rt.storage(MiB);
+      const b = rt.tensor([4, 4], { dtype: 'float32' });
+      {
+        using _guard = pin(a, b);
+        expect([a.lms!.state, b.storage.lms!.state]).to.deep.equal(['active', 'active']);
+      }
+      expect([a.lms!.state, b.storage.lms!.state]).to.deep.equal(['inactive', 'inactive']);
+    });
+
+    it('unpins when the scope throws', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const a = rt.storage(MiB);
+      expect(() => {
+        using _guard = pin(a);
+        throw new Error('inside');
+      }).to.throw('inside');
+      expect(a.lms!.state).to.equal('inactive');
+    });
+
+    it('nests guards, and a storage given twice is unpinned twice', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const a = rt.storage(MiB);
+      {
+        using _outer = pin(a);
+        {
+          using _inner = pin(a, a);
+          expect(lmsOf(a).pinCount).to.equal(3);
+        }
+        expect(a.lms!.state).to.equal('active');
+      }
+      expect(lmsOf(a).pinCount).to.equal(0);
+    });
+
+    it('released early unpins once: the end of its scope changes nothing more', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const a = rt.storage(MiB);
+      {
+        using guard = pin(a);
+        guard.release();
+        expect(a.lms!.state).to.equal('inactive');
+        expect(guard.isHeld).to.equal(false);
+      }
+      expect(lmsOf(a).pinCount).to.equal(0);
+    });
+
+    it('pins the resident storages first, so bringing one back never reclaims another of the same operation', async () => {
+      await using rt = await lmsRuntime(20 * MiB);
+      const a = inactiveStorage(rt, 10 * MiB, 7);
+      const b = inactiveStorage(rt, 10 * MiB, 8);
+      resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!.reclaimAll();
+      const c = inactiveStorage(rt, 10 * MiB, 9);
+      const d = inactiveStorage(rt, 10 * MiB, 10); // a and b reclaimed; c, d resident and inactive
+      {
+        using _guard = pin(a, d);
+        expect([a.lms!.state, c.lms!.state, d.lms!.state]).to.deep.equal(['active', 'reclaimed', 'active']);
+      }
+      await expectBytes(rt, a, 7);
+      await expectBytes(rt, d, 10);
+      await expectBytes(rt, b, 8);
+    });
+  });
+
+  describe('misuse', () => {
+    it('refuses to release an active storage, changing nothing', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const a = rt.storage(MiB);
+      using _guard = pin(a);
+      expect(() => a.release()).to.throw(InvalidArgumentError, /pinned/);
+      expect([a.isReleased, a.lms!.state]).to.deep.equal([false, 'active']);
+    });
+
+    it('refuses an unpin without a pin', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const a = rt.storage(MiB);
+      expect(() => a.lms!.unpin()).to.throw(InvalidArgumentError, /not pinned/);
+      expect(a.lms!.state).to.equal('allocated');
+    });
+
+    it('refuses to pin a released storage', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const a = rt.storage(MiB);
+      a.release();
+      expect(() => pin(a)).to.throw(UseAfterReleaseError);
+      expect(() => a.lms!.pin()).to.throw(UseAfterReleaseError);
+    });
+
+    it('refuses what is not a storage or tensor', async () => {
+      expect(() => pin({} as StorageImpl)).to.throw(InvalidArgumentError, /StorageImpl or TensorImpl/);
+    });
+
+    it('throws OutOfMemoryError naming the pinned bytes when one operation pins more than the budget; nothing changes and a smaller allocation works', async () => {
+      await using rt = await lmsRuntime(24 * MiB);
+      const a = rt.storage(10 * MiB);
+      const b = rt.storage(10 * MiB);
+      using _guard = pin(a, b);
+      let error: unknown;
+      try {
+        rt.storage(10 * MiB);
+      } catch (e) {
+        error = e;
+      }
+      expect(error).to.be.instanceOf(OutOfMemoryError);
+      expect((error as Error).message).to.match(/LMS: 20\.00 MiB pinned by 2 storage\(s\), 0 B inactive/);
+      expect([a.lms!.state, b.lms!.state]).to.deep.equal(['active', 'active']);
+      expect(stats(rt)['allocated_bytes.all.current']).to.equal(20 * MiB);
+      expect(rt.storage(MiB).byteLength).to.equal(MiB);
+    });
+
+    it('leaves a reclaimed storage reclaimed when bringing it back runs out of memory', async () => {
+      await using rt = await lmsRuntime(20 * MiB);
+      const a = inactiveStorage(rt, 10 * MiB, 11);
+      resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+      const b = rt.storage(10 * MiB);
+      const c = rt.storage(10 * MiB);
+      using _guard = pin(b, c);
+      expect(() => pin(a)).to.throw(OutOfMemoryError);
+      expect(a.lms!.state).to.equal('reclaimed');
+      expect(lmsOf(a).pinCount).to.equal(0);
+    });
+  });
+
+  describe('reclaim under the budget (IBM LMS test_large_model_support)', () => {
+    it('serves a new allocation at the limit by reclaiming an inactive storage: allocated bytes stay, reclaimed bytes grow, counted as reclaim_one', async () => {
+      await using rt = await lmsRuntime(80 * MiB);
+      const inactive = [0, 1, 2, 3].map((i) => inactiveStorage(rt, 20 * MiB, i));
+      const before = stats(rt)['allocated_bytes.all.current'];
+      const pinned = rt.storage(20 * MiB);
+      using _guard = pin(pinned);
+      const after = stats(rt);
+      expect(after['allocated_bytes.all.current']).to.equal(before);
+      expect(after.reclaimed_bytes).to.equal(20 * MiB);
+      expect(after['alloc_distribution.reclaim_one']).to.equal(1);
+      expect(after['reserved_bytes.all.current']).to.be.at.most(80 * MiB);
+      expect(inactive.map((s) => s.lms!.state)).to.deep.equal(['reclaimed', 'inactive', 'inactive', 'inactive']);
+      for (const [i, s] of inactive.entries()) await expectBytes(rt, s, i);
+    });
+
+    it('grows allocated bytes instead under a limit with room, counted as device_alloc', async () => {
+      await using rt = await lmsRuntime(1024 * MiB);
+      [0, 1, 2, 3].forEach((i) => inactiveStorage(rt, 20 * MiB, i));
+      rt.storage(20 * MiB);
+      const after = stats(rt);
+      expect(after['allocated_bytes.all.current']).to.equal(100 * MiB);
+      expect(after.reclaimed_bytes).to.equal(0);
+      expect(after['alloc_distribution.device_alloc']).to.equal(5);
+    });
+
+    it('never reclaims a pinned storage, and counts pinned bytes below allocated bytes', async () => {
+      await using rt = await lmsRuntime(40 * MiB);
+      const held = rt.storage(10 * MiB);
+      using _guard = pin(held);
+      inactiveStorage(rt, 10 * MiB, 1);
+      inactiveStorage(rt, 10 * MiB, 2);
+      rt.storage(10 * MiB);
+      rt.storage(10 * MiB);
+      expect(held.lms!.state).to.equal('active');
+      const s = stats(rt);
+      expect(s['pinned_bytes.all.current']).to.equal(10 * MiB);
+      expect(s['pinned_bytes.all.current']).to.be.below(s['allocated_bytes.all.current']);
+    });
+
+    it('reclaims fragments that coalesce when no single storage frees enough', async () => {
+      await using rt = await lmsRuntime(4 * MiB, { policy: 'best-fit' });
+      // Two 2 MiB segments, each of four 512 KiB storages; a 1.5 MiB request needs three adjacent ones.
+      const storages = Array.from({ length: 8 }, (_, i) => inactiveStorage(rt, 512 * 1024, i));
+      rt.storage(1536 * 1024);
+      const s = stats(rt);
+      expect(s['alloc_distribution.reclaim_fragments']).to.equal(1);
+      expect(s.reclaimed_bytes).to.equal(1536 * 1024);
+      for (const [i, storage] of storages.entries()) await expectBytes(rt, storage, i);
+    });
+
+    it('reclaims everything inactive as a last resort (reclaim_all)', async () => {
+      await using rt = await lmsRuntime(12 * MiB);
+      // Six 2 MiB segments of 512 KiB storages; a 10 MiB request needs a segment of its own: only releasing five
+      // whole segments makes room.
+      const storages = Array.from({ length: 24 }, (_, i) => inactiveStorage(rt, 512 * 1024, i));
+      rt.storage(10 * MiB);
+      expect(stats(rt)['alloc_distribution.reclaim_all']).to.equal(1);
+      for (const [i, storage] of storages.entries()) await expectBytes(rt, storage, i);
+    });
+
+    it('lists reclaimed storages in the snapshot', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      inactiveStorage(rt, 10 * MiB, 1);
+      resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+      const snapshot = (rt.allocator('cpu') as LmsAllocator).snapshot();
+      expect(snapshot.lms_reclaimed).to.deep.equal([{ size: 10 * MiB, host_copy_ready: true }]);
+    });
+  });
+
+  describe('policies', () => {
+    it('lru takes the least recently unpinned storage that fits', async () => {
+      await using rt = await lmsRuntime(40 * MiB);
+      const [a, b, c, d] = [0, 1, 2, 3].map((i) => inactiveStorage(rt, 10 * MiB, i));
+      pin(a!).release(); // a is now the most recent
+      rt.storage(10 * MiB);
+      expect([a, b, c, d].map((s) => s!.lms!.state)).to.deep.equal(['inactive', 'reclaimed', 'inactive', 'inactive']);
+    });
+
+    it('best-fit takes the smallest storage that fits', async () => {
+      await using rt = await lmsRuntime(42 * MiB, { policy: 'best-fit' });
+      const big = inactiveStorage(rt, 20 * MiB, 0);
+      const small = inactiveStorage(rt, 10 * MiB, 1);
+      const mid = inactiveStorage(rt, 12 * MiB, 2);
+      rt.storage(10 * MiB);
+      expect([big, small, mid].map((s) => s.lms!.state)).to.deep.equal(['inactive', 'reclaimed', 'inactive']);
+    });
+
+    it('swaps to a third-party policy with one registration', async () => {
+      const seen: number[] = [];
+      class NewestFirst implements LmsPolicy {
+        readonly name = 'newest-first';
+        chooseOne(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate | undefined {
+          let newest: ReclaimCandidate | undefined;
+          for (const c of candidates) if (c.placement.size >= request.bytes && (newest === undefined || c.unpinnedAt > newest.unpinnedAt)) newest = c;
+          return newest;
+        }
+        chooseFragments(): ReclaimCandidate[] {
+          return [];
+        }
+        onReclaim(storage: StorageImpl): void {
+          seen.push(storage.byteLength);
+        }
+      }
+      const swap: Plugin = { name: 'newest-first', register: (container) => void container.register(LMS_POLICY, { useClass: NewestFirst }) };
+      await using rt = await lmsRuntime(30 * MiB, {}, [swap]);
+      const [a, b, c] = [0, 1, 2].map((i) => inactiveStorage(rt, 10 * MiB, i));
+      rt.storage(10 * MiB);
+      expect(resolve(rt.container, LMS_CONTROLLER).policy.name).to.equal('newest-first');
+      expect([a, b, c].map((s) => s!.lms!.state)).to.deep.equal(['inactive', 'inactive', 'reclaimed']);
+      expect(seen).to.deep.equal([10 * MiB]);
+    });
+
+    it('refuses an unknown policy name or a policy object without its methods', () => {
+      expect(() => lms({ policy: 'fifo' as 'lru' })).to.throw(InvalidArgumentError, /'lru', 'best-fit'/);
+      expect(() => lms({ policy: {} as LmsPolicy })).to.throw(InvalidArgumentError, /chooseOne/);
+      expect(() => lms({ limit: 1 } as LmsOptions)).to.throw(InvalidArgumentError);
+    });
+  });
+
+  describe('statistics', () => {
+    it('counts pins, page-outs and page-ins, and resets peaks to current', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const a = inactiveStorage(rt, 10 * MiB, 1);
+      resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+      pin(a).release();
+      const s = stats(rt);
+      expect([s['pinned.all.allocated'], s['pinned.all.peak'], s['pinned_bytes.all.peak'], s.page_out, s.page_out_bytes, s.page_in, s.page_in_bytes]).to.deep.equal([
+        2,
+        1,
+        10 * MiB,
+        1,
+        10 * MiB,
+        1,
+        10 * MiB,
+      ]);
+      rt.allocator('cpu').resetPeakStats();
+      expect(stats(rt)['pinned.all.peak']).to.equal(0);
+    });
+  });
+});
