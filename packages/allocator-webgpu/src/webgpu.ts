@@ -1,6 +1,6 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin, CachingAllocatorOptions } from '@stowage/core';
-import { createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
+import { checkEnum, createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
 import type { OpenWebGpuOptions, WebGpuContext } from './openWebGpuDevice.js';
 import { checkOpenWebGpuOptions, OPEN_WEBGPU_OPTION_KEYS, openWebGpuDevice } from './openWebGpuDevice.js';
 import { WebGpuAllocator } from './WebGpuAllocator.js';
@@ -13,10 +13,20 @@ export interface WebGpuOptions extends OpenWebGpuOptions, Omit<DeviceAllocatorOp
    * always one: default 2 GiB. Segments are sized under it (Note [WebGPU segment sizing]).
    */
   readonly limit?: number | string;
+  /**
+   * How a segment the device refuses reaches the out-of-memory chain (Note [The device says no] in
+   * WebGpuMemoryBackend.ts): `'scope'` (default) learns of it from the error scope, after the allocation that made
+   * it returned, and answers later allocations past that point with the chain; `'mapped'` creates every segment
+   * mapped, so that a refusal is a RangeError at once and the chain runs before anything is placed in it, at
+   * about twice the cost of creating a segment (measured on SwiftShader).
+   */
+  readonly segmentRefusal?: 'scope' | 'mapped';
 }
 
-/** The options that are the device's (opening it), not the engine's. */
-type WebGpuDeviceOption = keyof OpenWebGpuOptions;
+/** The options that are the device's (opening it, noticing refusals), not the engine's. */
+type WebGpuDeviceOption = keyof OpenWebGpuOptions | 'segmentRefusal';
+
+const SEGMENT_REFUSALS = ['scope', 'mapped'] as const;
 
 const DEFAULT_LIMIT = 2 ** 31;
 const MiB = 2 ** 20;
@@ -70,9 +80,12 @@ export function webGpuEngineDefaults(options: WebGpuEngineDefaultsOptions): Cach
 /** The option keys and default budget of the WebGPU plugin, for checking options before a device is open. */
 const WEBGPU_OPTIONS = {
   deviceType: 'webgpu',
-  deviceOptions: OPEN_WEBGPU_OPTION_KEYS as readonly WebGpuDeviceOption[],
+  deviceOptions: [...OPEN_WEBGPU_OPTION_KEYS, 'segmentRefusal'] as readonly WebGpuDeviceOption[],
   defaultLimit: DEFAULT_LIMIT,
-  checkDeviceOptions: checkOpenWebGpuOptions,
+  checkDeviceOptions: (own: Pick<WebGpuOptions, WebGpuDeviceOption>) => {
+    checkOpenWebGpuOptions(own);
+    checkEnum('options.segmentRefusal', own.segmentRefusal, SEGMENT_REFUSALS);
+  },
   // WebGPU buffers cannot map pages (WebGpuOptions omits it).
   engineOptionsLeftOut: ['expandableSegments'],
   reportsCapacity: false,
@@ -87,12 +100,13 @@ function webGpuDevice(context: WebGpuContext): DeviceAllocatorSpec<WebGpuOptions
   return {
     ...WEBGPU_OPTIONS,
     deviceCount: 1,
-    create(device, engine, _own, budgetBytes) {
+    create(device, engine, own, budgetBytes) {
       const owner: { allocator?: WebGpuAllocator } = {};
       const backend = new WebGpuMemoryBackend({
         device: context.device,
         index: device.index,
         keepAlive: context.keepAlive,
+        mappedSegments: own.segmentRefusal === 'mapped',
         onSegmentFailed: (buffer, error) => owner.allocator?.segmentFailed(buffer, error),
         onLost: (error) => owner.allocator?.deviceLost(error),
       });
@@ -124,7 +138,8 @@ export function createWebGpuAllocator(context: WebGpuContext, options: WebGpuOpt
  */
 export async function registerWebGpuAllocator(container: DependencyContainer, options: WebGpuOptions = {}): Promise<void> {
   const { own } = resolveDeviceOptions(WEBGPU_OPTIONS, options);
-  const context = await openWebGpuDevice(own);
+  const { segmentRefusal: _refusal, ...open } = own;
+  const context = await openWebGpuDevice(open);
   registerDeviceAllocator(container, webGpuDevice(context), options);
 }
 

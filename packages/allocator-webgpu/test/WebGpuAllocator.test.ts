@@ -695,6 +695,46 @@ describe('WebGpuAllocator', function () {
       expect(again.handle !== rejected || reported, 'the new pointer is not carved silently from the rejected buffer').to.equal(true);
     });
 
+    it('runs the out-of-memory chain when the device refuses a segment at once, and keeps the device', async function () {
+      const own = await ownDeviceOrSkip(this);
+      keep.push(own);
+      using allocator = createWebGpuAllocator(own, { limit: '256MiB', segmentRefusal: 'mapped' });
+      let refusals = 1;
+      refuseSegments(own.device, () => refusals-- > 0);
+      const ptr = allocator.allocate(64 << 20); // refused once, then served by the chain's retry
+      expect(allocator.backend.refusedSegments).to.equal(1);
+      allocator.writeBytes(ptr, patternBytes(4096, 9));
+      expect([...(await allocator.readBytes(ptr, 0, 4096))]).to.deep.equal([...patternBytes(4096, 9)]);
+      expect(allocator.backend.lostError).to.equal(undefined);
+    });
+
+    it('learns a refusal from the error scope: retires the segment, and later segments past that point run the out-of-memory chain', async function () {
+      const own = await ownDeviceOrSkip(this);
+      keep.push(own);
+      using allocator = createWebGpuAllocator(own, { limit: '256MiB' });
+      const first = allocator.allocate(32 << 20);
+      const popErrorScope = own.device.popErrorScope.bind(own.device);
+      let pops = 0;
+      // The next segment's out-of-memory scope (popped second) reports a refusal.
+      Object.defineProperty(own.device, 'popErrorScope', {
+        configurable: true,
+        value: (): Promise<GPUError | null> => (++pops === 2 ? popErrorScope().then(() => ({ message: 'injected: out of memory' }) as GPUError) : popErrorScope()),
+      });
+      const errors: DeviceErrorType[] = [];
+      allocator.events.on('deviceError', (e) => errors.push(e.error));
+      const refused = allocator.allocate(32 << 20);
+      await allocator.flush();
+      await new Promise((r) => setTimeout(r, 50));
+      expect(errors.map((e) => e.message)).to.deep.equal(['The WebGPU device rejected a 32.00 MiB segment: injected: out of memory']);
+      expect(allocator.backend.deviceCeilingBytes).to.equal(32 << 20);
+      allocator.free(refused);
+      expect(() => allocator.allocate(32 << 20)).to.throw(OutOfMemoryError); // past the ceiling: the chain, then the error
+      allocator.free(first);
+      own.device.queue.submit([]);
+      expect(allocator.allocate(32 << 20).byteLength).to.equal(32 << 20); // served from the cache below the ceiling
+      expect(allocator.backend.lostError).to.equal(undefined);
+    });
+
     it('refuses allocations with a DeviceError after the device is lost, and nothing hangs', async function () {
       const own = await ownDeviceOrSkip(this);
       const allocator = createWebGpuAllocator(own!, { limit: '64MiB' });
@@ -834,3 +874,18 @@ describe('webgpu plugin', function () {
     expect(onCpu.reserved).to.be.at.most(24 * MiB);
   });
 });
+
+/**
+ * Makes `device` refuse a segment (a `mappedAtCreation` buffer, as the backend creates them) with the RangeError
+ * Dawn throws when it cannot back one, whenever `refuse(size)` says so (Note [The device says no]).
+ */
+function refuseSegments(device: GPUDevice, refuse: (size: number) => boolean): void {
+  const createBuffer = device.createBuffer.bind(device);
+  Object.defineProperty(device, 'createBuffer', {
+    configurable: true,
+    value: (descriptor: GPUBufferDescriptor): GPUBuffer => {
+      if (descriptor.mappedAtCreation === true && refuse(descriptor.size)) throw new RangeError(`injected: the device cannot back ${descriptor.size} bytes`);
+      return createBuffer(descriptor);
+    },
+  });
+}
