@@ -2,6 +2,7 @@ import type { Allocator, Device, Pager, ReclaimTarget } from '@stowage/core';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 import type { AllocSource } from './LmsStats.js';
 import { LmsStats } from './LmsStats.js';
+import { LmsEmitter } from './LmsEvents.js';
 import { LmsStorageImpl } from './LmsStorageImpl.js';
 import { ReclaimList } from './ReclaimList.js';
 
@@ -19,6 +20,8 @@ import { ReclaimList } from './ReclaimList.js';
 export class LmsDevice {
   readonly list = new ReclaimList<LmsStorageImpl>();
   readonly stats = new LmsStats();
+  /** `pageOut` and `pageIn` for every storage paged; listeners cannot break the allocation they run in. */
+  readonly events = new LmsEmitter();
   /** Unpins so far: the clock of `unpinnedAt`. */
   unpinClock = 0;
   /** The step the last reclaim took, for `alloc_distribution`; reset by the allocator before each allocation. */

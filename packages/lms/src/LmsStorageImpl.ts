@@ -128,7 +128,8 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
     const storage = this.storage;
     const ptr = storage.peekDataPtr();
     const bytes = ptr.byteLength;
-    if (this.#host === null) {
+    const copied = this.#host === null;
+    if (copied) {
       this.#host = device.pager.pageOut(ptr);
       device.stats.pageOut++;
       device.stats.pageOutBytes += bytes;
@@ -143,6 +144,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
     ptr.letGo(storage);
     ptr.release();
     device.policy.onReclaim?.(storage);
+    if (device.events.listenerCount('pageOut') > 0) device.events.safeEmit('pageOut', { storage, bytes, copied });
     return bytes;
   }
 
@@ -167,6 +169,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
     device.forgetReclaimed(this);
     device.stats.pageIn++;
     device.stats.pageInBytes += bytes.byteLength;
+    if (device.events.listenerCount('pageIn') > 0) device.events.safeEmit('pageIn', { storage, bytes: bytes.byteLength });
   }
 
   #dropHostCopy(): void {

@@ -394,4 +394,24 @@ describe('LMS', () => {
       expect(stats(rt)['pinned.all.peak']).to.equal(0);
     });
   });
+
+  describe('events', () => {
+    it('reports every page-out (copied or not) and page-in, and a listener that throws breaks nothing', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const a = inactiveStorage(rt, 10 * MiB, 1);
+      const device = resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!;
+      const seen: string[] = [];
+      device.events.on('pageOut', () => {
+        throw new Error('listener');
+      });
+      device.events.on('pageOut', (e) => seen.push(`out ${e.bytes} copied=${e.copied}`));
+      device.events.on('pageIn', (e) => seen.push(`in ${e.bytes}`));
+      device.events.on('listenerFailed', (e) => seen.push(`failed ${e.event}`));
+      device.reclaimAll();
+      a.data();
+      device.reclaimAll();
+      expect(seen).to.deep.equal([`failed pageOut`, `out ${10 * MiB} copied=true`, `in ${10 * MiB}`, `failed pageOut`, `out ${10 * MiB} copied=false`]);
+      await expectBytes(rt, a, 1);
+    });
+  });
 });

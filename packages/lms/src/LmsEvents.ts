@@ -1,0 +1,30 @@
+import { EventEmitter } from 'eventemitter3';
+import type { StorageImpl } from '@stowage/core';
+
+/** What LMS reports on a device (`LmsDevice.events`), past tense. */
+export interface LmsEvents {
+  /** A storage was reclaimed: its block freed, its bytes in host memory (`copied` false: a valid host copy was reused). */
+  pageOut: [e: { readonly storage: StorageImpl; readonly bytes: number; readonly copied: boolean }];
+  /** A reclaimed storage was brought back: a block allocated and the host bytes copied into it. */
+  pageIn: [e: { readonly storage: StorageImpl; readonly bytes: number }];
+  /** A listener threw; the paging went on. */
+  listenerFailed: [e: { readonly event: string; readonly error: unknown }];
+}
+
+/**
+ * LMS's emitter. Paging runs inside allocations, so a listener that throws must not break them: each listener
+ * runs on its own, and an error is re-emitted as `listenerFailed` (whose own listeners' errors are dropped).
+ */
+export class LmsEmitter extends EventEmitter<LmsEvents> {
+  /** Emits to every listener in turn, isolating their errors. */
+  safeEmit<K extends keyof LmsEvents>(event: K, ...args: LmsEvents[K]): void {
+    for (const listener of this.listeners(event)) {
+      try {
+        (listener as (...a: LmsEvents[K]) => void)(...args);
+      } catch (error) {
+        if (event === 'listenerFailed') continue;
+        this.safeEmit('listenerFailed', { event, error });
+      }
+    }
+  }
+}
