@@ -303,21 +303,26 @@ class CpuOps implements Ops {
 
   /**
    * Runs one op (Note [Pin before allocating]): pins `inputs`, allocates one tensor per shape, pins those, runs
-   * `kernel`, unpins, calls afterOp and returns the outputs. Releases the outputs when anything before afterOp throws.
+   * `kernel`, unpins, calls afterOp and returns the outputs. Releases the outputs when anything, afterOp included, throws.
    */
   async #op<const S extends readonly Shape[]>(inputs: readonly Tensor[], shapes: S, kernel: (outputs: Outputs<S>) => void): Promise<Outputs<S>> {
     const outputs: Tensor[] = [];
     try {
-      using _pinnedInputs = await this.#pin(...inputs);
-      for (const [rows, cols] of shapes) outputs.push(this.#runtime.tensor([rows, cols], { dtype: 'float32' }));
-      using _pinnedOutputs = await this.#pin(...outputs);
-      kernel(outputs as Outputs<S>);
+      await this.#pinAndRun(inputs, shapes, outputs, () => kernel(outputs as Outputs<S>));
+      this.#afterOp?.();
     } catch (error) {
       for (const output of outputs) output.storage.release();
       throw error;
     }
-    this.#afterOp?.();
     return outputs as Outputs<S>;
+  }
+
+  /** Pins `inputs`, pushes one new tensor per shape onto `outputs`, pins those (if any), runs `kernel`, unpins all. */
+  async #pinAndRun(inputs: readonly Tensor[], shapes: readonly Shape[], outputs: Tensor[], kernel: () => void): Promise<void> {
+    using _pinnedInputs = await this.#pin(...inputs);
+    for (const [rows, cols] of shapes) outputs.push(this.#runtime.tensor([rows, cols], { dtype: 'float32' }));
+    using _pinnedOutputs = outputs.length === 0 ? null : await this.#pin(...outputs);
+    kernel();
   }
 }
 
