@@ -225,6 +225,36 @@ describe('WebGpuOps pinning', function () {
     const y = await gpu.matmul(a, b);
     expect(log).to.deep.equal(['pin a,b', 'pin new', 'unpin new', 'unpin a,b', 'afterOp']);
     expect([...(await gpu.toArray(y))]).to.deep.equal([6, 6, 6, 6]);
+    log.length = 0;
+    await gpu.sgdStep(a, a, 0.5);
+    expect(log, 'an op without outputs pins nothing more').to.deep.equal(['pin a,a', 'unpin a,a', 'afterOp']);
+  });
+
+  it('releases its temporaries once submitted, and its outputs too when afterOp throws', async function () {
+    const context = await deviceOrSkip(this);
+    let failing = false;
+    const { runtime, gpu } = await opsOn(context, {
+      afterOp: () => {
+        if (failing) throw new Error('probe failed');
+      },
+    });
+    await using _runtime = runtime;
+    const live = (): number => runtime.allocator('webgpu').memoryStats()['allocation.all.current'];
+    const p = await gpu.fromArray(3, 4, new Float32Array(12).fill(1));
+    const t = await gpu.fromArray(3, 4, new Float32Array(12));
+    const before = live();
+    const { loss, grad } = await gpu.mseLoss(p, t);
+    expect(live(), 'the loss and the gradient, not the per-row sums').to.equal(before + 2);
+    expect([...(await gpu.toArray(loss))]).to.deep.equal([1]);
+    loss.storage.release();
+    grad.storage.release();
+    failing = true;
+    const error = await gpu.mseLoss(p, t).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect((error as Error).message).to.equal('probe failed');
+    expect(live()).to.equal(before);
   });
 });
 

@@ -209,10 +209,10 @@ class WebGpuOps implements Ops {
   }
 
   /**
-   * Runs one op: pins `inputs`, allocates one tensor per shape in `shapes` and `temporaryShapes`, pins those,
-   * records and submits what `record` returns (or runs it, when it returns nothing), unpins, releases the
-   * temporaries, calls afterOp and returns the outputs. Releases everything it allocated when anything before
-   * afterOp throws.
+   * Runs one op: pins `inputs`, allocates one tensor per shape in `shapes` and `temporaryShapes`, pins those (if
+   * any), records and submits what `record` returns (or just runs it, when it returns nothing), unpins, releases
+   * the temporaries, calls afterOp and returns the outputs. Releases everything it allocated when anything, afterOp
+   * included, throws.
    */
   async #op<const S extends readonly Shape[]>(
     inputs: readonly Tensor[],
@@ -221,20 +221,28 @@ class WebGpuOps implements Ops {
     temporaryShapes: readonly Shape[] = [],
   ): Promise<Outputs<S>> {
     const made: Tensor[] = [];
+    const outputs = (): Outputs<S> => made.slice(0, shapes.length) as Outputs<S>;
     try {
-      using _pinnedInputs = await this.#pin(...inputs);
-      for (const [rows, cols] of [...shapes, ...temporaryShapes]) made.push(this.#runtime.tensor([rows, cols], { dtype: 'float32', device: 'webgpu' }));
-      using _pinnedOutputs = await this.#pin(...made);
-      const dispatches = record(made.slice(0, shapes.length) as Outputs<S>, made.slice(shapes.length));
-      if (dispatches) this.#runner.run(dispatches);
+      await this.#pinAndRun(inputs, [...shapes, ...temporaryShapes], made, () => {
+        const dispatches = record(outputs(), made.slice(shapes.length));
+        if (dispatches) this.#runner.run(dispatches);
+      });
+      // Unpinned now, and the work that reads them is submitted: the allocator reuses their blocks only for later work.
+      for (const temporary of made.slice(shapes.length)) temporary.storage.release();
+      this.#afterOp?.();
     } catch (error) {
-      for (const tensor of made) tensor.storage.release();
+      for (const tensor of made) if (!tensor.storage.isReleased) tensor.storage.release();
       throw error;
     }
-    // Unpinned now, and the work that reads them is submitted: the allocator reuses their blocks only for later work.
-    for (const temporary of made.slice(shapes.length)) temporary.storage.release();
-    this.#afterOp?.();
-    return made.slice(0, shapes.length) as Outputs<S>;
+    return outputs();
+  }
+
+  /** Pins `inputs`, pushes one new tensor per shape onto `made`, pins those (if any), runs `work`, unpins all. */
+  async #pinAndRun(inputs: readonly Tensor[], shapes: readonly Shape[], made: Tensor[], work: () => void): Promise<void> {
+    using _pinnedInputs = await this.#pin(...inputs);
+    for (const [rows, cols] of shapes) made.push(this.#runtime.tensor([rows, cols], { dtype: 'float32', device: 'webgpu' }));
+    using _pinnedOutputs = made.length === 0 ? null : await this.#pin(...made);
+    work();
   }
 }
 
