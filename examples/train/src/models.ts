@@ -104,8 +104,6 @@ async function createMlp(ops: Ops, sizes: MlpSizes, seed: number): Promise<Model
       const y = await linear(ops, t, a, w2, b2);
       const { loss, grad } = t.track(await ops.mseLoss(y, data.target));
       t.free(y);
-      const lossValue = await readScalar(ops, loss);
-      t.free(loss);
       // Backward.
       const dw2 = t.track(await ops.matmul(a, grad, true, false));
       const db2 = t.track(await ops.sumRows(grad));
@@ -117,6 +115,8 @@ async function createMlp(ops: Ops, sizes: MlpSizes, seed: number): Promise<Model
       const db1 = t.track(await ops.sumRows(dh));
       t.free(dh);
       const gradients = [dw1, db1, dw2, db2];
+      const lossValue = await readScalar(ops, loss); // after backward was submitted, so a device need not stall mid-step
+      t.free(loss);
       t.untrack(...gradients);
       return { loss: lossValue, gradients };
     };
@@ -180,8 +180,6 @@ async function createTransformer(ops: Ops, sizes: TransformerSizes, seed: number
       const out = await linear(ops, t, x2, wh, bh);
       const { loss, grad } = t.track(await ops.mseLoss(out, data.target));
       t.free(out);
-      const lossValue = await readScalar(ops, loss);
-      t.free(loss);
 
       // Backward: head.
       const dwh = t.track(await ops.matmul(x2, grad, true, false));
@@ -229,6 +227,8 @@ async function createTransformer(ops: Ops, sizes: TransformerSizes, seed: number
       t.free(dh1, ln1.mean, ln1.rstd, ln1Grads.dx);
 
       const gradients = [ln1Grads.dgamma, ln1Grads.dbeta, dwq, dwk, dwv, dwo, ln2Grads.dgamma, ln2Grads.dbeta, dw1, db1, dw2, db2, dwh, dbh];
+      const lossValue = await readScalar(ops, loss); // after backward was submitted, so a device need not stall mid-step
+      t.free(loss);
       t.untrack(...gradients);
       return { loss: lossValue, gradients };
     };
