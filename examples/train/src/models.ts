@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from '@stowage/core';
+import { checkOptions, InvalidArgumentError } from '@stowage/core';
 import { mulberry32, uniformArray } from './mulberry32.js';
 import type { Ops, Tensor } from './Ops.js';
 import { StepTensors } from './StepTensors.js';
@@ -75,9 +75,9 @@ export async function createModel(ops: Ops, options: ModelOptions): Promise<Mode
   if (!Number.isSafeInteger(seed)) throw new InvalidArgumentError('seed', seed, 'a safe integer');
   switch (options.model) {
     case 'mlp':
-      return createMlp(ops, checkSizes({ ...DEFAULT_MLP_SIZES, ...options.sizes }), seed);
+      return createMlp(ops, resolveSizes(DEFAULT_MLP_SIZES, options.sizes), seed);
     case 'transformer':
-      return createTransformer(ops, checkSizes({ ...DEFAULT_TRANSFORMER_SIZES, ...options.sizes }), seed);
+      return createTransformer(ops, resolveSizes(DEFAULT_TRANSFORMER_SIZES, options.sizes), seed);
     default:
       throw new InvalidArgumentError('model', (options as { model: unknown }).model, `one of ${MODEL_NAMES.join(', ')}`);
   }
@@ -311,12 +311,19 @@ class TensorHolder implements Disposable {
   }
 }
 
-/** @throws InvalidArgumentError unless every size is a positive integer */
-function checkSizes<S extends object>(sizes: S): S {
-  for (const [name, value] of Object.entries(sizes)) {
+/**
+ * The defaults with the given sizes in their place (an undefined size keeps its default).
+ * @throws InvalidArgumentError for a size the model does not have, or one that is not a positive integer
+ */
+function resolveSizes<S extends object>(defaults: S, given: Partial<S> | undefined): S {
+  const sizes: Record<string, unknown> = {};
+  Object.assign(sizes, defaults);
+  for (const [name, value] of Object.entries(checkOptions('sizes', given, Object.keys(defaults)))) {
+    if (value === undefined) continue;
     if (!Number.isSafeInteger(value) || (value as number) <= 0) throw new InvalidArgumentError(`sizes.${name}`, value, 'a positive integer');
+    sizes[name] = value;
   }
-  return sizes;
+  return sizes as S;
 }
 
 /** Row-major a [m, k] · b [k, n] in float64, rounded to float32. */

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import type { Runtime } from '@stowage/core';
 import { createRuntime, InvalidArgumentError } from '@stowage/core';
-import type { Model, ModelName, ModelOptions, Ops } from '@stowage/example-train';
+import type { MlpSizes, Model, ModelName, ModelOptions, Ops } from '@stowage/example-train';
 import { createCpuOps, createModel, DEFAULT_TRANSFORMER_SIZES, MODEL_NAMES, train } from '@stowage/example-train';
 import { randomValues } from './reference.js';
 
@@ -91,12 +91,13 @@ describe('createModel', () => {
     expect(allocatedBytes(rt)).to.equal(0);
   });
 
-  it('rejects an unknown model and sizes that are not positive integers', async () => {
+  it('rejects an unknown model, a size the model does not have, and sizes that are not positive integers', async () => {
     await using rt = await createRuntime();
     const ops = createCpuOps(rt);
     expect(await rejectionOf(createModel(ops, { model: 'rnn' } as unknown as ModelOptions))).to.be.instanceOf(InvalidArgumentError);
     expect(await rejectionOf(createModel(ops, { model: 'mlp', sizes: { hidden: 0 } }))).to.be.instanceOf(InvalidArgumentError);
     expect(await rejectionOf(createModel(ops, { model: 'transformer', sizes: { sequence: 2.5 } }))).to.be.instanceOf(InvalidArgumentError);
+    expect(await rejectionOf(createModel(ops, { model: 'mlp', sizes: { sequence: 4 } as Partial<MlpSizes> }))).to.be.instanceOf(InvalidArgumentError);
     expect(allocatedBytes(rt)).to.equal(0);
   });
 });
