@@ -10,8 +10,8 @@ import { noPin } from './noPin.js';
 // - Float32Array views are taken only inside the compute step, after pinning, and never outlive it: under LMS an
 //   unpinned storage may be paged out, and its DataPtr's bytes then belong to someone else.
 // - Inputs are read through `data()`, outputs and sgdStep's parameter written through `mutableData()`.
-// - Sums run in float64 in a fixed order (ascending index), then round once to float32, so the same inputs always
-//   give the same bits.
+// - Sums run in float64 in a fixed order (ascending index; products as in Note [Matmul order]), then round once to
+//   float32, so the same inputs always give the same bits.
 // - A failed op releases the outputs it allocated and leaves its inputs unchanged.
 
 // Note [Pin before allocating]: allocating an op's outputs can make LMS reclaim (page out) inactive storages to meet

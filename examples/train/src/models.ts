@@ -37,6 +37,10 @@ export interface TransformerSizes {
 }
 
 export const DEFAULT_MLP_SIZES: MlpSizes = Object.freeze({ batch: 64, inputs: 64, hidden: 256, outputs: 16 });
+/**
+ * Sized so that a CPU step takes tens of milliseconds while every tensor (the largest is [sequence, hidden], 192 KiB)
+ * is a small-pool request of the caching engine.
+ */
 export const DEFAULT_TRANSFORMER_SIZES: TransformerSizes = Object.freeze({ sequence: 128, model: 96, hidden: 384, outputs: 64 });
 
 export type ModelOptions =
