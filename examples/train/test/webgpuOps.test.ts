@@ -4,7 +4,7 @@ import { cpu, createRuntime, InvalidArgumentError, TensorImpl } from '@stowage/c
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { openWebGpuDevice, webgpu, WebGpuAllocator } from '@stowage/allocator-webgpu';
 import type { Ops, PinScope, Tensor } from '@stowage/example-train';
-import { createCpuOps, mulberry32, uniformArray } from '@stowage/example-train';
+import { createCpuOps, mulberry32, train, uniformArray } from '@stowage/example-train';
 // Not in the package's exports: the compiled module (built before this test by the project reference).
 import { createWebGpuOps } from '../dist/webgpu/webGpuOps.js';
 
@@ -157,6 +157,34 @@ for (const op of new Set(CASES.map((c) => c.op))) {
   });
 }
 
+describe('WebGpuOps in training', function () {
+  this.timeout(120_000);
+
+  // Sizes past one 64-invocation workgroup, small enough for SwiftShader.
+  const models = [
+    { model: 'mlp', sizes: { batch: 32, inputs: 20, hidden: 70, outputs: 5 } },
+    { model: 'transformer', sizes: { sequence: 20, model: 24, hidden: 70, outputs: 8 } },
+  ] as const;
+  for (const model of models) {
+    it(`trains the ${model.model} to the CPU's losses and weights, and to the same bits on a second run`, async function () {
+      const context = await deviceOrSkip(this);
+      const { runtime, gpu, cpu: host } = await opsOn(context);
+      await using _runtime = runtime;
+      const expected = await train({ ...model, ops: host, steps: 4 });
+      const [first, second] = await withoutValidationErrors(context.device, async () => [
+        await train({ ...model, ops: gpu, steps: 4 }),
+        await train({ ...model, ops: gpu, steps: 4 }),
+      ]);
+      expectClose(Float32Array.from(first!.losses), Float32Array.from(expected.losses), 'losses');
+      expected.weights.forEach((w, i) => {
+        expectClose(first!.weights[i]!, w, `weights ${i}`);
+        expectSameBits(first!.weights[i]!, second!.weights[i]!, `weights ${i}`);
+      });
+      expectSameBits(Float32Array.from(first!.losses), Float32Array.from(second!.losses), 'losses');
+    });
+  }
+});
+
 describe('WebGpuOps operands', function () {
   this.timeout(120_000);
 
@@ -190,6 +218,18 @@ describe('WebGpuOps operands', function () {
     expect([...(await gpu.toArray(sum))]).to.deep.equal([...values.slice(5, 15)].map((v) => v + v + 5));
     await withoutValidationErrors(context.device, () => gpu.sgdStep(upper, lower, 1));
     expect([...(await gpu.toArray(x))]).to.deep.equal([...values.slice(0, 5), ...values.slice(5, 15).map(() => -5), ...values.slice(15)]);
+  });
+
+  it('binds empty tensors to scratch bytes: an empty inner dimension gives zeros', async function () {
+    const context = await deviceOrSkip(this);
+    const { runtime, gpu } = await opsOn(context);
+    await using _runtime = runtime;
+    const a = await gpu.fromArray(2, 0, new Float32Array(0));
+    const b = await gpu.fromArray(0, 3, new Float32Array(0));
+    const [product, sums, empty] = await withoutValidationErrors(context.device, async () => [await gpu.matmul(a, b), await gpu.sumRows(b), await gpu.add(a, a)]);
+    expect([...(await gpu.toArray(product!))]).to.deep.equal([0, 0, 0, 0, 0, 0]);
+    expect([...(await gpu.toArray(sums!))]).to.deep.equal([0, 0, 0]);
+    expect(empty!.sizes).to.deep.equal([2, 0]);
   });
 
   it('refuses a tensor of the CPU and mismatched shapes', async function () {

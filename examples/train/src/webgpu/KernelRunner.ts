@@ -73,7 +73,6 @@ export interface KernelParams {
   readonly k?: number;
   readonly flags?: number;
   readonly s0?: number;
-  readonly s1?: number;
 }
 
 /** One dispatch: a kernel, its operands in binding order, its parameters and its grid of workgroups. */
@@ -103,7 +102,7 @@ interface Placement {
   readonly copyFrom?: { readonly buffer: GPUBuffer; readonly offset: number };
 }
 
-/** The grid of WORKGROUP-wide workgroups that covers `invocations` (linear kernels, kernels.ts `flatId`). */
+/** The grid of WORKGROUP-wide workgroups that covers `invocations` (kernels.ts `flatId`). */
 export function linearGrid(invocations: number): [x: number, y: number] {
   const groups = Math.ceil(invocations / WORKGROUP);
   if (groups === 0) return [0, 0];
@@ -149,10 +148,8 @@ export class KernelRunner {
     let scratchBytes = 0;
     const planned = dispatches.map((dispatch) => {
       if (dispatch.operands.length > MAX_OPERANDS) throw new InvalidArgumentError('operands.length', dispatch.operands.length, `at most ${MAX_OPERANDS}`);
-      const placements = this.#place(dispatch.operands, scratchBytes);
-      for (const placement of placements) {
-        if (placement.buffer === 'scratch') scratchBytes = placement.offset + this.#alignUp(placement.size);
-      }
+      const { placements, scratchEnd } = this.#place(dispatch.operands, scratchBytes);
+      scratchBytes = scratchEnd;
       const use = uses.get(dispatch.kernel) ?? 0;
       uses.set(dispatch.kernel, use + 1);
       return { dispatch, placements, params: this.#paramsSlot(dispatch.kernel, use) };
@@ -186,10 +183,10 @@ export class KernelRunner {
 
   /**
    * Places a dispatch's operands (Notes [Binding offsets], [Aliased operands]): outputs first, then inputs, each
-   * in its own buffer unless it would overlap a placement before it. Scratch placements start at `scratchStart`.
-   * Takes each operand's pointer here, after the caller pinned it.
+   * in its own buffer unless it would overlap a placement before it. Scratch placements take the bytes from
+   * `scratchStart` to the returned `scratchEnd`. Takes each operand's pointer here, after the caller pinned it.
    */
-  #place(operands: readonly Operand[], scratchStart: number): Placement[] {
+  #place(operands: readonly Operand[], scratchStart: number): { placements: Placement[]; scratchEnd: number } {
     const placements = new Array<Placement>(operands.length);
     let scratchEnd = scratchStart;
     const order = [...operands.keys()].sort((i, j) => Number(operands[i]!.access === 'read') - Number(operands[j]!.access === 'read'));
@@ -220,7 +217,7 @@ export class KernelRunner {
       placements[i] = { buffer: 'scratch', offset: scratchEnd, size: byteLength, elementOffset: 0, copyFrom: { buffer: binding.buffer, offset: start } };
       scratchEnd += this.#alignUp(byteLength);
     }
-    return placements;
+    return { placements, scratchEnd };
   }
 
   /** The scratch buffer, grown to at least `bytes` (undefined while no run needed one). */
@@ -260,7 +257,7 @@ export class KernelRunner {
   }
 }
 
-/** A kernel's `Params` (kernels.ts): the operands' element offsets, then m, n, k, flags, s0, s1. */
+/** A kernel's `Params` (kernels.ts): the operands' element offsets, then m, n, k, flags and s0. */
 function paramsBytes(params: KernelParams, placements: readonly Placement[]): ArrayBuffer {
   const bytes = new ArrayBuffer(PARAMS_BYTES);
   const words = new Uint32Array(bytes);
@@ -271,6 +268,5 @@ function paramsBytes(params: KernelParams, placements: readonly Placement[]): Ar
   words[10] = params.k ?? 0;
   words[11] = params.flags ?? 0;
   floats[12] = params.s0 ?? 0;
-  floats[13] = params.s1 ?? 0;
   return bytes;
 }

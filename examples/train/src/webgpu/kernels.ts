@@ -4,18 +4,21 @@
 //   or writes it (Note [Read-write bindings] in KernelRunner.ts); every operand is used, so `layout: 'auto'` keeps
 //   every binding.
 // - Operand i's elements start at element `off(i)` of its binding (Note [Binding offsets] in KernelRunner.ts).
-// - The parameters are one `Params` uniform at `@group(1) @binding(0)`: the shape (m, n, k), flags and two
-//   float scalars, with the same meaning as the Ops member the kernel serves.
+// - The parameters are one `Params` uniform at `@group(1) @binding(0)`: the shape (m, n, k), flags and a float
+//   scalar, with the same meaning as the Ops member the kernel serves.
 // - Deterministic: every output element is written by exactly one invocation, which sums in a fixed order
 //   (ascending index); no atomics, and no result depends on how invocations are scheduled.
-// - Linear kernels run WORKGROUP invocations per workgroup over a grid of up to 65,535 × y workgroups
-//   (`flatId`), and return past their element count.
+// - Every kernel runs WORKGROUP invocations per workgroup over a grid of up to 65,535 × y workgroups (`flatId`),
+//   one invocation per output element, row or column, and returns past their count.
+// - No workgroup memory and no barriers (Note [Untiled matmul]).
 
-/** Invocations per workgroup of the linear kernels. */
+// Note [Untiled matmul]: matmul gives each invocation one output element and loops over the inner dimension reading
+// the operands from storage. A tiled kernel (16 × 16 tiles staged in workgroup memory) sums in the same order, so
+// it would give the same bits, but its workgroup barriers are expensive on SwiftShader, where the tests and CI run.
+// On a hardware GPU a tiled kernel would pay off for large matrices; the example's are small.
+
+/** Invocations per workgroup of every kernel. */
 export const WORKGROUP = 64;
-
-/** Rows and columns of one matmul tile (its workgroup is TILE × TILE). */
-export const TILE = 16;
 
 const PRELUDE = /* wgsl */ `
 struct Params {
@@ -26,9 +29,9 @@ struct Params {
   k: u32,
   flags: u32,
   s0: f32,
-  s1: f32,
   pad0: u32,
   pad1: u32,
+  pad2: u32,
 }
 @group(1) @binding(0) var<uniform> p: Params;
 
@@ -47,8 +50,8 @@ function operands(...names: readonly string[]): string {
     .join('\n');
 }
 
-/** A linear kernel: `body` runs once per element index `i` below `count` (a WGSL u32 expression). */
-function linear(count: string, body: string): string {
+/** The entry point `main`: `body` runs once per index `i` below `count` (a WGSL u32 expression). */
+function entryPoint(count: string, body: string): string {
   return /* wgsl */ `
 @compute @workgroup_size(WORKGROUP)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
@@ -62,61 +65,47 @@ ${body}
  * The kernels by name. Shapes: m × n is the output (or the row-wise input) unless a kernel says otherwise.
  */
 export const KERNELS = {
-  /** c[m,n] = a·b, a [m,k] (or [k,m] with flags bit 0), b [k,n] (or [n,k] with bit 1); tiles in workgroup memory. */
+  /** c[m,n] = a·b, a [m,k] (or [k,m] with flags bit 0), b [k,n] (or [n,k] with bit 1); one invocation per element. */
   matmul: `${PRELUDE}
 ${operands('a', 'b', 'c')}
-const TILE = ${TILE}u;
-var<workgroup> tileA: array<array<f32, ${TILE}>, ${TILE}>;
-var<workgroup> tileB: array<array<f32, ${TILE}>, ${TILE}>;
-
-fn loadA(row: u32, inner: u32) -> f32 {
-  if (row >= p.m || inner >= p.k) { return 0.0; }
-  if ((p.flags & 1u) != 0u) { return a[off0() + inner * p.m + row]; }
-  return a[off0() + row * p.k + inner];
-}
-
-fn loadB(inner: u32, col: u32) -> f32 {
-  if (inner >= p.k || col >= p.n) { return 0.0; }
-  if ((p.flags & 2u) != 0u) { return b[off1() + col * p.k + inner]; }
-  return b[off1() + inner * p.n + col];
-}
-
-@compute @workgroup_size(TILE, TILE)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-  let row = wid.y * TILE + lid.y;
-  let col = wid.x * TILE + lid.x;
+${entryPoint(
+  'p.m * p.n',
+  `  let row = i / p.n;
+  let col = i % p.n;
+  var aAt = off0() + row * p.k;
+  var aStep = 1u;
+  if ((p.flags & 1u) != 0u) { aAt = off0() + row; aStep = p.m; }
+  var bAt = off1() + col;
+  var bStep = p.n;
+  if ((p.flags & 2u) != 0u) { bAt = off1() + col * p.k; bStep = 1u; }
   var sum = 0.0;
-  for (var t = 0u; t < p.k; t += TILE) {
-    tileA[lid.y][lid.x] = loadA(row, t + lid.x);
-    tileB[lid.y][lid.x] = loadB(t + lid.y, col);
-    workgroupBarrier();
-    for (var q = 0u; q < TILE; q++) {
-      sum += tileA[lid.y][q] * tileB[q][lid.x];
-    }
-    workgroupBarrier();
+  for (var q = 0u; q < p.k; q++) {
+    sum += a[aAt] * b[bAt];
+    aAt += aStep;
+    bAt += bStep;
   }
-  if (row < p.m && col < p.n) { c[off2() + row * p.n + col] = sum; }
-}`,
+  c[off2() + i] = sum;`,
+)}`,
 
   /** y = x + bias broadcast over rows; bias [1,n]. */
   addBias: `${PRELUDE}
 ${operands('x', 'bias', 'y')}
-${linear('p.m * p.n', '  y[off2() + i] = x[off0() + i] + bias[off1() + i % p.n];')}`,
+${entryPoint('p.m * p.n', '  y[off2() + i] = x[off0() + i] + bias[off1() + i % p.n];')}`,
 
   /** y = a + b. */
   add: `${PRELUDE}
 ${operands('a', 'b', 'y')}
-${linear('p.m * p.n', '  y[off2() + i] = a[off0() + i] + b[off1() + i];')}`,
+${entryPoint('p.m * p.n', '  y[off2() + i] = a[off0() + i] + b[off1() + i];')}`,
 
   /** y = x * s0. */
   scale: `${PRELUDE}
 ${operands('x', 'y')}
-${linear('p.m * p.n', '  y[off1() + i] = x[off0() + i] * p.s0;')}`,
+${entryPoint('p.m * p.n', '  y[off1() + i] = x[off0() + i] * p.s0;')}`,
 
   /** y[1,n] = the sum of x's rows; one invocation per column. */
   sumRows: `${PRELUDE}
 ${operands('x', 'y')}
-${linear(
+${entryPoint(
   'p.n',
   `  var sum = 0.0;
   for (var r = 0u; r < p.m; r++) { sum += x[off0() + r * p.n + i]; }
@@ -126,17 +115,17 @@ ${linear(
   /** y = x where x > 0, else 0. */
   relu: `${PRELUDE}
 ${operands('x', 'y')}
-${linear('p.m * p.n', '  let v = x[off0() + i];\n  y[off1() + i] = select(0.0, v, v > 0.0);')}`,
+${entryPoint('p.m * p.n', '  let v = x[off0() + i];\n  y[off1() + i] = select(0.0, v, v > 0.0);')}`,
 
   /** dx = dy where x > 0, else 0. */
   reluBackward: `${PRELUDE}
 ${operands('dy', 'x', 'dx')}
-${linear('p.m * p.n', '  dx[off2() + i] = select(0.0, dy[off0() + i], x[off1() + i] > 0.0);')}`,
+${entryPoint('p.m * p.n', '  dx[off2() + i] = select(0.0, dy[off0() + i], x[off1() + i] > 0.0);')}`,
 
   /** Row-wise softmax; one invocation per row. Flags bit 0: causal (row r keeps columns 0..r). */
   softmax: `${PRELUDE}
 ${operands('x', 'y')}
-${linear(
+${entryPoint(
   'p.m',
   `  let base = i * p.n;
   var width = p.n;
@@ -157,7 +146,7 @@ ${linear(
   /** dx = y * (dy - rowsum(dy * y)); one invocation per row. */
   softmaxBackward: `${PRELUDE}
 ${operands('dy', 'y', 'dx')}
-${linear(
+${entryPoint(
   'p.m',
   `  let base = i * p.n;
   var dot = 0.0;
@@ -170,7 +159,7 @@ ${linear(
   /** y = (x - mean) * rstd * gamma + beta per row, with mean and rstd [m,1]; s0 = eps; one invocation per row. */
   layerNorm: `${PRELUDE}
 ${operands('x', 'gamma', 'beta', 'y', 'mean', 'rstd')}
-${linear(
+${entryPoint(
   'p.m',
   `  let base = i * p.n;
   let n = f32(p.n);
@@ -196,7 +185,7 @@ ${linear(
    */
   layerNormBackward: `${PRELUDE}
 ${operands('dy', 'x', 'mean', 'rstd', 'gamma', 'dx')}
-${linear(
+${entryPoint(
   'p.m',
   `  let base = i * p.n;
   let mu = mean[off2() + i];
@@ -220,7 +209,7 @@ ${linear(
   /** dgamma = column sums of dy * xhat, dbeta = column sums of dy ([1,n] each); one invocation per column. */
   layerNormParamGrads: `${PRELUDE}
 ${operands('dy', 'x', 'mean', 'rstd', 'dgamma', 'dbeta')}
-${linear(
+${entryPoint(
   'p.n',
   `  var dg = 0.0;
   var db = 0.0;
@@ -239,7 +228,7 @@ ${linear(
    */
   mseRows: `${PRELUDE}
 ${operands('pred', 'goal', 'grad', 'rowSquares')}
-${linear(
+${entryPoint(
   'p.m',
   `  let base = i * p.n;
   let count = f32(p.k);
@@ -255,7 +244,7 @@ ${linear(
   /** loss [1,1] = the sum of rowSquares [m,1] / k, in row order; one invocation. */
   mseTotal: `${PRELUDE}
 ${operands('rowSquares', 'loss')}
-${linear(
+${entryPoint(
   '1u',
   `  var sum = 0.0;
   for (var r = 0u; r < p.m; r++) { sum += rowSquares[off0() + r]; }
@@ -265,7 +254,7 @@ ${linear(
   /** In place: param -= s0 * grad. */
   sgdStep: `${PRELUDE}
 ${operands('param', 'grad')}
-${linear('p.m * p.n', '  param[off0() + i] = param[off0() + i] - p.s0 * grad[off1() + i];')}`,
+${entryPoint('p.m * p.n', '  param[off0() + i] = param[off0() + i] - p.s0 * grad[off1() + i];')}`,
 } as const;
 
 export type KernelName = keyof typeof KERNELS;

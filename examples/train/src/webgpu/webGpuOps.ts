@@ -6,7 +6,6 @@ import { noPin } from '../noPin.js';
 import type { Dispatch, KernelParams, Operand } from './KernelRunner.js';
 import { KernelRunner, linearGrid } from './KernelRunner.js';
 import type { KernelName } from './kernels.js';
-import { TILE } from './kernels.js';
 
 // The training ops on WebGPU: WGSL compute kernels (kernels.ts) over tensors of the runtime's WebGPU allocator.
 //
@@ -94,8 +93,7 @@ class WebGpuOps implements Ops {
     const [m, k] = transA ? [ac, ar] : [ar, ac];
     const [kb, n] = transB ? [bc, br] : [br, bc];
     if (kb !== k) throw new InvalidArgumentError('b', describeShape(b), `a tensor with ${k} ${transB ? 'columns' : 'rows'} (the inner dimension of a)`);
-    const grid: [number, number] = [Math.ceil(n / TILE), Math.ceil(m / TILE)];
-    if (grid[0] > 65_535 || grid[1] > 65_535) throw new InvalidArgumentError('a, b', `[${m}, ${n}] result`, `a result of at most ${65_535 * TILE} rows and columns`);
+    const grid = linearGrid(m * n);
     const flags = (transA ? 1 : 0) | (transB ? 2 : 0);
     const [y] = await this.#op([a, b], [[m, n]], ([y]) => [dispatch('matmul', [read(a), read(b), write(y)], { m, n, k, flags }, grid)]);
     return y;
