@@ -41,7 +41,8 @@ export interface WebGpuOpsOptions {
  * that allocator; outputs are made with `runtime.tensor([rows, cols], { dtype: 'float32', device: 'webgpu' })` and
  * belong to the caller. Every op throws InvalidArgumentError for a tensor of another dtype, rank, layout or device,
  * or for mismatched shapes.
- * @throws InvalidArgumentError when the runtime's `webgpu` allocator is not a WebGpuAllocator on `options.gpu`
+ * @throws InvalidArgumentError when the runtime's `webgpu` allocator is not a WebGpuAllocator on `options.gpu`;
+ * BackendUnavailableError when the runtime has no `webgpu` plugin
  */
 export function createWebGpuOps(runtime: Runtime, options: WebGpuOpsOptions): Ops {
   const allocator = runtime.allocator('webgpu');
