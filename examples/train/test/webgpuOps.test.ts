@@ -8,7 +8,8 @@ import { createCpuOps, mulberry32, train, uniformArray } from '@stowage/example-
 // Not in the package's exports: the compiled module (built before this test by the project reference).
 import { createWebGpuOps } from '../dist/webgpu/webGpuOps.js';
 
-// Dawn runs on SwiftShader where there is no GPU: shapes stay small, but cover partial tiles (16) and workgroups (64).
+// Dawn runs on SwiftShader where there is no GPU: shapes stay small, but span several workgroups (64 invocations)
+// and end in a partial one.
 
 let shared: Promise<WebGpuContext | string> | undefined;
 
@@ -56,7 +57,7 @@ interface OpCase {
   readonly title: string;
   readonly shapes: readonly (readonly [number, number])[];
   readonly run: (ops: Ops, inputs: readonly Tensor[]) => Promise<readonly Tensor[]>;
-  /** Makes inputs fit the op (positive values for eps-free checks, say); default as drawn. */
+  /** Makes input `index` fit the op (a positive rstd, say); the values as drawn when absent. */
   readonly prepare?: (values: Float32Array, index: number) => Float32Array;
 }
 
