@@ -72,7 +72,8 @@ const DEFAULT_SEED = 1;
 /**
  * A model with seeded initial weights (uniform, scaled by 1/sqrt(fan-in)) and seeded data: the same options give the
  * same bits. Sizes not given take the model's defaults.
- * @throws InvalidArgumentError for an unknown model or a size that is not a positive integer
+ * @throws InvalidArgumentError for an unknown model, a seed that is not a safe integer, a size the model does not
+ * have, or a size that is not a positive integer
  */
 export async function createModel(ops: Ops, options: ModelOptions): Promise<Model> {
   const seed = options.seed ?? DEFAULT_SEED;
