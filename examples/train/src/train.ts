@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '@stowage/core';
 import type { MlpSizes, ModelName, TransformerSizes } from './models.js';
-import { createModel, MODEL_NAMES } from './models.js';
+import { createModel, DEFAULT_TRANSFORMER_SIZES, MODEL_NAMES } from './models.js';
 import type { Ops } from './Ops.js';
 
 export type TrainOptions = {
@@ -9,7 +9,10 @@ export type TrainOptions = {
   readonly steps: number;
   /** Seeds the data and the initial weights; 1 when absent. */
   readonly seed?: number;
-  /** SGD learning rate; DEFAULT_LEARNING_RATES[model] when absent. */
+  /**
+   * SGD learning rate. When absent: DEFAULT_LEARNING_RATES[model], divided by blocks² for a transformer of several
+   * blocks (plain SGD on a stack of blocks without a final layer norm diverges at the one-block rate).
+   */
   readonly lr?: number;
   /** Called after each step with its index and its loss (the loss before that step's update). */
   readonly onStep?: (step: number, loss: number) => void;
@@ -22,7 +25,7 @@ export interface TrainResult {
   readonly weights: Float32Array[];
 }
 
-/** Learning rates with which every default-sized model's loss goes down steadily. */
+/** Learning rates with which every default-sized model's loss goes down steadily (for one block or any depth of MLP). */
 export const DEFAULT_LEARNING_RATES: Readonly<Record<ModelName, number>> = Object.freeze({ mlp: 0.5, transformer: 0.25 });
 
 /**
@@ -35,7 +38,7 @@ export async function train(options: TrainOptions): Promise<TrainResult> {
   const { ops, steps, onStep } = options;
   if (!Number.isSafeInteger(steps) || steps < 0) throw new InvalidArgumentError('steps', steps, 'a non-negative integer');
   if (!MODEL_NAMES.includes(options.model)) throw new InvalidArgumentError('model', options.model, `one of ${MODEL_NAMES.join(', ')}`);
-  const lr = options.lr ?? DEFAULT_LEARNING_RATES[options.model];
+  const lr = options.lr ?? defaultLearningRate(options);
   if (!Number.isFinite(lr)) throw new InvalidArgumentError('lr', lr, 'a finite number');
   using model = await createModel(ops, options);
   const losses: number[] = [];
@@ -53,4 +56,10 @@ export async function train(options: TrainOptions): Promise<TrainResult> {
   for (const { tensor } of model.parameters) weights.push(await ops.toArray(tensor));
   await ops.finish();
   return { losses, weights };
+}
+
+function defaultLearningRate(options: TrainOptions): number {
+  if (options.model === 'mlp') return DEFAULT_LEARNING_RATES.mlp;
+  const blocks = options.sizes?.blocks ?? DEFAULT_TRANSFORMER_SIZES.blocks;
+  return DEFAULT_LEARNING_RATES.transformer / blocks ** 2;
 }
