@@ -12,12 +12,13 @@ import { StepTensors } from './StepTensors.js';
 // - ReLU's backward reads its output (y > 0 exactly where x > 0), so the pre-activation is freed in the forward pass.
 // - Depth (the MLP's `layers`, the transformer's `blocks`) repeats a layer or block: the live set of a step grows
 //   with depth, while what one op reads and writes does not (Note [Depth and LMS]).
-// - Weights are drawn from one seeded generator in parameter order, so depth 1 gives the bits it always gave.
+// - The data, then the weights, are drawn from one seeded generator in parameter order: a deeper model draws
+//   more weights after the same ones, and its extra layers' scales leave depth 1's draws as they are.
 
-// Note [Depth and LMS]: LMS runs a step under a budget below its peak by paging out the activations no op is using,
-// but the storages one op pins (its inputs and outputs) must fit the budget together. With depth 1 the largest op
-// pins about a quarter (transformer) to a half (MLP) of the step's peak; a deeper model keeps that working set while
-// its peak grows with depth, which is the shape of the models LMS exists for.
+// Note [Depth and LMS]: LMS runs a step under a budget below its peak by paging out the tensors no op is using,
+// but the storages one op pins (its inputs and outputs) must fit the budget together. At depth 1 the largest op
+// pins a large share of the step's peak (README, "Under LMS"); a deeper model keeps that working set while its
+// peak grows with depth, which is the shape of the models LMS exists for.
 
 export type ModelName = 'mlp' | 'transformer';
 
