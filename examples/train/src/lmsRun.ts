@@ -1,6 +1,6 @@
-import type { Allocator, Plugin, Runtime } from '@stowage/core';
-import { cpu, createRuntime, ForwardingAllocator, InvalidArgumentError } from '@stowage/core';
-import { webgpu, WebGpuAllocator } from '@stowage/allocator-webgpu';
+import type { Plugin } from '@stowage/core';
+import { cpu, createRuntime, InvalidArgumentError } from '@stowage/core';
+import { webgpu } from '@stowage/allocator-webgpu';
 import { lms, pin, pinAsync } from '@stowage/lms';
 import { BudgetExceededError } from './BudgetExceededError.js';
 import { createCpuOps } from './cpuOps.js';
@@ -111,7 +111,7 @@ export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult>
     maxReservedBytes = Math.max(maxReservedBytes, reservedBytes);
     if (budgetBytes !== undefined && reservedBytes > budgetBytes) throw new BudgetExceededError(opCount, reservedBytes, budgetBytes);
   };
-  const ops: Ops = device === 'cpu' ? createCpuOps(runtime, { pin, afterOp }) : createWebGpuOps(withEngineAllocator(runtime), { gpu: gpu!, pin: pinAsync, afterOp });
+  const ops: Ops = device === 'cpu' ? createCpuOps(runtime, { pin, afterOp }) : createWebGpuOps(runtime, { gpu: gpu!, pin: pinAsync, afterOp });
   const stepMs: number[] = [];
   let stepStart = performance.now();
   const model: LmsRunModel = options.model === 'mlp' ? { model: 'mlp', sizes: options.sizes } : { model: 'transformer', sizes: options.sizes };
@@ -130,24 +130,6 @@ export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult>
   });
   const stats: Readonly<Record<string, number>> = allocator.memoryStats();
   return { losses, weights, stepMs, stats, maxReservedBytes, pinnedPeakBytes: stats['pinned_bytes.all.peak'] ?? 0, opCount };
-}
-
-/**
- * The runtime as `createWebGpuOps` checks it: its 'webgpu' allocator is the WebGpuAllocator under the LmsAllocator
- * that wraps it, everything else the runtime's own (bound to it). createWebGpuOps refuses an adaptor because its
- * kernels bind the engine's buffers; an LmsAllocator hands out the engine's DataPtrs unchanged, so they bind all
- * the same, and the tensors the ops make still come from the runtime, under LMS.
- */
-function withEngineAllocator(runtime: Runtime): Runtime {
-  let engine: Allocator = runtime.allocator('webgpu');
-  while (!(engine instanceof WebGpuAllocator) && engine instanceof ForwardingAllocator) engine = engine.upstream;
-  return new Proxy(runtime, {
-    get(target, key) {
-      if (key === 'allocator') return (device: Parameters<Runtime['allocator']>[0]) => (device === 'webgpu' ? engine : target.allocator(device));
-      const value: unknown = Reflect.get(target, key, target);
-      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
-    },
-  });
 }
 
 /**

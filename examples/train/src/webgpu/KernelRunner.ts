@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '@stowage/core';
 import type { TensorImpl } from '@stowage/core';
-import { WebGpuAllocator } from '@stowage/allocator-webgpu';
+import { webGpuAllocatorOf } from './webGpuAllocatorOf.js';
 import type { KernelName } from './kernels.js';
 import { KERNELS, WORKGROUP } from './kernels.js';
 
@@ -200,9 +200,9 @@ export class KernelRunner {
         continue;
       }
       const ptr = access === 'write' ? tensor.mutableData() : tensor.data();
-      const allocator = tensor.storage.allocator;
-      if (!(allocator instanceof WebGpuAllocator) || allocator.backend.gpuDevice !== this.#device) {
-        throw new InvalidArgumentError(`operands[${i}]`, `a tensor on ${tensor.device.type}:${tensor.device.index}`, "a tensor of a WebGpuAllocator on this ops object's GPUDevice (an allocator wrapped in adaptors hides bindingOf)");
+      const allocator = webGpuAllocatorOf(tensor.storage.allocator);
+      if (allocator === undefined || allocator.backend.gpuDevice !== this.#device) {
+        throw new InvalidArgumentError(`operands[${i}]`, `a tensor on ${tensor.device.type}:${tensor.device.index}`, "a tensor of a WebGpuAllocator (or adaptors over one) on this ops object's GPUDevice");
       }
       const binding = allocator.bindingOf(ptr);
       const start = binding.offset + tensor.byteOffset;

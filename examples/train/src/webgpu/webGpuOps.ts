@@ -1,6 +1,6 @@
 import type { Runtime } from '@stowage/core';
 import { InvalidArgumentError, TensorImpl } from '@stowage/core';
-import { WebGpuAllocator } from '@stowage/allocator-webgpu';
+import { webGpuAllocatorOf } from './webGpuAllocatorOf.js';
 import type { Ops, PinScope, Tensor } from '../Ops.js';
 import { noPin } from '../noPin.js';
 import type { Dispatch, KernelParams, Operand } from './KernelRunner.js';
@@ -45,9 +45,9 @@ export interface WebGpuOpsOptions {
  * BackendUnavailableError when the runtime has no `webgpu` plugin
  */
 export function createWebGpuOps(runtime: Runtime, options: WebGpuOpsOptions): Ops {
-  const allocator = runtime.allocator('webgpu');
-  if (!(allocator instanceof WebGpuAllocator) || allocator.backend.gpuDevice !== options.gpu) {
-    throw new InvalidArgumentError('options.gpu', options.gpu, "the GPUDevice of the runtime's webgpu allocator (a WebGpuAllocator, not wrapped in adaptors: the kernels bind its buffers)");
+  const allocator = webGpuAllocatorOf(runtime.allocator('webgpu'));
+  if (allocator === undefined || allocator.backend.gpuDevice !== options.gpu) {
+    throw new InvalidArgumentError('options.gpu', options.gpu, "the GPUDevice of the runtime's webgpu allocator (a WebGpuAllocator, or adaptors over one: the kernels bind its buffers)");
   }
   return new WebGpuOps(runtime, options.gpu, options.pin ?? noPin, options.afterOp);
 }
@@ -274,3 +274,4 @@ function checkShape(argument: string, x: Tensor, shape: Shape): void {
 function describeShape(x: Tensor): string {
   return `a ${x.dtype} tensor of sizes [${x.sizes.join(', ')}] on ${x.device.type}`;
 }
+
