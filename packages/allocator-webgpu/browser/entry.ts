@@ -7,10 +7,10 @@ import { createWebGpuAllocator, openWebGpuDevice, webgpu } from '@stowage/alloca
 import type { BrowserAdapterInfo, BrowserCheckReport, ContractCheckResult, RoundTripResult } from './BrowserCheckReport.js';
 
 /**
- * The entry of the browser bundle (dist-browser/stowage-webgpu-checks.js, built by
- * test/browser/buildBrowserChecks.ts). It imports the packages as a browser application would, through their
- * exports maps (the tsc output in dist/), and defines `window.runStowageBrowserChecks()`, which a page or a
- * test driving the browser calls:
+ * The entry of the browser bundle (dist-browser/stowage-webgpu-checks.js, built by test/browser/BrowserChecks.test.ts
+ * with `buildBrowserBundle` from this package's `./testing`). It imports the packages as a browser application
+ * would, through their exports maps (the tsc output in dist/), and defines `window.runStowageBrowserChecks()`,
+ * which a page or a test driving the browser calls:
  * - asks `navigator.gpu` for an adapter; without one it reports why and runs nothing;
  * - opens a device with `openWebGpuDevice()` (the browser path: `navigator.gpu`);
  * - runs every check of core's `allocatorContract` on a fresh `createWebGpuAllocator(context, { limit: '256MiB' })`,

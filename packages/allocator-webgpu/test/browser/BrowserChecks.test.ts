@@ -1,22 +1,21 @@
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import type { Browser, Page } from 'playwright-core';
+import type { BrowserBundle } from '@stowage/allocator-webgpu/testing';
+import { buildBrowserBundle, CHROMIUM_PATH, hasChromium, runInChromium } from '@stowage/allocator-webgpu/testing';
 import type { BrowserCheckReport } from '../../browser/BrowserCheckReport.js';
-import type { BrowserChecksBundle } from './buildBrowserChecks.js';
-import { buildBrowserChecks } from './buildBrowserChecks.js';
-import { CHROMIUM_PATH, hasChromium, launchChromium } from './launchChromium.js';
-import type { BrowserChecksServer } from './serveBrowserChecks.js';
-import { serveBrowserChecks } from './serveBrowserChecks.js';
 
-/** The page's global that browser/entry.ts defines. */
-interface ChecksWindow {
-  runStowageBrowserChecks(): Promise<BrowserCheckReport>;
-}
+/** The package root: test/browser/ and its compiled form dist-test/browser/ both sit two levels below it. */
+const PACKAGE_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 describe('@stowage/allocator-webgpu in the browser', function () {
   this.timeout(60_000);
-  let bundle: BrowserChecksBundle;
+  let bundle: BrowserBundle;
   before(async () => {
-    bundle = await buildBrowserChecks();
+    bundle = await buildBrowserBundle({
+      entryPoint: join(PACKAGE_ROOT, 'browser', 'entry.ts'),
+      outfile: join(PACKAGE_ROOT, 'dist-browser', 'stowage-webgpu-checks.js'),
+    });
   });
 
   it('bundles with core and its conformance suite for the browser, reaching Node-only modules only through import()', () => {
@@ -27,29 +26,19 @@ describe('@stowage/allocator-webgpu in the browser', function () {
   });
 
   describe('in headless Chromium through navigator.gpu', () => {
-    let server: BrowserChecksServer | undefined;
-    let browser: Browser | undefined;
     let report: BrowserCheckReport;
     /** Page errors and console errors, to explain a failure. */
-    const pageErrors: string[] = [];
+    let pageErrors: readonly string[] = [];
 
     before(async function () {
       if (!hasChromium()) {
         console.log(`    skipped: ${CHROMIUM_PATH} is missing (apt-get install chromium)`);
         this.skip();
       }
-      server = await serveBrowserChecks(bundle.outfile);
-      browser = await launchChromium();
-      const page: Page = await browser.newPage();
-      page.on('pageerror', (error) => pageErrors.push(`pageerror: ${error.message}`));
-      page.on('console', (message) => {
-        if (message.type() === 'error') pageErrors.push(`console.error: ${message.text()}`);
-      });
-      await page.goto(server.url);
-      await page.waitForFunction(() => typeof (globalThis as unknown as Partial<ChecksWindow>).runStowageBrowserChecks === 'function', undefined, {
-        timeout: 10_000,
-      });
-      report = await page.evaluate(() => (globalThis as unknown as ChecksWindow).runStowageBrowserChecks());
+      ({ report, pageErrors } = await runInChromium<BrowserCheckReport>(bundle.outfile, 'runStowageBrowserChecks', {
+        title: 'Stowage WebGPU browser checks',
+        timeoutMs: 45_000,
+      }));
       if (report.unavailable !== undefined) {
         console.log(`    skipped: no WebGPU adapter in Chromium — ${report.unavailable}`);
         this.skip();
@@ -58,11 +47,6 @@ describe('@stowage/allocator-webgpu in the browser', function () {
       console.log(
         `    Chromium WebGPU adapter: ${adapter?.vendor} ${adapter?.architecture} (fallback: ${String(adapter?.isFallbackAdapter)}); checks took ${report.elapsedMs} ms`,
       );
-    });
-
-    after(async () => {
-      await browser?.close();
-      await server?.close();
     });
 
     it('passes every check of the allocator contract', () => {

@@ -1,13 +1,5 @@
 import { stat } from 'node:fs/promises';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
-
-/** The package root: test/browser/ and its compiled form dist-test/browser/ both sit two levels below it. */
-const PACKAGE_ROOT = fileURLToPath(new URL('../../', import.meta.url));
-
-/** The bundle's file name, also the path the test server serves it under. */
-export const BROWSER_CHECKS_FILE = 'stowage-webgpu-checks.js';
 
 /**
  * Imports esbuild leaves in the bundle. The `webgpu` package (Dawn) and `node:*` builtins are external: only
@@ -20,8 +12,15 @@ export interface ExternalImport {
   readonly kind: string;
 }
 
-export interface BrowserChecksBundle {
-  /** Absolute path of the bundle, dist-browser/stowage-webgpu-checks.js. */
+export interface BrowserBundleOptions {
+  /** Absolute path of the entry file, such as `<package>/browser/entry.ts`. */
+  readonly entryPoint: string;
+  /** Absolute path of the bundle to write, under the package's dist-browser/ (Note [Linting the bundle]). */
+  readonly outfile: string;
+}
+
+export interface BrowserBundle {
+  /** Absolute path of the bundle written. */
   readonly outfile: string;
   readonly bytes: number;
   readonly externalImports: readonly ExternalImport[];
@@ -29,20 +28,20 @@ export interface BrowserChecksBundle {
 }
 
 // Note [Linting the bundle]
-// `eslint .` has no ignore entry for dist-browser/ (eslint.config.js ignores dist/, dist-test/, dist-bench/), so
-// it would lint this generated file and fail on the bundled libraries' code. The banner turns its rules off; ESLint
-// still parses the file (a few seconds) and warns about the libraries' own now-unused disable comments. Adding
-// '**/dist-browser/**' to the config's ignores removes both, and then the banner can go.
+// `eslint .` must not lint a bundle: it is generated, and the bundled libraries' code fails the rules.
+// eslint.config.js ignores '**/dist-browser/**', where the packages write their bundles. The banner turns the rules
+// off as well, so that a bundle written anywhere else fails nothing either.
 
 /**
- * Bundles browser/entry.ts with @stowage/core, @stowage/core/testing (chai, fast-check) and this package's dist/
- * into one ES module for the browser. Run `tsc -b` first: the packages resolve to their tsc output.
+ * Bundles an entry file and everything it imports into one ES module for the browser, leaving `webgpu` and
+ * `node:*` external (see {@link ExternalImport}). The entry imports the packages as a browser application would,
+ * through their exports maps, so run `tsc -b` first: they resolve to their tsc output in dist/.
  * @throws esbuild's error, naming the file and import, when something cannot be bundled for the browser
  */
-export async function buildBrowserChecks(): Promise<BrowserChecksBundle> {
-  const outfile = join(PACKAGE_ROOT, 'dist-browser', BROWSER_CHECKS_FILE);
+export async function buildBrowserBundle(options: BrowserBundleOptions): Promise<BrowserBundle> {
+  const { entryPoint, outfile } = options;
   const result = await build({
-    entryPoints: [join(PACKAGE_ROOT, 'browser', 'entry.ts')],
+    entryPoints: [entryPoint],
     outfile,
     bundle: true,
     format: 'esm',

@@ -1,0 +1,143 @@
+import type { Plugin } from '@stowage/core';
+import { cpu, createRuntime, InvalidArgumentError } from '@stowage/core';
+import { webgpu } from '@stowage/allocator-webgpu';
+import { lms, pin, pinAsync } from '@stowage/lms';
+import { BudgetExceededError } from './BudgetExceededError.js';
+import { createCpuOps } from './cpuOps.js';
+import type { MlpSizes, TransformerSizes } from './models.js';
+import type { Ops } from './Ops.js';
+import { train } from './train.js';
+import { createWebGpuOps } from './webgpu/webGpuOps.js';
+
+// The training loop under Large Model Support: one runtime per run (the device's plugin under a budget, and lms()),
+// the ops pinning through LMS, and a probe after every op that the allocator stays within the budget.
+//
+// - CPU ops pin with `pin`; WebGPU ops with `pinAsync`, which waits for a page-in whose bytes are still on their
+//   way to the host instead of throwing.
+// - The device allocator's `limit` is the budget; LMS adds none of its own. Segments are one per allocation
+//   (Note [Segments under a small budget]), with or without a budget, so that a run's peak and a budget under it
+//   measure the same thing.
+// - The probe reads `reserved_bytes.all.current` after each op; the engine promises it never exceeds the limit,
+//   and the probe turns a broken promise into a BudgetExceededError naming the op.
+
+// Note [Segments under a small budget]: the caching engine's default segments (2 MiB for requests under 1 MiB,
+// 20 MiB for 1–10 MiB) are as large as the whole budget of these models (a few MiB): a budget under 2 MiB serves
+// nothing, and one just above it holds a single segment that one pinned tensor keeps reserved. `segmentSize:
+// (rounded) => rounded` reserves a segment per allocation, so reserved bytes are allocated bytes plus whole cached
+// blocks that the engine releases before LMS reclaims anything: a budget of P/8 then means P/8 of tensors.
+// Segments of a fixed share of the budget (a quarter down to a sixteenth) ran the deep models on the CPU as well,
+// within budget and bit-identical, but a partly filled segment serves a request only where LMS frees a long
+// enough run of neighbouring blocks, and they tie the engine's behaviour to the budget, where one segment per
+// allocation does not. The WebGPU plugin's own sizing (at least 2 MiB, an eighth of the budget) is as coarse as
+// the CPU's here, so WebGPU runs take one segment per allocation too. The README records the measurements. A cached block may still be split for a smaller request, and a pinned piece then
+// keeps its whole segment reserved: under a budget close to one op's working set that can end in
+// OutOfMemoryError even though the op's storages would fit on their own.
+
+/** One segment per allocation (Note [Segments under a small budget]). */
+const segmentPerAllocation = (roundedBytes: number): number => roundedBytes;
+
+/** The model to train and its sizes, as `train` takes them. */
+export type LmsRunModel = { readonly model: 'mlp'; readonly sizes?: Partial<MlpSizes> } | { readonly model: 'transformer'; readonly sizes?: Partial<TransformerSizes> };
+
+export interface LmsRunSettings {
+  /** The device the model trains on. */
+  readonly device: 'cpu' | 'webgpu';
+  /** Optimizer steps (see `train`). */
+  readonly steps: number;
+  /** The device allocator's budget in bytes; absent, no budget on the CPU and the WebGPU plugin's default (2 GiB). */
+  readonly budgetBytes?: number;
+  /** LMS's reclaim policy; 'lru' when absent. */
+  readonly policy?: 'lru' | 'best-fit';
+  /** With device 'webgpu': the GPUDevice to run on (the caller owns it; the run leaves it open). */
+  readonly gpu?: GPUDevice;
+  /** Seeds the data and the initial weights; 1 when absent. */
+  readonly seed?: number;
+  /** SGD learning rate; `train`'s default when absent. */
+  readonly lr?: number;
+  /** Called after each step with its index and its loss. */
+  readonly onStep?: (step: number, loss: number) => void;
+}
+
+export type LmsRunOptions = LmsRunSettings & LmsRunModel;
+
+export interface LmsRunResult {
+  /** The loss of each step, before its update. */
+  readonly losses: number[];
+  /** The parameters after the last step, in parameter order. */
+  readonly weights: Float32Array[];
+  /**
+   * Wall-clock milliseconds of each step, from the end of the step before (the first from the start of training,
+   * so it includes making the model and uploading its data).
+   */
+  readonly stepMs: number[];
+  /** The device allocator's `memoryStats()` when training ended, with LMS's keys (`page_out`, `pinned_bytes.all.peak`, …). */
+  readonly stats: Readonly<Record<string, number>>;
+  /** The largest `reserved_bytes.all.current` seen after an op. */
+  readonly maxReservedBytes: number;
+  /** `pinned_bytes.all.peak`: the most bytes pinned at once, the least budget any policy could run the loop in. */
+  readonly pinnedPeakBytes: number;
+  /** The ops run (model creation and reading the weights back included). */
+  readonly opCount: number;
+}
+
+/**
+ * Trains a seeded model on the device under LMS, in a runtime of its own (disposed before it returns), checking
+ * after every op that the allocator's reserved bytes are within `budgetBytes`.
+ * @throws InvalidArgumentError for a budget that is not a positive integer, a device other than 'cpu' and
+ * 'webgpu', device 'webgpu' without `gpu`, or bad training options (see `train`); BudgetExceededError when reserved
+ * bytes exceed the budget after an op; OutOfMemoryError when an op's storages cannot be made resident together
+ * within the budget (a budget under the pinned peak, say)
+ */
+export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult> {
+  const { device, budgetBytes, policy = 'lru', gpu, onStep, steps, seed, lr } = options;
+  if (budgetBytes !== undefined && (!Number.isSafeInteger(budgetBytes) || budgetBytes <= 0)) {
+    throw new InvalidArgumentError('budgetBytes', budgetBytes, 'a positive whole number of bytes');
+  }
+  const limit = budgetBytes === undefined ? {} : { limit: budgetBytes };
+  let devicePlugin: Plugin;
+  if (device === 'cpu') devicePlugin = cpu({ ...limit, segmentSize: segmentPerAllocation });
+  else if (device === 'webgpu') {
+    if (gpu === undefined) throw new InvalidArgumentError('gpu', gpu, "the GPUDevice to train on, with device 'webgpu'");
+    devicePlugin = webgpu({ device: gpu, ...limit, segmentSize: segmentPerAllocation });
+  } else throw new InvalidArgumentError('device', device, "'cpu' or 'webgpu'");
+  const plugins = device === 'cpu' ? [devicePlugin, lms({ policy })] : [cpu(), devicePlugin, lms({ policy, devices: ['webgpu'] })];
+  await using runtime = await createRuntime({ plugins });
+  const allocator = runtime.allocator(device);
+  let opCount = 0;
+  let maxReservedBytes = 0;
+  const afterOp = (): void => {
+    opCount++;
+    const reservedBytes = allocator.memoryStats()['reserved_bytes.all.current'];
+    maxReservedBytes = Math.max(maxReservedBytes, reservedBytes);
+    if (budgetBytes !== undefined && reservedBytes > budgetBytes) throw new BudgetExceededError(opCount, reservedBytes, budgetBytes);
+  };
+  const ops: Ops = device === 'cpu' ? createCpuOps(runtime, { pin, afterOp }) : createWebGpuOps(runtime, { gpu: gpu!, pin: pinAsync, afterOp });
+  const stepMs: number[] = [];
+  let stepStart = performance.now();
+  const model: LmsRunModel = options.model === 'mlp' ? { model: 'mlp', sizes: options.sizes } : { model: 'transformer', sizes: options.sizes };
+  const { losses, weights } = await train({
+    ...model,
+    ops,
+    steps,
+    seed,
+    lr,
+    onStep: (step, loss) => {
+      const now = performance.now();
+      stepMs.push(now - stepStart);
+      stepStart = now;
+      onStep?.(step, loss);
+    },
+  });
+  const stats: Readonly<Record<string, number>> = allocator.memoryStats();
+  return { losses, weights, stepMs, stats, maxReservedBytes, pinnedPeakBytes: stats['pinned_bytes.all.peak'] ?? 0, opCount };
+}
+
+/**
+ * The peak reserved bytes of the training loop without a budget, under the same runtime as `runUnderLms` (LMS on,
+ * one segment per allocation): the P that budgets are fractions of.
+ * @throws as `runUnderLms`
+ */
+export async function unconstrainedPeak(options: Omit<LmsRunSettings, 'budgetBytes' | 'policy'> & LmsRunModel): Promise<number> {
+  const { stats } = await runUnderLms(options);
+  return stats['reserved_bytes.all.peak']!;
+}

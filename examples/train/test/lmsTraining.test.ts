@@ -1,0 +1,147 @@
+import { expect } from 'chai';
+import { InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
+import type { WebGpuContext } from '@stowage/allocator-webgpu';
+import { openWebGpuDevice } from '@stowage/allocator-webgpu';
+import type { LmsRunModel, LmsRunResult } from '@stowage/example-train';
+import { runUnderLms, unconstrainedPeak } from '@stowage/example-train';
+
+// The training loop under LMS, against the same loop without a budget. The deep shapes are the ones whose largest
+// op pins well under an eighth of the loop's peak (Note [Depth and LMS] in models.ts); the README lists their
+// peaks, pinned peaks and step times.
+
+/** Sixteen hidden layers of 128: peak about 2.5 MiB, pinned peak 128 KiB. */
+const DEEP_MLP: LmsRunModel = { model: 'mlp', sizes: { hidden: 128, layers: 16 } };
+/** Six blocks over 64 tokens of width 64: peak about 3.0 MiB, pinned peak 192 KiB. */
+const DEEP_TRANSFORMER: LmsRunModel = { model: 'transformer', sizes: { sequence: 64, model: 64, hidden: 256, blocks: 6 } };
+
+const STEPS = 3;
+const BUDGET_DIVISORS = [2, 4, 8] as const;
+const POLICIES = ['lru', 'best-fit'] as const;
+
+/** What `promise` rejected with; fails when it resolved. */
+async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise;
+  } catch (error) {
+    return error;
+  }
+  return expect.fail('expected a rejection');
+}
+
+function bitsOf(values: Float32Array): number[] {
+  return [...new Uint32Array(values.buffer, values.byteOffset, values.length)];
+}
+
+/** The same losses and final weights, bit for bit. */
+function expectSameTraining(run: LmsRunResult, reference: LmsRunResult): void {
+  expect(run.losses, 'losses').to.deep.equal(reference.losses);
+  expect(run.weights.length, 'parameters').to.equal(reference.weights.length);
+  for (const [i, weights] of run.weights.entries()) expect(bitsOf(weights), `parameter ${i}`).to.deep.equal(bitsOf(reference.weights[i]!));
+}
+
+function peakOf(run: LmsRunResult): number {
+  return run.stats['reserved_bytes.all.peak']!;
+}
+
+describe('runUnderLms on the CPU', function () {
+  this.timeout(120_000);
+
+  for (const shape of [DEEP_MLP, DEEP_TRANSFORMER]) {
+    describe(`a deep ${shape.model} (${JSON.stringify(shape.sizes)})`, () => {
+      let unconstrained: LmsRunResult;
+      before(async () => {
+        unconstrained = await runUnderLms({ device: 'cpu', ...shape, steps: STEPS });
+      });
+
+      it('pins at most an eighth of its unconstrained peak at once, which unconstrainedPeak reports', async () => {
+        expect(unconstrained.pinnedPeakBytes).to.be.greaterThan(0);
+        expect(unconstrained.pinnedPeakBytes).to.be.at.most(peakOf(unconstrained) / 8);
+        expect(await unconstrainedPeak({ device: 'cpu', ...shape, steps: STEPS })).to.equal(peakOf(unconstrained));
+      });
+
+      for (const divisor of BUDGET_DIVISORS) {
+        for (const policy of POLICIES) {
+          it(`trains under ${100 / divisor} % of that peak with ${policy} to the same losses and weights, bit for bit, paging and within the budget after every op`, async () => {
+            const budgetBytes = Math.floor(peakOf(unconstrained) / divisor);
+            const run = await runUnderLms({ device: 'cpu', ...shape, steps: STEPS, budgetBytes, policy });
+            expectSameTraining(run, unconstrained);
+            expect(run.maxReservedBytes, 'reserved after an op').to.be.at.most(budgetBytes);
+            expect(peakOf(run), 'peak reserved').to.be.at.most(budgetBytes);
+            expect(run.stats.page_out, 'page-outs').to.be.greaterThan(0);
+            expect(run.stats.page_in, 'page-ins').to.be.greaterThan(0);
+          });
+        }
+      }
+    });
+  }
+
+  for (const shape of [
+    { model: 'mlp', sizes: {} },
+    { model: 'transformer', sizes: {} },
+  ] as const) {
+    it(`rejects training the default ${shape.model} under its pinned peak with an OutOfMemoryError that names the pinned bytes`, async () => {
+      const { pinnedPeakBytes } = await runUnderLms({ device: 'cpu', ...shape, steps: 1 });
+      const budgetBytes = Math.floor((pinnedPeakBytes * 3) / 4);
+      for (const policy of POLICIES) {
+        const error = await rejectionOf(runUnderLms({ device: 'cpu', ...shape, steps: 1, budgetBytes, policy }));
+        expect(error, policy).to.be.instanceOf(OutOfMemoryError);
+        expect((error as Error).message, policy).to.match(/pinned/);
+      }
+    });
+  }
+
+  it('rejects a budget that is not a positive whole number of bytes, and WebGPU without a GPUDevice', async () => {
+    for (const budgetBytes of [0, -1, 1.5, Number.NaN]) {
+      expect(await rejectionOf(runUnderLms({ device: 'cpu', ...DEEP_MLP, steps: 1, budgetBytes })), String(budgetBytes)).to.be.instanceOf(InvalidArgumentError);
+    }
+    expect(await rejectionOf(runUnderLms({ device: 'webgpu', ...DEEP_MLP, steps: 1 }))).to.be.instanceOf(InvalidArgumentError);
+    expect(await rejectionOf(runUnderLms({ device: 'tpu' as 'cpu', ...DEEP_MLP, steps: 1 }))).to.be.instanceOf(InvalidArgumentError);
+  });
+});
+
+// Dawn runs on SwiftShader where there is no GPU: a run of the deep shapes takes about a second or two there (its
+// kernels are simple, and one op per dispatch), so they train on WebGPU too, at the two larger budgets.
+
+let shared: Promise<WebGpuContext | string> | undefined;
+
+/** One Dawn device for the whole run (kept alive to its end), or the reason there is none. */
+function sharedDevice(): Promise<WebGpuContext | string> {
+  shared ??= openWebGpuDevice().then(
+    (context) => context,
+    (error: Error) => error.message,
+  );
+  return shared;
+}
+
+/** The shared device, or skips the current test printing why. */
+async function deviceOrSkip(context: Mocha.Context): Promise<WebGpuContext> {
+  const device = await sharedDevice();
+  if (typeof device === 'string') {
+    console.log(`    skipped: no WebGPU adapter — ${device}`);
+    context.skip();
+  }
+  return device as WebGpuContext;
+}
+
+describe('runUnderLms on WebGPU', function () {
+  this.timeout(120_000);
+
+  for (const shape of [DEEP_MLP, DEEP_TRANSFORMER]) {
+    it(`trains a deep ${shape.model} under 50 % and 25 % of its peak with either policy to the unconstrained run's losses and weights, bit for bit, within the budget`, async function () {
+      const { device: gpu } = await deviceOrSkip(this);
+      const unconstrained = await runUnderLms({ device: 'webgpu', gpu, ...shape, steps: STEPS });
+      expect(unconstrained.pinnedPeakBytes).to.be.at.most(peakOf(unconstrained) / 8);
+      for (const divisor of [2, 4]) {
+        for (const policy of POLICIES) {
+          const budgetBytes = Math.floor(peakOf(unconstrained) / divisor);
+          const run = await runUnderLms({ device: 'webgpu', gpu, ...shape, steps: STEPS, budgetBytes, policy });
+          const under = `under 1/${divisor} with ${policy}`;
+          expectSameTraining(run, unconstrained);
+          expect(run.maxReservedBytes, `reserved after an op ${under}`).to.be.at.most(budgetBytes);
+          expect(peakOf(run), `peak reserved ${under}`).to.be.at.most(budgetBytes);
+          expect(run.stats.page_out, `page-outs ${under}`).to.be.greaterThan(0);
+        }
+      }
+    });
+  }
+});

@@ -1,0 +1,9 @@
+// Node only, for tests: these modules import esbuild and playwright-core (devDependencies here, optional peers for
+// a package that uses this entry). Nothing in the package's main entry imports them.
+export type { BrowserBundle, BrowserBundleOptions, ExternalImport } from './buildBrowserBundle.js';
+export { buildBrowserBundle } from './buildBrowserBundle.js';
+export { CHROMIUM_PATH, hasChromium, launchChromium } from './launchChromium.js';
+export type { ChromiumRun, RunInChromiumOptions } from './runInChromium.js';
+export { runInChromium } from './runInChromium.js';
+export type { BrowserBundleServer } from './serveBrowserBundle.js';
+export { serveBrowserBundle } from './serveBrowserBundle.js';
