@@ -118,13 +118,14 @@ describe('LMS on WebGPU', function () {
     for (const [seed, storage] of storages.entries()) await expectBytes(rt, storage, seed);
   });
 
-  it('refuses a synchronous pin of a storage whose page-out is in flight with PageInPendingError, changing nothing; pinAsync waits and pins it', async function () {
+  it('refuses a synchronous pin, data() or write of a storage whose page-out is in flight with PageInPendingError, changing nothing; pinAsync waits and pins it', async function () {
     await using rt = await lmsRuntime(this);
     const storage = reclaimedInFlight(rt, 2);
     const resident = inactiveStorage(rt, 1);
     const before = stats(rt);
     const pageIns = stat(rt, 'page_in');
-    for (const attempt of [() => pin(storage), () => pin(resident, storage), () => storage.data()]) {
+    const attempts = [() => pin(storage), () => pin(resident, storage), () => storage.data(), () => rt.write(storage, pattern(16, 0))];
+    for (const attempt of attempts) {
       let error: unknown;
       try {
         attempt();
