@@ -44,10 +44,11 @@ export class PinGuard implements Disposable {
  */
 export function pin(...items: Pinnable[]): PinGuard {
   const objects = lmsObjects(items);
+  const reclaimed = objects.filter((lms) => lms.state === 'reclaimed'); // once per item: a storage given twice is pinned twice
   const pinned: LmsStorage[] = [];
   try {
     for (const lms of objects) if (lms.state !== 'reclaimed') pinOne(lms, pinned);
-    for (const lms of objects) if (lms.state === 'reclaimed') pinOne(lms, pinned);
+    for (const lms of reclaimed) pinOne(lms, pinned);
   } catch (error) {
     new PinGuard(pinned).release();
     throw error;
@@ -61,15 +62,12 @@ export function pin(...items: Pinnable[]): PinGuard {
  */
 export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
   const objects = lmsObjects(items);
+  const reclaimed = objects.filter((lms) => lms.state === 'reclaimed'); // once per item, as in `pin`
   const pinned: LmsStorage[] = [];
   try {
     for (const lms of objects) if (lms.state !== 'reclaimed') pinOne(lms, pinned);
-    for (const lms of objects) {
-      if (lms.state !== 'reclaimed') {
-        if (!pinned.includes(lms)) pinOne(lms, pinned); // reclaimed before, brought back by an earlier item's access
-        continue;
-      }
-      await lms.ready();
+    for (const lms of reclaimed) {
+      await lms.ready(); // at once when an access brought it back meanwhile
       pinOne(lms, pinned);
     }
   } catch (error) {

@@ -1,0 +1,217 @@
+import { expect } from 'chai';
+import type { AllocatorStats, Runtime, StorageImpl } from '@stowage/core';
+import { createRuntime, resolve } from '@stowage/core';
+import type { WebGpuContext } from '@stowage/allocator-webgpu';
+import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
+import { LMS_CONTROLLER, lms, LmsStorageImpl, PageInPendingError, pin, pinAsync } from '@stowage/lms';
+
+const MiB = 1 << 20;
+/**
+ * Under a 4 MiB budget the WebGPU allocator reserves 2 MiB segments (an eighth of the budget, at least 2 MiB: Note
+ * [WebGPU segment sizing]), each holding two 1 MiB storages: four fill the budget, a fifth reclaims one.
+ */
+const BUDGET = 4 * MiB;
+const STORAGE_BYTES = MiB;
+
+function pattern(bytes: number, seed: number): Uint8Array {
+  const out = new Uint8Array(bytes);
+  for (let i = 0; i < bytes; i++) out[i] = (i * 31 + seed * 7 + (i >> 10)) & 0xff;
+  return out;
+}
+
+function lmsOf(storage: StorageImpl): LmsStorageImpl {
+  expect(storage.lms).to.be.instanceOf(LmsStorageImpl);
+  return storage.lms as LmsStorageImpl;
+}
+
+function stats(rt: Runtime): AllocatorStats & Record<string, number> {
+  return rt.allocator('webgpu').memoryStats() as AllocatorStats & Record<string, number>;
+}
+
+/** One statistic of the WebGPU allocator, which must exist. */
+function stat(rt: Runtime, key: string): number {
+  const value = stats(rt)[key];
+  expect(value, key).to.be.a('number');
+  return value!;
+}
+
+async function expectBytes(rt: Runtime, storage: StorageImpl, seed: number): Promise<void> {
+  const bytes = await rt.read(storage);
+  expect(Buffer.from(bytes).equals(Buffer.from(pattern(storage.byteLength, seed))), `bytes of storage ${seed}`).to.equal(true);
+}
+
+describe('LMS on WebGPU', function () {
+  this.timeout(60_000);
+  // One Dawn device for the file (the context keeps Dawn's GPU object alive as long as the device), or why none.
+  let opened: Promise<WebGpuContext | string> | undefined;
+
+  async function deviceOrSkip(test: Mocha.Context): Promise<GPUDevice> {
+    opened ??= openWebGpuDevice().then(
+      (context) => context,
+      (error: Error) => error.message,
+    );
+    const context = await opened;
+    if (typeof context === 'string') {
+      console.log(`    skipped: no WebGPU adapter — ${context}`);
+      test.skip();
+    }
+    return (context as WebGpuContext).device;
+  }
+
+  /** A runtime whose WebGPU allocator has the test budget, under LMS. */
+  async function lmsRuntime(test: Mocha.Context): Promise<Runtime> {
+    const device = await deviceOrSkip(test);
+    return createRuntime({ plugins: [webgpu({ device, limit: BUDGET }), lms()] });
+  }
+
+  /** A WebGPU storage filled with `seed`'s bytes, pinned once and let go (inactive: it may be reclaimed). */
+  function inactiveStorage(rt: Runtime, seed: number, bytes = STORAGE_BYTES): StorageImpl {
+    const storage = rt.storage(bytes, { device: 'webgpu' });
+    rt.write(storage, pattern(bytes, seed));
+    pin(storage).release();
+    return storage;
+  }
+
+  /** A storage whose page-out was just enqueued: reclaimed, its bytes not yet on the host. */
+  function reclaimedInFlight(rt: Runtime, seed: number): StorageImpl {
+    const storage = inactiveStorage(rt, seed);
+    resolve(rt.container, LMS_CONTROLLER).reclaimInactive({ type: 'webgpu', index: 0 });
+    expect([lmsOf(storage).state, lmsOf(storage).hostCopyReady]).to.deep.equal(['reclaimed', false]);
+    return storage;
+  }
+
+  it('reclaims under the budget and keeps every byte through page-out and page-in', async function () {
+    await using rt = await lmsRuntime(this);
+    const storages = Array.from({ length: 8 }, (_, seed) => {
+      const storage = inactiveStorage(rt, seed);
+      expect(stats(rt)['reserved_bytes.all.current']).to.be.at.most(BUDGET);
+      return storage;
+    });
+    const s = stats(rt);
+    expect(s.reclaimed, 'four do not fit beside the four newest').to.equal(4);
+    expect(s['alloc_distribution.reclaim_one']).to.equal(4);
+    expect(storages.map((storage) => storage.lms!.state)).to.deep.equal([...Array(4).fill('reclaimed'), ...Array(4).fill('inactive')]);
+    // Each pin brings one back, reclaiming another in turn (its page-out in flight while the next waits).
+    for (const [seed, storage] of storages.entries()) {
+      using _guard = await pinAsync(storage);
+      expect(storage.lms!.state).to.equal('active');
+      await expectBytes(rt, storage, seed);
+      expect(stats(rt)['reserved_bytes.all.current']).to.be.at.most(BUDGET);
+    }
+    for (const [seed, storage] of storages.entries()) await expectBytes(rt, storage, seed);
+    const after = stats(rt);
+    expect(after.page_in).to.be.at.least(8);
+    expect(after['reserved_bytes.all.peak'], 'never over the budget, not even within an allocation').to.be.at.most(BUDGET);
+  });
+
+  it('releases whole segments for a request that needs a new one (reclaim_all), and keeps every byte', async function () {
+    await using rt = await lmsRuntime(this);
+    const storages = [0, 1, 2, 3].map((seed) => inactiveStorage(rt, seed));
+    const large = rt.storage(3 * MiB, { device: 'webgpu' }); // a segment of its own: both 2 MiB segments must go
+    rt.write(large, pattern(3 * MiB, 9));
+    const s = stats(rt);
+    expect(s['alloc_distribution.reclaim_all']).to.equal(1);
+    expect(s['reserved_bytes.all.peak']).to.be.at.most(BUDGET);
+    expect(storages.map((storage) => storage.lms!.state)).to.deep.equal(Array(4).fill('reclaimed'));
+    await expectBytes(rt, large, 9);
+    large.release();
+    for (const [seed, storage] of storages.entries()) await expectBytes(rt, storage, seed);
+  });
+
+  it('refuses a synchronous pin, data() or write of a storage whose page-out is in flight with PageInPendingError, changing nothing; pinAsync waits and pins it', async function () {
+    await using rt = await lmsRuntime(this);
+    const storage = reclaimedInFlight(rt, 2);
+    const resident = inactiveStorage(rt, 1);
+    const before = stats(rt);
+    const pageIns = stat(rt, 'page_in');
+    const attempts = [() => pin(storage), () => pin(resident, storage), () => storage.data(), () => rt.write(storage, pattern(16, 0))];
+    for (const attempt of attempts) {
+      let error: unknown;
+      try {
+        attempt();
+      } catch (e) {
+        error = e;
+      }
+      expect(error).to.be.instanceOf(PageInPendingError);
+      expect((error as PageInPendingError).code).to.equal('PAGE_IN_PENDING');
+      expect([lmsOf(storage).state, lmsOf(storage).pinCount, lmsOf(resident).state, lmsOf(resident).pinCount]).to.deep.equal(['reclaimed', 0, 'inactive', 0]);
+    }
+    const unchanged = stats(rt);
+    for (const key of ['pinned.all.current', 'pinned_bytes.all.current', 'page_in', 'page_out', 'allocated_bytes.all.current', 'host_bytes.all.current']) {
+      expect(unchanged[key], key).to.equal(before[key]);
+    }
+    {
+      using _guard = await pinAsync(resident, storage);
+      expect([storage.lms!.state, resident.lms!.state]).to.deep.equal(['active', 'active']);
+      expect(stat(rt, 'page_in')).to.equal(pageIns + 1);
+      await expectBytes(rt, storage, 2);
+    }
+    expect(storage.lms!.state).to.equal('inactive');
+    await expectBytes(rt, resident, 1);
+  });
+
+  it('waits in rt.read for a storage whose page-out is in flight and returns its bytes', async function () {
+    await using rt = await lmsRuntime(this);
+    const storage = reclaimedInFlight(rt, 3);
+    await expectBytes(rt, storage, 3);
+    expect(storage.lms!.state, 'a read brings it back without pinning it').to.equal('inactive');
+    expect(lmsOf(storage).hasHostCopy, 'the host copy stays: the storage was not written').to.equal(true);
+  });
+
+  it('pins a reclaimed storage synchronously once its host copy is complete, and again after a reclaim that copied nothing; a write makes the copy stale', async function () {
+    await using rt = await lmsRuntime(this);
+    const controller = resolve(rt.container, LMS_CONTROLLER);
+    const storage = reclaimedInFlight(rt, 4);
+    await storage.lms!.ready();
+    expect(lmsOf(storage).hostCopyReady).to.equal(true);
+    pin(storage).release();
+    controller.reclaimInactive();
+    expect([storage.lms!.state, lmsOf(storage).hostCopyReady, stats(rt).page_out], 'reclaimed again: the clean copy served, nothing copied').to.deep.equal(['reclaimed', true, 1]);
+    {
+      using _guard = pin(storage);
+      expect(storage.lms!.state).to.equal('active');
+    }
+    await expectBytes(rt, storage, 4);
+    rt.write(storage, pattern(STORAGE_BYTES, 5));
+    controller.reclaimInactive();
+    expect([lmsOf(storage).hostCopyReady, stats(rt).page_out], 'a written storage is paged out again').to.deep.equal([false, 2]);
+    expect(() => pin(storage)).to.throw(PageInPendingError);
+    await expectBytes(rt, storage, 5);
+  });
+
+  it('never reserves more than the budget while storages are pinned, brought back and released', async function () {
+    await using rt = await lmsRuntime(this);
+    const sizes = [MiB, MiB / 2, MiB / 4, MiB, 3 * MiB / 4, MiB / 2, MiB, MiB / 4, MiB, MiB / 2];
+    const storages = sizes.map((bytes, seed) => {
+      const storage = inactiveStorage(rt, seed, bytes);
+      expect(stats(rt)['reserved_bytes.all.current']).to.be.at.most(BUDGET);
+      return storage;
+    });
+    // Operations of two inputs each, while one storage stays pinned throughout.
+    using _held = pin(storages[9]!);
+    for (let i = 0; i + 1 < storages.length - 1; i++) {
+      using _guard = await pinAsync(storages[i]!, storages[i + 1]!);
+      expect(stats(rt)['reserved_bytes.all.current']).to.be.at.most(BUDGET);
+    }
+    storages[0]!.release();
+    storages[3]!.release();
+    for (const [seed, storage] of storages.entries()) if (!storage.isReleased) await expectBytes(rt, storage, seed);
+    const s = stats(rt);
+    expect(s.reclaimed).to.be.above(0);
+    expect(s['reserved_bytes.all.peak']).to.be.at.most(BUDGET);
+  });
+
+  it('counts the time spent waiting for a page-out in transfer_wait_ms', async function () {
+    await using rt = await lmsRuntime(this);
+    const storage = reclaimedInFlight(rt, 6);
+    const before = stat(rt, 'transfer_wait_ms');
+    await storage.lms!.ready();
+    const waited = stat(rt, 'transfer_wait_ms');
+    expect(waited).to.be.above(before);
+    await storage.lms!.ready(); // the bytes are here: no wait, nothing counted
+    expect(stat(rt, 'transfer_wait_ms')).to.equal(waited);
+    const again = reclaimedInFlight(rt, 7);
+    using _guard = await pinAsync(again);
+    expect(stat(rt, 'transfer_wait_ms')).to.be.above(waited);
+  });
+});
