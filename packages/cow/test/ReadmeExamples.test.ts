@@ -16,7 +16,7 @@ import { openWebGpuDevice } from '@stowage/allocator-webgpu';
 //   Node without it, as it does in a pasted .mjs file), written as an .mjs file and run with this Node; it must
 //   exit 0.
 // The files live under packages/cow/dist-test/readme-examples/ because cow's node_modules resolves every package a
-// README imports (@stowage/core, @stowage/cow by self-reference, @stowage/allocator-webgpu, reflect-metadata).
+// README imports (@stowage/core, @stowage/cow by self-reference, @stowage/allocator-webgpu, @stowage/lms, @stowage/example-train, reflect-metadata).
 // A block preceded by `<!-- readme-test: mocha (reason) -->` is a mocha test file: it is type-checked, then run
 // with mocha and must pass. One preceded by `<!-- readme-test: typecheck-only (reason) -->` is type-checked but not
 // run, one preceded by `<!-- readme-test: skip (reason) -->` neither; the reason is required and shown in the
