@@ -1,0 +1,106 @@
+// The main job (`pnpm demo`): trains the example model under Large Model Support at a quarter of its unconstrained
+// peak, with a progress bar, then checks the result against the unconstrained run and prints LMS's statistics.
+//   node examples/train/dist/main.js [--model transformer|mlp] [--fraction 0.25] [--policy lru|best-fit]
+//                                    [--steps 8] [--device cpu|webgpu]
+import 'reflect-metadata';
+import { parseArgs } from 'node:util';
+import cliProgress from 'cli-progress';
+import { formatBytes } from '@stowage/core';
+import { openWebGpuDevice } from '@stowage/allocator-webgpu';
+import type { LmsRunModel, LmsRunResult } from './lmsRun.js';
+import { runUnderLms } from './lmsRun.js';
+
+/** The deep shapes of the README's table: each op pins a sixteenth (or less) of the peak, so a quarter fits. */
+const SHAPES: Readonly<Record<'mlp' | 'transformer', LmsRunModel>> = {
+  mlp: { model: 'mlp', sizes: { hidden: 128, layers: 16 } },
+  transformer: { model: 'transformer', sizes: { sequence: 64, model: 64, hidden: 256, blocks: 6 } },
+};
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      model: { type: 'string', default: 'transformer' },
+      fraction: { type: 'string', default: '0.25' },
+      policy: { type: 'string', default: 'lru' },
+      steps: { type: 'string', default: '8' },
+      device: { type: 'string', default: 'cpu' },
+    },
+  });
+  const shape = SHAPES[values.model as keyof typeof SHAPES];
+  const fraction = Number(values.fraction);
+  const steps = Number(values.steps);
+  const policy = values.policy as 'lru' | 'best-fit';
+  const device = values.device as 'cpu' | 'webgpu';
+  if (shape === undefined || !(fraction > 0 && fraction <= 1) || !Number.isSafeInteger(steps) || steps < 1) {
+    throw new Error('usage: main.js [--model transformer|mlp] [--fraction (0, 1]] [--policy lru|best-fit] [--steps n ≥ 1] [--device cpu|webgpu]');
+  }
+  const gpu = device === 'webgpu' ? (await openWebGpuDevice()).device : undefined;
+  const settings = { ...shape, device, steps, ...(gpu === undefined ? {} : { gpu }) };
+  const sizes = Object.entries(shape.sizes ?? {}).map(([k, v]) => `${k} ${v}`).join(', ');
+  console.log(`Stowage LMS demo — training a ${shape.model} (${sizes}) for ${steps} steps on ${device}, Node ${process.version}\n`);
+
+  const free = await runUnderLms({ ...settings, onStep: () => {} });
+  const peak = free.stats['reserved_bytes.all.peak']!;
+  const budgetBytes = Math.floor(peak * fraction);
+  console.log(`Unconstrained: peak reserved ${formatBytes(peak)} (P), the largest op pins ${formatBytes(free.pinnedPeakBytes)}.`);
+  console.log(`Under LMS with a budget of ${formatBytes(budgetBytes)} (P × ${fraction}), policy ${policy}:`);
+
+  const bar = new cliProgress.SingleBar(
+    { format: '  {bar} step {value}/{total} | loss {loss} | budget {budget}', hideCursor: true, noTTYOutput: true, notTTYSchedule: 1000 },
+    cliProgress.Presets.shades_classic,
+  );
+  bar.start(steps, 0, { loss: '…', budget: formatBytes(budgetBytes) });
+  let constrained: LmsRunResult;
+  try {
+    constrained = await runUnderLms({ ...settings, budgetBytes, policy, onStep: (step, loss) => bar.update(step + 1, { loss: loss.toFixed(5) }) });
+  } finally {
+    bar.stop();
+  }
+
+  const same = sameBits(free, constrained);
+  console.log(`\nLosses ${constrained.losses.map((l) => l.toFixed(4)).join(' → ')}`);
+  console.log(`Losses and final weights bit-identical to the unconstrained run: ${same ? 'yes' : 'NO'}`);
+  console.log(`Reserved bytes after every op stayed within the budget: largest ${formatBytes(constrained.maxReservedBytes)} of ${formatBytes(budgetBytes)}.`);
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+  console.log(`Median step: ${median(free.stepMs.slice(1)).toFixed(1)} ms unconstrained, ${median(constrained.stepMs.slice(1)).toFixed(1)} ms under LMS.\n`);
+  printTable(free.stats, constrained.stats);
+  if (!same) process.exitCode = 1;
+}
+
+/** True when both runs gave the same losses and weights, bit for bit. */
+function sameBits(a: LmsRunResult, b: LmsRunResult): boolean {
+  const bits = (xs: number[]) => Buffer.from(new Float64Array(xs).buffer);
+  if (!bits(a.losses).equals(bits(b.losses)) || a.weights.length !== b.weights.length) return false;
+  return a.weights.every((w, i) => Buffer.from(w.buffer, w.byteOffset, w.byteLength).equals(Buffer.from(b.weights[i]!.buffer, b.weights[i]!.byteOffset, b.weights[i]!.byteLength)));
+}
+
+const ROWS: readonly [string, string, boolean][] = [
+  ['reserved_bytes.all.peak', 'peak reserved', true],
+  ['pinned_bytes.all.peak', 'peak pinned', true],
+  ['reclaimed', 'storages reclaimed', false],
+  ['reclaimed_bytes', 'bytes reclaimed', true],
+  ['page_out', 'page-outs (copies to host)', false],
+  ['page_out_bytes', 'bytes paged out', true],
+  ['page_in', 'page-ins', false],
+  ['page_in_bytes', 'bytes paged in', true],
+  ['host_bytes.all.peak', 'peak host bytes', true],
+  ['transfer_wait_ms', 'waited for transfers (ms)', false],
+  ['alloc_distribution.freelist', 'allocations: from the cache', false],
+  ['alloc_distribution.device_alloc', 'allocations: new segment', false],
+  ['alloc_distribution.device_alloc_retry', 'allocations: after releasing the cache', false],
+  ['alloc_distribution.reclaim_one', 'allocations: after reclaim_one', false],
+  ['alloc_distribution.reclaim_fragments', 'allocations: after reclaim_fragments', false],
+  ['alloc_distribution.reclaim_all', 'allocations: after reclaim_all', false],
+];
+
+function printTable(free: Readonly<Record<string, number>>, constrained: Readonly<Record<string, number>>): void {
+  const show = (value: number | undefined, bytes: boolean) => (value === undefined ? '-' : bytes ? formatBytes(value) : String(Math.round(value * 100) / 100));
+  const rows = [['LMS statistics', 'unconstrained', 'under the budget'], ...ROWS.map(([key, label, bytes]) => [label, show(free[key], bytes), show(constrained[key], bytes)])];
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
+  for (const [i, row] of rows.entries()) {
+    console.log(row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  '));
+    if (i === 0) console.log(widths.map((w) => '-'.repeat(w)).join('  '));
+  }
+}
+
+await main();
