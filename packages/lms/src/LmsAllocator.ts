@@ -68,10 +68,16 @@ export class LmsAllocator extends ForwardingAllocator {
     let inactive = 0;
     for (const node of lms.list) inactive += node.storage.byteLength;
     const stats = lms.stats;
+    const limit = error.budgetBytes ?? error.capacityBytes;
+    // Note [Fragmented, not full]: pinned blocks cannot move, so a pinned piece of a split segment keeps the whole
+    // segment reserved; the pinned set and the request may fit the budget and still find no free run.
+    const advice =
+      limit !== undefined && stats.pinnedBytes + error.requestedBytes <= limit
+        ? `The pinned storages and the request (${formatBytes(stats.pinnedBytes + error.requestedBytes)}) fit the ${formatBytes(limit)} budget, but pinned blocks split the segments that are left: smaller segments (the engine's segmentSize) or more headroom avoid it.`
+        : 'The storages pinned at once must fit the budget: pin fewer per operation or raise the limit.';
     const hint =
       `LMS: ${formatBytes(stats.pinnedBytes)} pinned by ${stats.pinned} storage(s), ${formatBytes(inactive)} inactive that could not be reclaimed ` +
-      `(not placed by this allocator, e.g. shared copy-on-write data), ${formatBytes(stats.hostBytes)} in host memory. ` +
-      'The storages pinned at once must fit the budget: pin fewer per operation or raise the limit.';
+      `(not placed by this allocator, e.g. shared copy-on-write data), ${formatBytes(stats.hostBytes)} in host memory. ${advice}`;
     return new OutOfMemoryError(
       { device: error.device, requestedBytes: error.requestedBytes, capacityBytes: error.capacityBytes, budgetBytes: error.budgetBytes, stats: { ...error.stats, ...stats.toRecord() }, hint },
       { cause: error },

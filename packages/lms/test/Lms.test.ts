@@ -241,6 +241,21 @@ describe('LMS', () => {
       expect(rt.storage(MiB).byteLength).to.equal(MiB);
     });
 
+    it('says when the pinned set fits the budget but pinned blocks split the segments left', async () => {
+      await using rt = await lmsRuntime(4 * MiB);
+      // Two 2 MiB segments; one pinned 512 KiB storage in each leaves 3 MiB free, but no 2 MiB run.
+      const storages = Array.from({ length: 8 }, (_, i) => inactiveStorage(rt, 512 * 1024, i));
+      using _guard = pin(storages[0]!, storages[4]!);
+      let error: unknown;
+      try {
+        rt.storage(2 * MiB);
+      } catch (e) {
+        error = e;
+      }
+      expect(error).to.be.instanceOf(OutOfMemoryError);
+      expect((error as Error).message).to.match(/fit the 4\.00 MiB budget, but pinned blocks split the segments/);
+    });
+
     it('leaves a reclaimed storage reclaimed when bringing it back runs out of memory', async () => {
       await using rt = await lmsRuntime(20 * MiB);
       const a = inactiveStorage(rt, 10 * MiB, 11);

@@ -164,7 +164,9 @@ export class Runtime implements TensorContext, AsyncDisposable {
   /**
    * Copies host bytes into `storage` at `offset` (the write path: COW storages materialize first).
    * @throws InvalidArgumentError when the bytes run past the storage; UseAfterReleaseError for a released storage;
-   * ForeignPointerError for a storage of another runtime
+   * ForeignPointerError for a storage of another runtime; under LMS, what bringing a reclaimed storage back throws
+   * (`@stowage/lms`'s PageInPendingError while its bytes are still on their way to the host: `write` cannot wait,
+   * so await `storage.lms.ready()` first; `read` waits by itself)
    */
   write(storage: StorageImpl, bytes: ArrayBufferView, offset = 0): void {
     this.#checkOpen('write');
