@@ -17,6 +17,7 @@ import {
   transposed,
   weightedSum,
 } from './reference.js';
+import { allocatedBytes, rejectionOf } from './testSupport.js';
 
 /** A seeded [rows, cols] matrix of float32 values in [-1, 1). */
 function random(seed: number, rows: number, cols: number): Matrix {
@@ -25,20 +26,6 @@ function random(seed: number, rows: number, cols: number): Matrix {
 
 function upload(ops: Ops, x: Matrix): Promise<Tensor> {
   return ops.fromArray(x.rows, x.cols, Float32Array.from(x.values));
-}
-
-function allocatedBytes(rt: Runtime): number {
-  return rt.allocator('cpu').memoryStats()['allocated_bytes.all.current'];
-}
-
-/** What `promise` rejected with; fails when it resolved. */
-async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  return expect.fail('expected a rejection');
 }
 
 describe('createCpuOps', () => {

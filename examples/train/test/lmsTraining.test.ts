@@ -1,9 +1,8 @@
 import { expect } from 'chai';
 import { InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
-import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { openWebGpuDevice } from '@stowage/allocator-webgpu';
 import type { LmsRunModel, LmsRunResult } from '@stowage/example-train';
 import { runUnderLms, unconstrainedPeak } from '@stowage/example-train';
+import { deviceOrSkip, rejectionOf } from './testSupport.js';
 
 // The training loop under LMS, against the same loop without a budget. The deep shapes are the ones whose largest
 // op pins well under an eighth of the loop's peak (Note [Depth and LMS] in models.ts); the README lists their
@@ -17,16 +16,6 @@ const DEEP_TRANSFORMER: LmsRunModel = { model: 'transformer', sizes: { sequence:
 const STEPS = 3;
 const BUDGET_DIVISORS = [2, 4, 8] as const;
 const POLICIES = ['lru', 'best-fit'] as const;
-
-/** What `promise` rejected with; fails when it resolved. */
-async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  return expect.fail('expected a rejection');
-}
 
 function bitsOf(values: Float32Array): number[] {
   return [...new Uint32Array(values.buffer, values.byteOffset, values.length)];
@@ -102,26 +91,6 @@ describe('runUnderLms on the CPU', function () {
 // Dawn runs on SwiftShader where there is no GPU: a run of the deep shapes takes about a second or two there (its
 // kernels are simple, and one op per dispatch), so they train on WebGPU too, at every budget.
 
-let shared: Promise<WebGpuContext | string> | undefined;
-
-/** One Dawn device for the whole run (kept alive to its end), or the reason there is none. */
-function sharedDevice(): Promise<WebGpuContext | string> {
-  shared ??= openWebGpuDevice().then(
-    (context) => context,
-    (error: Error) => error.message,
-  );
-  return shared;
-}
-
-/** The shared device, or skips the current test printing why. */
-async function deviceOrSkip(context: Mocha.Context): Promise<WebGpuContext> {
-  const device = await sharedDevice();
-  if (typeof device === 'string') {
-    console.log(`    skipped: no WebGPU adapter — ${device}`);
-    context.skip();
-  }
-  return device as WebGpuContext;
-}
 
 describe('runUnderLms on WebGPU', function () {
   this.timeout(120_000);

@@ -1,9 +1,9 @@
 import { expect } from 'chai';
-import type { Runtime } from '@stowage/core';
 import { createRuntime, InvalidArgumentError } from '@stowage/core';
 import type { MlpSizes, Model, ModelName, ModelOptions, Ops } from '@stowage/example-train';
 import { createCpuOps, createModel, DEFAULT_TRANSFORMER_SIZES, MODEL_NAMES, train } from '@stowage/example-train';
 import { randomValues } from './reference.js';
+import { allocatedBytes, rejectionOf } from './testSupport.js';
 
 const SMALL: Record<ModelName, ModelOptions> = {
   mlp: { model: 'mlp', sizes: { batch: 8, inputs: 6, hidden: 10, outputs: 3 } },
@@ -15,20 +15,6 @@ const SMALL_DEEP: Record<ModelName, ModelOptions> = {
   mlp: { model: 'mlp', sizes: { ...SMALL.mlp.sizes, layers: 2 } },
   transformer: { model: 'transformer', sizes: { ...SMALL.transformer.sizes, blocks: 2 } },
 };
-
-function allocatedBytes(rt: Runtime): number {
-  return rt.allocator('cpu').memoryStats()['allocated_bytes.all.current'];
-}
-
-/** What `promise` rejected with; fails when it resolved. */
-async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
-  try {
-    await promise;
-  } catch (error) {
-    return error;
-  }
-  return expect.fail('expected a rejection');
-}
 
 /** The model's loss with its parameters as they are now (the gradients are dropped). */
 async function lossOf(model: Model): Promise<number> {

@@ -2,35 +2,16 @@ import { expect } from 'chai';
 import type { Runtime } from '@stowage/core';
 import { cpu, createRuntime, InvalidArgumentError, TensorImpl } from '@stowage/core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { openWebGpuDevice, webgpu, WebGpuAllocator } from '@stowage/allocator-webgpu';
+import { webgpu, WebGpuAllocator } from '@stowage/allocator-webgpu';
 import type { Ops, PinScope, Tensor } from '@stowage/example-train';
 import { createCpuOps, mulberry32, train, uniformArray } from '@stowage/example-train';
 // Not in the package's exports: the compiled module (built before this test by the project reference).
 import { createWebGpuOps } from '../dist/webgpu/webGpuOps.js';
+import { deviceOrSkip } from './testSupport.js';
 
 // Dawn runs on SwiftShader where there is no GPU: shapes stay small, but span several workgroups (64 invocations)
 // and end in a partial one.
 
-let shared: Promise<WebGpuContext | string> | undefined;
-
-/** One Dawn device for the whole run (kept alive to its end), or the reason there is none. */
-function sharedDevice(): Promise<WebGpuContext | string> {
-  shared ??= openWebGpuDevice().then(
-    (context) => context,
-    (error: Error) => error.message,
-  );
-  return shared;
-}
-
-/** The shared device, or skips the current test printing why. */
-async function deviceOrSkip(context: Mocha.Context): Promise<WebGpuContext> {
-  const device = await sharedDevice();
-  if (typeof device === 'string') {
-    console.log(`    skipped: no WebGPU adapter — ${device}`);
-    context.skip();
-  }
-  return device as WebGpuContext;
-}
 
 /** A runtime of the test's own with the CPU and WebGPU ops over it; `pin` and `afterOp` go to the WebGPU ops. */
 async function opsOn(context: WebGpuContext, options: { pin?: PinScope; afterOp?: () => void } = {}): Promise<{ runtime: Runtime; gpu: Ops; cpu: Ops }> {

@@ -20,6 +20,7 @@ import {
 import { patternBytes } from '@stowage/core/testing';
 import type { WebGpuContext, WebGpuOptions } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator, fromGpuBuffer, openWebGpuDevice, webgpu, WebGpuAllocator, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
+import { refuseSegments } from '@stowage/allocator-webgpu/testing';
 import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, MAP_READ, ownDeviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
 
 
@@ -874,18 +875,3 @@ describe('webgpu plugin', function () {
     expect(onCpu.reserved).to.be.at.most(24 * MiB);
   });
 });
-
-/**
- * Makes `device` refuse a segment (a `mappedAtCreation` buffer, as the backend creates them) with the RangeError
- * Dawn throws when it cannot back one, whenever `refuse(size)` says so (Note [The device says no]).
- */
-function refuseSegments(device: GPUDevice, refuse: (size: number) => boolean): void {
-  const createBuffer = device.createBuffer.bind(device);
-  Object.defineProperty(device, 'createBuffer', {
-    configurable: true,
-    value: (descriptor: GPUBufferDescriptor): GPUBuffer => {
-      if (descriptor.mappedAtCreation === true && refuse(descriptor.size)) throw new RangeError(`injected: the device cannot back ${descriptor.size} bytes`);
-      return createBuffer(descriptor);
-    },
-  });
-}

@@ -5,6 +5,7 @@ import { createRuntime, formatBytes } from '@stowage/core';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
 import { ALLOC_SOURCES, lms, PageInPendingError, pin, pinAsync } from '@stowage/lms';
 import type { LmsBrowserCheckReport, LmsCheckId, LmsCheckResult } from './LmsBrowserCheckReport.js';
+import { patternBytes } from '@stowage/core/testing';
 
 /**
  * The entry of the LMS browser bundle (dist-browser/stowage-lms-checks.js, built by
@@ -105,7 +106,7 @@ async function checkRoundTrip(device: GPUDevice, log: CheckLog): Promise<void> {
   const mismatches: string[] = [];
   for (const [seed, storage] of storages.entries()) {
     using _guard = await pinAsync(storage);
-    const difference = firstDifference(await rt.read(storage), pattern(storage.byteLength, seed));
+    const difference = firstDifference(await rt.read(storage), patternBytes(storage.byteLength, seed));
     if (difference !== undefined) mismatches.push(`storage ${seed} (${storage.byteLength} bytes): ${difference}`);
   }
   log.expect(mismatches.length === 0, mismatches.length === 0 ? 'every storage read back every byte after pinAsync' : mismatches.join('; '));
@@ -136,7 +137,7 @@ async function checkPinPending(device: GPUDevice, log: CheckLog): Promise<void> 
   log.expect(victim.lms?.state === 'reclaimed', `storage ${seed} is ${victim.lms?.state} after the refused pin`);
   using _guard = await pinAsync(victim);
   log.expect(victim.lms?.state === 'active', `storage ${seed} is ${victim.lms?.state} after await pinAsync`);
-  const difference = firstDifference(await rt.read(victim), pattern(victim.byteLength, seed));
+  const difference = firstDifference(await rt.read(victim), patternBytes(victim.byteLength, seed));
   log.expect(difference === undefined, `storage ${seed} read back after pinAsync: ${difference ?? 'every byte matched'}`);
 }
 
@@ -212,18 +213,12 @@ function lmsRuntime(device: GPUDevice): Promise<Runtime> {
   return createRuntime({ plugins: [webgpu({ device, limit: BUDGET_BYTES }), lms()] });
 }
 
-/** A WebGPU storage of `bytes` holding `pattern(bytes, seed)`, pinned once and unpinned (so it is inactive). */
+/** A WebGPU storage of `bytes` holding `patternBytes(bytes, seed)`, pinned once and unpinned (so it is inactive). */
 function inactiveStorage(rt: Runtime, bytes: number, seed: number): StorageImpl {
   const storage = rt.storage(bytes, { device: 'webgpu' });
-  rt.write(storage, pattern(bytes, seed));
+  rt.write(storage, patternBytes(bytes, seed));
   pin(storage).release();
   return storage;
-}
-
-function pattern(bytes: number, seed: number): Uint8Array {
-  const out = new Uint8Array(bytes);
-  for (let i = 0; i < bytes; i++) out[i] = (i * 31 + seed * 7) & 0xff;
-  return out;
 }
 
 function statsOf(rt: Runtime): Partial<Record<string, number>> {

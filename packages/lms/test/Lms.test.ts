@@ -1,9 +1,9 @@
 import { expect } from 'chai';
 import type { AllocatorStats, Plugin, Runtime, StorageImpl } from '@stowage/core';
 import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve, UseAfterReleaseError } from '@stowage/core';
-import { VirtualMemoryBackend } from '@stowage/core/testing';
 import type { LmsOptions, LmsPolicy, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
 import { LMS_CONTROLLER, LMS_POLICY, lms, LmsAllocator, LmsController, LmsStorageImpl, pin } from '@stowage/lms';
+import { patternBytes, VirtualMemoryBackend } from '@stowage/core/testing';
 
 const MiB = 1 << 20;
 
@@ -15,15 +15,9 @@ function lmsRuntime(limit: number, options: LmsOptions = {}, more: Plugin[] = []
 /** A storage of `bytes` filled with `seed`-derived bytes, pinned once and unpinned (so it is inactive). */
 function inactiveStorage(rt: Runtime, bytes: number, seed: number): StorageImpl {
   const storage = rt.storage(bytes);
-  rt.write(storage, pattern(bytes, seed));
+  rt.write(storage, patternBytes(bytes, seed));
   pin(storage).release();
   return storage;
-}
-
-function pattern(bytes: number, seed: number): Uint8Array {
-  const out = new Uint8Array(bytes);
-  for (let i = 0; i < bytes; i++) out[i] = (i * 31 + seed * 7) & 0xff;
-  return out;
 }
 
 function lmsOf(storage: StorageImpl): LmsStorageImpl {
@@ -36,7 +30,7 @@ function stats(rt: Runtime): AllocatorStats & Record<string, number> {
 }
 
 async function expectBytes(rt: Runtime, storage: StorageImpl, seed: number): Promise<void> {
-  expect(Buffer.from(await rt.read(storage)).equals(Buffer.from(pattern(storage.byteLength, seed)))).to.equal(true);
+  expect(Buffer.from(await rt.read(storage)).equals(Buffer.from(patternBytes(storage.byteLength, seed)))).to.equal(true);
 }
 
 describe('LMS', () => {
@@ -44,7 +38,7 @@ describe('LMS', () => {
     it('goes allocated → active (pin) → inactive (unpin) → reclaimed (reclaim) → active (pin), keeping the bytes', async () => {
       await using rt = await lmsRuntime(32 * MiB);
       const s = rt.storage(10 * MiB);
-      rt.write(s, pattern(10 * MiB, 1));
+      rt.write(s, patternBytes(10 * MiB, 1));
       expect(s.lms!.state).to.equal('allocated');
       const guard = pin(s);
       expect(s.lms!.state).to.equal('active');

@@ -1,9 +1,11 @@
 import { expect } from 'chai';
-import type { AllocatorStats, Runtime, StorageImpl } from '@stowage/core';
+import type { AllocatorStats, ForwardingAllocator, Runtime, StorageImpl } from '@stowage/core';
 import { createRuntime, resolve } from '@stowage/core';
-import type { WebGpuContext } from '@stowage/allocator-webgpu';
+import type { WebGpuAllocator, WebGpuContext, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
+import { refuseSegments } from '@stowage/allocator-webgpu/testing';
 import { LMS_CONTROLLER, lms, LmsStorageImpl, PageInPendingError, pin, pinAsync } from '@stowage/lms';
+import { patternBytes } from '@stowage/core/testing';
 
 const MiB = 1 << 20;
 /**
@@ -12,12 +14,6 @@ const MiB = 1 << 20;
  */
 const BUDGET = 4 * MiB;
 const STORAGE_BYTES = MiB;
-
-function pattern(bytes: number, seed: number): Uint8Array {
-  const out = new Uint8Array(bytes);
-  for (let i = 0; i < bytes; i++) out[i] = (i * 31 + seed * 7 + (i >> 10)) & 0xff;
-  return out;
-}
 
 function lmsOf(storage: StorageImpl): LmsStorageImpl {
   expect(storage.lms).to.be.instanceOf(LmsStorageImpl);
@@ -37,7 +33,7 @@ function stat(rt: Runtime, key: string): number {
 
 async function expectBytes(rt: Runtime, storage: StorageImpl, seed: number): Promise<void> {
   const bytes = await rt.read(storage);
-  expect(Buffer.from(bytes).equals(Buffer.from(pattern(storage.byteLength, seed))), `bytes of storage ${seed}`).to.equal(true);
+  expect(Buffer.from(bytes).equals(Buffer.from(patternBytes(storage.byteLength, seed))), `bytes of storage ${seed}`).to.equal(true);
 }
 
 describe('LMS on WebGPU', function () {
@@ -67,7 +63,7 @@ describe('LMS on WebGPU', function () {
   /** A WebGPU storage filled with `seed`'s bytes, pinned once and let go (inactive: it may be reclaimed). */
   function inactiveStorage(rt: Runtime, seed: number, bytes = STORAGE_BYTES): StorageImpl {
     const storage = rt.storage(bytes, { device: 'webgpu' });
-    rt.write(storage, pattern(bytes, seed));
+    rt.write(storage, patternBytes(bytes, seed));
     pin(storage).release();
     return storage;
   }
@@ -108,7 +104,7 @@ describe('LMS on WebGPU', function () {
     await using rt = await lmsRuntime(this);
     const storages = [0, 1, 2, 3].map((seed) => inactiveStorage(rt, seed));
     const large = rt.storage(3 * MiB, { device: 'webgpu' }); // a segment of its own: both 2 MiB segments must go
-    rt.write(large, pattern(3 * MiB, 9));
+    rt.write(large, patternBytes(3 * MiB, 9));
     const s = stats(rt);
     expect(s['alloc_distribution.reclaim_all']).to.equal(1);
     expect(s['reserved_bytes.all.peak']).to.be.at.most(BUDGET);
@@ -124,7 +120,7 @@ describe('LMS on WebGPU', function () {
     const resident = inactiveStorage(rt, 1);
     const before = stats(rt);
     const pageIns = stat(rt, 'page_in');
-    const attempts = [() => pin(storage), () => pin(resident, storage), () => storage.data(), () => rt.write(storage, pattern(16, 0))];
+    const attempts = [() => pin(storage), () => pin(resident, storage), () => storage.data(), () => rt.write(storage, patternBytes(16, 0))];
     for (const attempt of attempts) {
       let error: unknown;
       try {
@@ -172,7 +168,7 @@ describe('LMS on WebGPU', function () {
       expect(storage.lms!.state).to.equal('active');
     }
     await expectBytes(rt, storage, 4);
-    rt.write(storage, pattern(STORAGE_BYTES, 5));
+    rt.write(storage, patternBytes(STORAGE_BYTES, 5));
     controller.reclaimInactive();
     expect([lmsOf(storage).hostCopyReady, stats(rt).page_out], 'a written storage is paged out again').to.deep.equal([false, 2]);
     expect(() => pin(storage)).to.throw(PageInPendingError);
@@ -214,4 +210,37 @@ describe('LMS on WebGPU', function () {
     using _guard = await pinAsync(again);
     expect(stat(rt, 'transfer_wait_ms')).to.be.above(waited);
   });
+});
+
+describe('LMS when the device says no before the budget does', function () {
+  this.timeout(120_000);
+  /** Devices of their own, kept alive to the end of the run (Dawn crashes if the GPU object goes first). */
+  const keep: WebGpuContext[] = [];
+
+    it('reclaims inactive LMS storages when the device refuses a segment before the budget is met', async function () {
+      const own = await openWebGpuDevice().catch((error: Error) => {
+        console.log(`    skipped: no WebGPU adapter for a device of its own — ${error.message}`);
+        return undefined;
+      });
+      if (own === undefined) return this.skip();
+      keep.push(own);
+      await using rt = await createRuntime({ plugins: [webgpu({ device: own.device, limit: '64MiB', segmentRefusal: 'mapped' }), lms()] });
+      const deviceBytes = 16 << 20; // what this pretend device holds, far below the 64 MiB budget
+      const seen: { backend?: WebGpuMemoryBackend } = {};
+      refuseSegments(own.device, (size) => (seen.backend?.reservedBytes ?? 0) + size > deviceBytes);
+      const storages = [0, 1].map((seed) => {
+        const storage = rt.storage(6 << 20, { device: 'webgpu' });
+        rt.write(storage, patternBytes(6 << 20, seed));
+        pin(storage).release();
+        return storage;
+      });
+      const backend = (seen.backend = ((rt.allocator('webgpu') as ForwardingAllocator).upstream as WebGpuAllocator).backend);
+      const third = rt.storage(6 << 20, { device: 'webgpu' });
+      expect(backend.refusedSegments).to.be.at.least(1);
+      expect(storages.map((s) => s.lms!.state)).to.deep.equal(['reclaimed', 'inactive']);
+      expect(backend.reservedBytes).to.be.at.most(deviceBytes);
+      expect(third.lms!.state).to.equal('allocated');
+      for (const [seed, storage] of storages.entries()) expect([...(await rt.read(storage)).subarray(0, 64)]).to.deep.equal([...patternBytes(6 << 20, seed).subarray(0, 64)]);
+      expect(backend.lostError).to.equal(undefined);
+    });
 });

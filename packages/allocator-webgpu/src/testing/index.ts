@@ -7,3 +7,4 @@ export type { ChromiumRun, RunInChromiumOptions } from './runInChromium.js';
 export { runInChromium } from './runInChromium.js';
 export type { BrowserBundleServer } from './serveBrowserBundle.js';
 export { serveBrowserBundle } from './serveBrowserBundle.js';
+export { refuseSegments } from './refuseSegments.js';
