@@ -25,8 +25,8 @@
 //
 // Choices, for a whole run of a few minutes on a small machine (two shared cores here):
 // - STEPS (4) steps per run, so the step time is the median of 3 steps; CPU runs take a second or less each.
-// - Before each device's rows, the deep mlp runs unrecorded under P/4 with each built-in policy, so the first
-//   workload's baseline is not timed while the JIT still compiles the ops and LMS's paths.
+// - Before each device's rows, unrecorded warm-up runs (`warmUp`): a baseline timed while the JIT still compiles
+//   the ops and LMS's paths came out 20 to 60 % slower than the budgeted runs after it.
 // - WebGPU in Node is Dawn on SwiftShader where there is no GPU: a deep step takes about 0.5 to 1 s there, a run
 //   4 to 6 s. It trains the two deep shapes at every budget (the targets are about them; about 2 to 3 minutes) and
 //   not the default shapes, whose refusals under P/2 and less the CPU rows already show and which would add ~1
@@ -214,11 +214,16 @@ function round(value: number, digits: number): number {
 }
 
 /**
- * Runs the deep mlp under P/4 once per policy, unrecorded, before anything is timed on `plan`'s device: the JIT
- * compiles the ops and LMS's reclaim and paging paths, so the first workload's baseline is not timed cold.
+ * Unrecorded runs before anything is timed on `plan`'s device, so that no baseline is timed while the JIT still
+ * compiles. On the CPU: each workload without a budget, then the deep mlp under P/4 with each built-in policy (LMS's
+ * reclaim and paging paths). On WebGPU, where the time is SwiftShader's and LMS's code is warm from the CPU rows: the
+ * deep mlp once without a budget (each workload's `unconstrainedPeak` compiles its own pipelines).
  */
-async function warmUp({ device, gpu, steps }: DevicePlan, reporter: BenchReporter): Promise<void> {
+async function warmUp(plan: DevicePlan, reporter: BenchReporter): Promise<void> {
+  const { device, gpu, steps } = plan;
   reporter.task(`${device}: warming up`);
+  for (const workload of device === 'cpu' ? plan.workloads : [DEEP_MLP]) await runOne({ device, gpu, steps, workload, budgetBytes: undefined, policy: 'lru' });
+  if (device !== 'cpu') return;
   const peakBytes = await unconstrainedPeak({ device, gpu, ...DEEP_MLP.shape, steps });
   for (const policy of BUILT_IN) await runOne({ device, gpu, steps, workload: DEEP_MLP, budgetBytes: Math.floor(peakBytes / 4), policy });
 }
