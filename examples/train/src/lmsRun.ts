@@ -1,6 +1,7 @@
-import type { Plugin } from '@stowage/core';
+import type { Plugin, Runtime } from '@stowage/core';
 import { cpu, createRuntime, InvalidArgumentError } from '@stowage/core';
 import { webgpu } from '@stowage/allocator-webgpu';
+import type { BuiltInPolicyName, LmsPolicy } from '@stowage/lms';
 import { lms, pin, pinAsync } from '@stowage/lms';
 import { BudgetExceededError } from './BudgetExceededError.js';
 import { createCpuOps } from './cpuOps.js';
@@ -46,8 +47,8 @@ export interface LmsRunSettings {
   readonly steps: number;
   /** The device allocator's budget in bytes; absent, no budget on the CPU and the WebGPU plugin's default (2 GiB). */
   readonly budgetBytes?: number;
-  /** LMS's reclaim policy; 'lru' when absent. */
-  readonly policy?: 'lru' | 'best-fit';
+  /** LMS's reclaim policy, by name or as an object (as `lms({ policy })` takes it); 'lru' when absent. */
+  readonly policy?: BuiltInPolicyName | LmsPolicy;
   /** With device 'webgpu': the GPUDevice to run on (the caller owns it; the run leaves it open). */
   readonly gpu?: GPUDevice;
   /** Seeds the data and the initial weights; 1 when absent. */
@@ -56,6 +57,8 @@ export interface LmsRunSettings {
   readonly lr?: number;
   /** Called after each step with its index and its loss. */
   readonly onStep?: (step: number, loss: number) => void;
+  /** Called with the run's runtime once it exists, before training (to listen to LMS's events, say). */
+  readonly onRuntime?: (runtime: Runtime) => void;
 }
 
 export type LmsRunOptions = LmsRunSettings & LmsRunModel;
@@ -89,7 +92,7 @@ export interface LmsRunResult {
  * within the budget (a budget under the pinned peak, say)
  */
 export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult> {
-  const { device, budgetBytes, policy = 'lru', gpu, onStep, steps, seed, lr } = options;
+  const { device, budgetBytes, policy = 'lru', gpu, onStep, onRuntime, steps, seed, lr } = options;
   if (budgetBytes !== undefined && (!Number.isSafeInteger(budgetBytes) || budgetBytes <= 0)) {
     throw new InvalidArgumentError('budgetBytes', budgetBytes, 'a positive whole number of bytes');
   }
@@ -102,6 +105,7 @@ export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult>
   } else throw new InvalidArgumentError('device', device, "'cpu' or 'webgpu'");
   const plugins = device === 'cpu' ? [devicePlugin, lms({ policy })] : [cpu(), devicePlugin, lms({ policy, devices: ['webgpu'] })];
   await using runtime = await createRuntime({ plugins });
+  onRuntime?.(runtime);
   const allocator = runtime.allocator(device);
   let opCount = 0;
   let maxReservedBytes = 0;
