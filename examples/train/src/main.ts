@@ -34,7 +34,9 @@ async function main(): Promise<void> {
   if (shape === undefined || !(fraction > 0 && fraction <= 1) || !Number.isSafeInteger(steps) || steps < 1) {
     throw new Error('usage: main.js [--model transformer|mlp] [--fraction (0, 1]] [--policy lru|best-fit] [--steps n ≥ 1] [--device cpu|webgpu]');
   }
-  const gpu = device === 'webgpu' ? (await openWebGpuDevice()).device : undefined;
+  // The context, not only its device, must live to the end: Dawn fails if its GPU object is collected first.
+  const context = device === 'webgpu' ? await openWebGpuDevice() : undefined;
+  const gpu = context?.device;
   const settings = { ...shape, device, steps, ...(gpu === undefined ? {} : { gpu }) };
   const sizes = Object.entries(shape.sizes ?? {}).map(([k, v]) => `${k} ${v}`).join(', ');
   console.log(`Stowage LMS demo — training a ${shape.model} (${sizes}) for ${steps} steps on ${device}, Node ${process.version}\n`);
@@ -64,6 +66,7 @@ async function main(): Promise<void> {
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
   console.log(`Median step: ${median(free.stepMs.slice(1)).toFixed(1)} ms unconstrained, ${median(constrained.stepMs.slice(1)).toFixed(1)} ms under LMS.\n`);
   printTable(free.stats, constrained.stats);
+  context?.device.destroy(); // also keeps the context reachable until here
   if (!same) process.exitCode = 1;
 }
 

@@ -82,7 +82,7 @@ export class LmsDevice {
       const placement = this.allocator.describeBlock?.(lms.storage.peekDataPtr());
       if (placement === undefined) continue; // not the allocator's block (COW-shared, imported, empty): never reclaimed
       if (target !== undefined && (placement.small !== target.small || placement.kind !== target.kind || placement.stream !== target.stream)) continue;
-      yield { storage: lms.storage, placement, hostCopyReady: lms.hostCopyReady, unpinnedAt: lms.unpinnedAt };
+      yield { storage: lms.storage, placement, hasHostCopy: lms.hasHostCopy, hostCopyReady: lms.hostCopyReady, unpinnedAt: lms.unpinnedAt };
     }
   }
 

@@ -15,7 +15,12 @@ export interface ReclaimRequest {
 export interface ReclaimCandidate {
   readonly storage: StorageImpl;
   readonly placement: BlockPlacement;
-  /** True when the storage's bytes are already in host memory and unchanged since: reclaiming only frees. */
+  /**
+   * True when a host copy of the storage's bytes exists and is still valid (complete, or on its way to host memory):
+   * reclaiming it copies nothing, only frees.
+   */
+  readonly hasHostCopy: boolean;
+  /** True when that host copy is complete: bringing the storage back can start at once (WebGPU: no wait for mapAsync). */
   readonly hostCopyReady: boolean;
   /** The controller's unpin count when this storage was last unpinned (larger is more recent). */
   readonly unpinnedAt: number;

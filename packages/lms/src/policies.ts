@@ -27,10 +27,12 @@ export class LruPolicy implements LmsPolicy {
 }
 
 /**
- * Best fit by size and adjacency: reclaim_one takes the storage whose freed run is the smallest that holds the
- * request (the least recently unpinned among equals); reclaim_fragments takes the fewest bytes of adjacent storages
- * whose blocks, with the free bytes between and beside them, make one run that holds the request. It never moves
- * more bytes than `lru` for the same step, and usually fewer.
+ * Best fit by cost, size and adjacency: reclaim_one takes, among the storages whose freed run holds the request,
+ * the one that copies the fewest bytes out (none when a valid host copy exists), then the smallest, then the least
+ * recently unpinned; reclaim_fragments takes the fewest bytes of adjacent storages whose blocks, with the free
+ * bytes between and beside them, make one run that holds the request. Each step pages out no more than `lru`'s
+ * step would. Over a whole run that bounds nothing: the bytes paged back in depend on when each victim is needed
+ * next, which no policy without a prediction of the next uses can see (`pnpm bench:lms` reports both).
  */
 export class BestFitPolicy implements LmsPolicy {
   readonly name: string = 'best-fit';
@@ -49,10 +51,12 @@ export class BestFitPolicy implements LmsPolicy {
   }
 }
 
-/** Smaller block first; then a ready host copy (nothing to copy); then the least recently unpinned. */
+/** Fewer bytes to copy out first (none with a valid host copy); then the smaller block; then the least recently unpinned. */
 function better(a: ReclaimCandidate, b: ReclaimCandidate): boolean {
+  const costA = a.hasHostCopy ? 0 : a.placement.size;
+  const costB = b.hasHostCopy ? 0 : b.placement.size;
+  if (costA !== costB) return costA < costB;
   if (a.placement.size !== b.placement.size) return a.placement.size < b.placement.size;
-  if (a.hostCopyReady !== b.hostCopyReady) return a.hostCopyReady;
   return a.unpinnedAt < b.unpinnedAt;
 }
 
