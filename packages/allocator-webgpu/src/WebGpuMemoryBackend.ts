@@ -164,12 +164,14 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
    * backed fails at once, with a RangeError. Two ways, chosen by `mappedSegments` (the plugin's `segmentRefusal`):
    * - by default the refusal is learnt from the scope, after the allocation that made the segment returned: the
    *   segment is retired (its pointers reported in a `deviceError`, nothing more placed in it) and
-   *   `deviceCeilingBytes` drops to what was reserved before it, so that from then on `malloc` answers "no room"
-   *   past that point at once and later allocations run the chain instead of meeting the refusal again;
+   *   `deviceCeilingBytes` drops to what was reserved before it, so that `malloc` answers "no room" past that point
+   *   at once and later allocations run the chain instead of meeting the refusal again. The ceiling lasts until a
+   *   segment goes back to the device or `emptyCache()` runs (the refusal may have been passing: another program's
+   *   memory): then the device is asked again;
    * - with `mappedSegments`, every segment is created mapped (and unmapped at once), a RangeError makes `malloc`
    *   return null, and the chain runs before anything is placed in the refused segment. Creating a segment mapped
-   *   costs about twice as much (8 × 64 MiB on SwiftShader: 3.4–3.8 s against 1.8–2.0 s), which is why it is not
-   *   the default: the allocator's cold pass pays it for every segment.
+   *   costs about twice as much, which is why it is not
+   *   the default: the allocator's cold pass pays it for every segment (the package README has the figures).
    */
   malloc(byteLength: number, options: SegmentOptions = {}): MemoryBlock<GPUBuffer> | null {
     this.#checkUsable();
@@ -220,6 +222,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   free(segment: MemoryBlock<GPUBuffer>): void {
     this.#flushPending(); // a recorded copy may name the buffer
     this.#reservedBytes -= segment.byteLength;
+    this.#ceiling = Number.POSITIVE_INFINITY; // memory went back: the device may take a segment again
     segment.handle.destroy();
     // destroy() frees nothing until the queue moves on: an empty submit (no epoch) gets it going; flush() waits.
     if (!this.#lost) this.#submit([]);
@@ -359,6 +362,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
    * same-buffer copies, the pooled readback buffers): they live outside the segments and the budget.
    */
   releaseTransferBuffers(): void {
+    this.#ceiling = Number.POSITIVE_INFINITY; // emptyCache: try the device again (Note [The device says no])
     this.#flushPending(); // a recorded copy may name the scratch buffer
     this.#scratch?.destroy();
     this.#scratch = undefined;

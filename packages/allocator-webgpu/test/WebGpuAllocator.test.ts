@@ -728,12 +728,32 @@ describe('WebGpuAllocator', function () {
       await new Promise((r) => setTimeout(r, 50));
       expect(errors.map((e) => e.message)).to.deep.equal(['The WebGPU device rejected a 32.00 MiB segment: injected: out of memory']);
       expect(allocator.backend.deviceCeilingBytes).to.equal(32 << 20);
-      allocator.free(refused);
       expect(() => allocator.allocate(32 << 20)).to.throw(OutOfMemoryError); // past the ceiling: the chain, then the error
       allocator.free(first);
       own.device.queue.submit([]);
       expect(allocator.allocate(32 << 20).byteLength).to.equal(32 << 20); // served from the cache below the ceiling
+      allocator.free(refused);
       expect(allocator.backend.lostError).to.equal(undefined);
+    });
+
+    it('asks the device again once a segment went back, after even the very first segment was refused', async function () {
+      const own = await ownDeviceOrSkip(this);
+      keep.push(own);
+      using allocator = createWebGpuAllocator(own, { limit: '256MiB' });
+      const popErrorScope = own.device.popErrorScope.bind(own.device);
+      let pops = 0;
+      Object.defineProperty(own.device, 'popErrorScope', {
+        configurable: true,
+        value: (): Promise<GPUError | null> => (++pops === 2 ? popErrorScope().then(() => ({ message: 'injected: out of memory' }) as GPUError) : popErrorScope()),
+      });
+      const refused = allocator.allocate(32 << 20); // the first segment: refused (passingly) in its error scope
+      await allocator.flush();
+      await new Promise((r) => setTimeout(r, 50));
+      expect(allocator.backend.deviceCeilingBytes).to.equal(0);
+      allocator.free(refused); // the retired segment goes back to the device once its submit epoch ends
+      own.device.queue.submit([]);
+      expect(allocator.allocate(1 << 20).byteLength).to.equal(1 << 20);
+      expect(allocator.backend.deviceCeilingBytes).to.equal(Number.POSITIVE_INFINITY);
     });
 
     it('refuses allocations with a DeviceError after the device is lost, and nothing hangs', async function () {

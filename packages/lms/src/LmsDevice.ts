@@ -1,4 +1,4 @@
-import type { Allocator, Device, Pager, ReclaimTarget } from '@stowage/core';
+import type { Allocator, Device, Pager, ReclaimTarget, StorageImpl } from '@stowage/core';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 import type { AllocSource } from './LmsStats.js';
 import { LmsStats } from './LmsStats.js';
@@ -20,7 +20,7 @@ import { ReclaimList } from './ReclaimList.js';
 export class LmsDevice {
   readonly list = new ReclaimList<LmsStorageImpl>();
   readonly stats = new LmsStats();
-  /** `pageOut` and `pageIn` for every storage paged; listeners cannot break the allocation they run in. */
+  /** `pagedOut` and `pagedIn` for every storage paged; listeners cannot break the allocation they run in. */
   readonly events = new LmsEmitter();
   /** Unpins so far: the clock of `unpinnedAt`. */
   unpinClock = 0;
@@ -57,6 +57,24 @@ export class LmsDevice {
 
   forgetReclaimed(lms: LmsStorageImpl): void {
     this.#reclaimed.delete(lms);
+  }
+
+  /** Calls a policy hook; one that throws is reported as `listenerFailed` and changes nothing LMS did. */
+  notifyPolicy(hook: 'onPin' | 'onUnpin' | 'onReclaim' | 'onRelease', storage: StorageImpl): void {
+    const policy = this.policy;
+    try {
+      policy[hook]?.(storage);
+    } catch (error) {
+      this.events.safeEmit('listenerFailed', { event: `policy.${hook}`, error });
+    }
+  }
+
+  emitPagedOut(storage: StorageImpl, bytes: number, copied: boolean): void {
+    if (this.events.listenerCount('pagedOut') > 0) this.events.safeEmit('pagedOut', { storage, bytes, copied });
+  }
+
+  emitPagedIn(storage: StorageImpl, bytes: number): void {
+    if (this.events.listenerCount('pagedIn') > 0) this.events.safeEmit('pagedIn', { storage, bytes });
   }
 
   /** One reclaim step toward `bytes` (Note [Reclaim steps]); returns the bytes freed, 0 when nothing is inactive. */

@@ -4,10 +4,10 @@ import type { StorageImpl } from '@stowage/core';
 /** What LMS reports on a device (`LmsDevice.events`), past tense. */
 export interface LmsEvents {
   /** A storage was reclaimed: its block freed, its bytes in host memory (`copied` false: a valid host copy was reused). */
-  pageOut: [e: { readonly storage: StorageImpl; readonly bytes: number; readonly copied: boolean }];
+  pagedOut: [e: { readonly storage: StorageImpl; readonly bytes: number; readonly copied: boolean }];
   /** A reclaimed storage was brought back: a block allocated and the host bytes copied into it. */
-  pageIn: [e: { readonly storage: StorageImpl; readonly bytes: number }];
-  /** A listener threw; the paging went on. */
+  pagedIn: [e: { readonly storage: StorageImpl; readonly bytes: number }];
+  /** A listener or a policy hook (`policy.onPin`, …) threw; LMS went on. */
   listenerFailed: [e: { readonly event: string; readonly error: unknown }];
 }
 

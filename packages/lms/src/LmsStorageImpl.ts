@@ -1,5 +1,5 @@
 import type { LmsState, LmsStorage, PageOut, StorageImpl } from '@stowage/core';
-import { InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
+import { DeviceError, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 import { PageInPendingError } from './errors.js';
 import type { LmsDevice } from './LmsDevice.js';
 import type { ReclaimList, ReclaimNode } from './ReclaimList.js';
@@ -29,6 +29,10 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
   unpinnedAt = 0;
   #state: LmsState = 'allocated';
   #pins = 0;
+  /** The bytes counted as pinned at the pin from zero (a resize while pinned changes the storage's size). */
+  #pinnedBytes = 0;
+  /** Why the current host copy's page-out failed, once it did. */
+  #hostFailure: unknown;
   /** The host copy of the bytes (Note [Host copies]), complete or in flight; null when none is valid. */
   #host: PageOut | null = null;
   #released = false;
@@ -62,15 +66,23 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
 
   pin(): void {
     if (this.#released) throw new UseAfterReleaseError(`Cannot pin a released ${this.storage.byteLength}-byte storage.`);
-    if (this.#pins === 0) {
-      const device = this.lmsDevice;
-      if (this.#state === 'reclaimed') this.#pageIn(); // throws before anything changes
-      else if (this.#state === 'inactive') device.list.remove(this);
-      this.#state = 'active';
-      device.stats.pin(this.storage.byteLength);
-      device.policy.onPin?.(this.storage);
+    if (this.#pins > 0) {
+      this.#pins++;
+      return;
     }
-    this.#pins++;
+    const device = this.lmsDevice;
+    const pagedIn = this.#state === 'reclaimed' ? this.#pageIn() : 0; // throws before anything changes
+    if (this.#pins > 0) {
+      this.#pins++; // pinned while it was being brought back (a listener): that pin made it active
+      return;
+    }
+    device.list.remove(this);
+    this.#state = 'active';
+    this.#pins = 1;
+    this.#pinnedBytes = this.storage.byteLength;
+    device.stats.pin(this.#pinnedBytes);
+    device.notifyPolicy('onPin', this.storage);
+    if (pagedIn > 0) device.emitPagedIn(this.storage, pagedIn);
   }
 
   unpin(): void {
@@ -80,21 +92,24 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
     if (--this.#pins > 0) return;
     const device = this.lmsDevice;
     this.#state = 'inactive';
-    device.stats.unpin(this.storage.byteLength);
+    device.stats.unpin(this.#pinnedBytes); // what was counted at the pin, whatever a resize did since
     if (!this.#released) {
       device.list.pushBack(this);
       this.unpinnedAt = ++device.unpinClock;
-      device.policy.onUnpin?.(this.storage);
+      device.notifyPolicy('onUnpin', this.storage);
     }
   }
 
   access(write: boolean): void {
     if (this.#released) return; // the storage reports its own use after release
     if (this.#state === 'reclaimed') {
-      this.#pageIn();
-      this.#state = 'inactive';
-      this.lmsDevice.list.pushBack(this);
-      this.unpinnedAt = ++this.lmsDevice.unpinClock;
+      const pagedIn = this.#pageIn();
+      if (this.#state === 'reclaimed') {
+        this.#state = 'inactive';
+        this.lmsDevice.list.pushBack(this);
+        this.unpinnedAt = ++this.lmsDevice.unpinClock;
+      }
+      if (pagedIn > 0) this.lmsDevice.emitPagedIn(this.storage, pagedIn);
     }
     if (write && this.#host !== null) this.#dropHostCopy();
   }
@@ -116,7 +131,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
     device.list.remove(this);
     device.forgetReclaimed(this);
     if (this.#host !== null) this.#dropHostCopy();
-    device.policy.onRelease?.(this.storage);
+    device.notifyPolicy('onRelease', this.storage);
   }
 
   /**
@@ -130,7 +145,11 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
     const bytes = ptr.byteLength;
     const copied = this.#host === null;
     if (copied) {
-      this.#host = device.pager.pageOut(ptr);
+      const host = (this.#host = device.pager.pageOut(ptr));
+      this.#hostFailure = undefined;
+      host.done.catch((error: unknown) => {
+        if (this.#host === host) this.#hostFailure = error;
+      });
       device.stats.pageOut++;
       device.stats.pageOutBytes += bytes;
       device.stats.addHost(bytes);
@@ -143,22 +162,33 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
     // Note [Paging in device order] in core's Pager: the copy is ordered before any later use of the block.
     ptr.letGo(storage);
     ptr.release();
-    device.policy.onReclaim?.(storage);
-    if (device.events.listenerCount('pageOut') > 0) device.events.safeEmit('pageOut', { storage, bytes, copied });
+    device.notifyPolicy('onReclaim', storage);
+    device.emitPagedOut(storage, bytes, copied);
     return bytes;
   }
 
   /**
-   * Allocates a block, copies the host bytes into it and makes it the storage's pointer. Changes nothing when it
-   * throws: PageInPendingError while the bytes are in flight; OutOfMemoryError when the device has no room even
-   * after reclaiming other storages.
+   * Allocates a block, copies the host bytes into it and makes it the storage's pointer; returns the bytes paged
+   * in, or 0 when something the allocation ran (a listener) brought the storage back first. Changes nothing when
+   * it throws: PageInPendingError while the bytes are in flight; DeviceError when the page-out failed (the bytes
+   * are lost); OutOfMemoryError when the device has no room even after reclaiming other storages.
    */
-  #pageIn(): void {
+  #pageIn(): number {
     const bytes = this.#host!.bytes;
     const storage = this.storage;
-    if (bytes === null) throw new PageInPendingError(storage.byteLength);
+    if (bytes === null) {
+      if (this.#hostFailure !== undefined) {
+        const reason = this.#hostFailure instanceof Error ? this.#hostFailure.message : String(this.#hostFailure);
+        throw new DeviceError(`Cannot bring back a reclaimed ${storage.byteLength}-byte storage: its page-out failed (${reason}), so its bytes are lost.`, { cause: this.#hostFailure });
+      }
+      throw new PageInPendingError(storage.byteLength);
+    }
     const device = this.lmsDevice;
     const ptr = storage.allocator.allocate(storage.byteLength, storage.allocateOptions ?? {});
+    if (this.#state !== 'reclaimed' || this.#released) {
+      ptr.release(); // brought back (or released) by what the allocation ran: this block is not needed
+      return 0;
+    }
     try {
       device.pager.pageIn(bytes, ptr);
     } catch (error) {
@@ -169,7 +199,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
     device.forgetReclaimed(this);
     device.stats.pageIn++;
     device.stats.pageInBytes += bytes.byteLength;
-    if (device.events.listenerCount('pageIn') > 0) device.events.safeEmit('pageIn', { storage, bytes: bytes.byteLength });
+    return bytes.byteLength;
   }
 
   #dropHostCopy(): void {

@@ -26,7 +26,16 @@ export class PinGuard implements Disposable {
     const pinned = this.#pinned;
     if (pinned === null) return;
     this.#pinned = null;
-    for (let i = pinned.length - 1; i >= 0; i--) pinned[i]!.unpin();
+    const errors: unknown[] = [];
+    for (let i = pinned.length - 1; i >= 0; i--) {
+      try {
+        pinned[i]!.unpin();
+      } catch (error) {
+        errors.push(error); // every pin still ends; the first failure is reported after
+      }
+    }
+    if (errors.length === 1) throw errors[0];
+    if (errors.length > 1) throw new AggregateError(errors, `${errors.length} unpins failed; every storage of the guard was unpinned anyway.`);
   }
 
   [Symbol.dispose](): void {

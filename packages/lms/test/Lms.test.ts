@@ -1,8 +1,8 @@
 import { expect } from 'chai';
-import type { AllocatorStats, Plugin, Runtime, StorageImpl } from '@stowage/core';
-import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve, UseAfterReleaseError } from '@stowage/core';
+import type { AllocatorStats, Plugin, Runtime } from '@stowage/core';
+import { CachingAllocator, CpuMemoryBackend, cpu, createRuntime, DeviceError, InvalidArgumentError, OutOfMemoryError, resolve, StorageImpl, UseAfterReleaseError } from '@stowage/core';
 import type { LmsOptions, LmsPolicy, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
-import { LMS_CONTROLLER, LMS_POLICY, lms, LmsAllocator, LmsController, LmsStorageImpl, pin } from '@stowage/lms';
+import { LMS_CONTROLLER, LMS_POLICY, lms, LmsAllocator, LmsController, LmsStorageImpl, LruPolicy, pin } from '@stowage/lms';
 import { patternBytes, VirtualMemoryBackend } from '@stowage/core/testing';
 
 const MiB = 1 << 20;
@@ -31,6 +31,19 @@ function stats(rt: Runtime): AllocatorStats & Record<string, number> {
 
 async function expectBytes(rt: Runtime, storage: StorageImpl, seed: number): Promise<void> {
   expect(Buffer.from(await rt.read(storage)).equals(Buffer.from(patternBytes(storage.byteLength, seed)))).to.equal(true);
+}
+
+/** lru, with one hook that throws once `armed` is set. */
+function throwingPolicy(hook: 'onPin' | 'onUnpin' | 'onReclaim', state: { armed: boolean }): LmsPolicy {
+  const lru = new LruPolicy();
+  return {
+    name: 'throwing',
+    chooseOne: (r: ReclaimRequest, c: Iterable<ReclaimCandidate>) => lru.chooseOne(r, c),
+    chooseFragments: (r: ReclaimRequest, c: Iterable<ReclaimCandidate>) => lru.chooseFragments(r, c),
+    [hook]: () => {
+      if (state.armed) throw new Error(`${hook} failed`);
+    },
+  };
 }
 
 describe('LMS', () => {
@@ -410,17 +423,191 @@ describe('LMS', () => {
       const a = inactiveStorage(rt, 10 * MiB, 1);
       const device = resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!;
       const seen: string[] = [];
-      device.events.on('pageOut', () => {
+      device.events.on('pagedOut', () => {
         throw new Error('listener');
       });
-      device.events.on('pageOut', (e) => seen.push(`out ${e.bytes} copied=${e.copied}`));
-      device.events.on('pageIn', (e) => seen.push(`in ${e.bytes}`));
+      device.events.on('pagedOut', (e) => seen.push(`out ${e.bytes} copied=${e.copied}`));
+      device.events.on('pagedIn', (e) => seen.push(`in ${e.bytes}`));
       device.events.on('listenerFailed', (e) => seen.push(`failed ${e.event}`));
       device.reclaimAll();
       a.data();
       device.reclaimAll();
-      expect(seen).to.deep.equal([`failed pageOut`, `out ${10 * MiB} copied=true`, `in ${10 * MiB}`, `failed pageOut`, `out ${10 * MiB} copied=false`]);
+      expect(seen).to.deep.equal([`failed pagedOut`, `out ${10 * MiB} copied=true`, `in ${10 * MiB}`, `failed pagedOut`, `out ${10 * MiB} copied=false`]);
       await expectBytes(rt, a, 1);
+    });
+  });
+
+  describe('under misbehaving callers', () => {
+    describe('StorageImpl#resize under LMS', () => {
+      it('reclaims another storage, never the one being resized, keeping its bytes', async () => {
+        await using rt = await createRuntime({ plugins: [cpu({ limit: 24 * MiB }), lms()] });
+        const s = rt.storage(10 * MiB, { resizable: true });
+        rt.write(s, patternBytes(10 * MiB, 7));
+        pin(s).release(); // inactive, the least recently unpinned
+        const other = inactiveStorage(rt, 10 * MiB, 8);
+        s.resize(12 * MiB);
+        expect([s.lms!.state, other.lms!.state]).to.deep.equal(['inactive', 'reclaimed']);
+        const bytes = await rt.read(s);
+        expect(Buffer.from(bytes.subarray(0, 10 * MiB)).equals(Buffer.from(patternBytes(10 * MiB, 7)))).to.equal(true);
+      });
+
+      it('brings a reclaimed storage back to resize it', async () => {
+        await using rt = await createRuntime({ plugins: [cpu({ limit: 24 * MiB }), lms()] });
+        const s = rt.storage(10 * MiB, { resizable: true });
+        rt.write(s, patternBytes(10 * MiB, 8));
+        pin(s).release();
+        resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+        s.resize(12 * MiB);
+        expect(s.lms!.state).to.equal('inactive');
+        expect(s.peekDataPtr().isReleased).to.equal(false);
+        expect(Buffer.from((await rt.read(s)).subarray(0, 10 * MiB)).equals(Buffer.from(patternBytes(10 * MiB, 8)))).to.equal(true);
+      });
+
+      it('gives an OutOfMemoryError and keeps the storage when old and new blocks cannot fit together', async () => {
+        await using rt = await createRuntime({ plugins: [cpu({ limit: 20 * MiB }), lms()] });
+        const s = rt.storage(10 * MiB, { resizable: true });
+        rt.write(s, patternBytes(10 * MiB, 9));
+        pin(s).release();
+        expect(() => s.resize(12 * MiB)).to.throw(OutOfMemoryError);
+        expect([s.byteLength, s.lms!.state]).to.deep.equal([10 * MiB, 'inactive']);
+        expect(Buffer.from(await rt.read(s)).equals(Buffer.from(patternBytes(10 * MiB, 9)))).to.equal(true);
+      });
+
+      it('keeps pinned_bytes equal to the pinned storages\' bytes when a pinned storage is resized', async () => {
+        await using rt = await createRuntime({ plugins: [cpu({ limit: 64 * MiB }), lms()] });
+        const s = rt.storage(1 * MiB, { resizable: true });
+        const guard = pin(s);
+        s.resize(2 * MiB);
+        guard.release();
+        expect(stats(rt)['pinned_bytes.all.current']).to.equal(0);
+      });
+    });
+
+    describe('LmsPolicy hooks that throw', () => {
+      it('reports a throwing onPin as listenerFailed, and the pin holds', async () => {
+        const state = { armed: true };
+        await using rt = await createRuntime({ plugins: [cpu({ limit: 64 * MiB }), lms({ policy: throwingPolicy('onPin', state) })] });
+        const s = rt.storage(MiB);
+        const failures: string[] = [];
+        resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!.events.on('listenerFailed', (e) => failures.push(e.event));
+        const guard = pin(s);
+        expect([s.lms!.state, lmsOf(s).pinCount, failures]).to.deep.equal(['active', 1, ['policy.onPin']]);
+        guard.release();
+        expect(() => s.release()).to.not.throw();
+      });
+
+      it('unpins every storage of a guard even when unpinning one throws', async () => {
+        await using rt = await createRuntime({ plugins: [cpu({ limit: 64 * MiB }), lms()] });
+        const a = rt.storage(MiB);
+        const b = rt.storage(MiB);
+        const guard = pin(a, b);
+        b.lms!.unpin(); // b's pin taken behind the guard's back: the guard's unpin of b throws
+        expect(() => guard.release()).to.throw(InvalidArgumentError, /not pinned/);
+        expect([a.lms!.state, b.lms!.state]).to.deep.equal(['inactive', 'inactive']);
+      });
+
+      it('a throwing onReclaim does not fail an allocation that reclaim made room for', async () => {
+        const state = { armed: true };
+        await using rt = await createRuntime({ plugins: [cpu({ limit: 20 * MiB }), lms({ policy: throwingPolicy('onReclaim', state) })] });
+        const a = rt.storage(10 * MiB);
+        pin(a).release();
+        rt.storage(10 * MiB);
+        expect(() => rt.storage(10 * MiB)).to.not.throw();
+      });
+    });
+
+    describe('LmsStorageImpl#pin after a failed page-out', () => {
+      it('reports the failed copy, not PageInPendingError, once the page-out rejected', async () => {
+        const engine = new CachingAllocator(new CpuMemoryBackend());
+        const failure = new Error('device lost during the copy');
+        const pager = {
+          device: engine.device,
+          pageOut: (src: { byteLength: number }) => {
+            const done = Promise.reject(failure);
+            done.catch(() => {});
+            return { byteLength: src.byteLength, bytes: null, done };
+          },
+          pageIn: () => {},
+        };
+        const alloc = new LmsAllocator(engine, pager, () => new LruPolicy());
+        const s = new StorageImpl({ dataPtr: alloc.allocate(MiB), allocator: alloc });
+        pin(s).release();
+        alloc.lms.reclaimAll();
+        await s.lms!.ready().catch(() => {});
+        let thrown: unknown;
+        try {
+          pin(s);
+        } catch (e) {
+          thrown = e;
+        }
+        expect(thrown).to.be.instanceOf(DeviceError);
+        expect((thrown as Error).message).to.match(/page-out failed \(device lost during the copy\)/);
+      });
+    });
+
+    describe('Runtime#dispose under LMS', () => {
+      it('drops the host copies of reclaimed storages', async () => {
+        const rt = await createRuntime({ plugins: [cpu({ limit: 64 * MiB }), lms()] });
+        const s = rt.storage(4 * MiB);
+        pin(s).release();
+        const controller = resolve(rt.container, LMS_CONTROLLER);
+        controller.reclaimInactive();
+        const device = controller.device({ type: 'cpu', index: 0 })!;
+        expect(device.stats.hostBytes).to.equal(4 * MiB);
+        await rt.dispose();
+        expect(device.stats.hostBytes).to.equal(0);
+        expect(device.reclaimedStorages.size).to.equal(0);
+      });
+    });
+
+    describe('LmsDevice#reclaim re-entered from a pageOut listener', () => {
+      it('does not throw OutOfMemoryError while reclaimable storages remain, when a listener pins a reclaimed storage mid-reclaim', async () => {
+        await using rt = await createRuntime({ plugins: [cpu({ limit: 30 * MiB }), lms()] });
+        const controller = resolve(rt.container, LMS_CONTROLLER);
+        const x = rt.storage(10 * MiB);
+        pin(x).release();
+        controller.reclaimInactive(); // x reclaimed
+        const others = [0, 1, 2].map(() => {
+          const s = rt.storage(10 * MiB);
+          pin(s).release();
+          return s;
+        });
+        const device = controller.device({ type: 'cpu', index: 0 })!;
+        let guard: { release(): void } | undefined;
+        device.events.on('pagedOut', () => {
+          if (guard === undefined) guard = pin(x); // takes the block the reclaim just freed
+        });
+        try {
+          expect(() => rt.storage(10 * MiB)).to.not.throw();
+        } finally {
+          guard?.release();
+        }
+        expect(others.map((s) => s.lms!.state)).to.include('inactive');
+      });
+    });
+
+    describe('LmsStorageImpl#access re-entered from a pageIn listener', () => {
+      it('a listener that pins the storage being brought back neither leaks a block nor breaks the state', async () => {
+        await using rt = await createRuntime({ plugins: [cpu({ limit: 64 * MiB }), lms()] });
+        const controller = resolve(rt.container, LMS_CONTROLLER);
+        const s = rt.storage(4 * MiB);
+        pin(s).release();
+        controller.reclaimInactive();
+        const device = controller.device({ type: 'cpu', index: 0 })!;
+        const guards: { release(): void }[] = [];
+        let once = true;
+        device.events.on('pagedIn', (e) => {
+          if (!once) return;
+          once = false;
+          guards.push(pin(e.storage));
+        });
+        s.data(); // access brings it back; the listener pins it as soon as it is
+        const lmsState = s.lms!.state;
+        const allocated = stats(rt)['allocated_bytes.all.current'];
+        expect(allocated).to.equal(4 * MiB);
+        expect(() => { for (const g of guards) g.release(); }).to.not.throw();
+        expect(lmsState).to.equal('active');
+      });
     });
   });
 });

@@ -51,6 +51,9 @@ import { SegmentRelease } from './SegmentRelease.js';
 import { isSmallRequest, MIN_BLOCK_BYTES, roundSize, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
 import { StreamEvents } from './StreamEvents.js';
 
+/** Calls of one reclaimer per failed allocation at most (Note [Out-of-memory chain]). */
+const MAX_RECLAIM_CALLS = 4096;
+
 /**
  * Throws unless `options` is an options object whose keys are AllocateOptions' (a `for…in` over one or two keys:
  * no allocation on the path of a call that passes options).
@@ -393,8 +396,9 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const target = { small: r.pool.small, kind: r.kind, stream: r.stream };
     for (const reclaimer of this.options.reclaimers()) {
       // A reclaimer may free a little at a time (LMS: one storage, then fragments, then everything inactive), so
-      // it is asked again while it frees something (allocated bytes go down).
-      for (let before = this.stats.allocatedBytes; reclaimer.reclaim(this.device, r.size, target) > 0 && this.stats.allocatedBytes < before; before = this.stats.allocatedBytes) {
+      // it is asked again while it says it freed something. Not while allocated bytes go down: a listener of the
+      // reclaimer may itself allocate what was freed. The bound only stops a reclaimer that always says it freed.
+      for (let asked = 0; asked < MAX_RECLAIM_CALLS && reclaimer.reclaim(this.device, r.size, target) > 0; asked++) {
         // What it freed is in this engine's cache: merge it with its free neighbours and look there, then release
         // the cache and retry.
         this.#events.synchronize();

@@ -196,6 +196,18 @@ export class StorageImpl implements Disposable {
     this.#checkLive('resize');
     checkByteCount('nbytes', nbytes);
     if (!this.resizable) throw new InvalidArgumentError('storage', 'a non-resizable storage', 'resizable to be resized');
+    // Under LMS the storage stays pinned while its new block is allocated: that allocation may reclaim inactive
+    // storages, and must not reclaim this one, whose bytes it is about to copy.
+    const lms = this.lms;
+    lms?.pin();
+    try {
+      this.#resizeTo(nbytes);
+    } finally {
+      lms?.unpin();
+    }
+  }
+
+  #resizeTo(nbytes: number): void {
     const old = this.mutableData();
     const shared = typeof SharedArrayBuffer !== 'undefined' && old.handle instanceof SharedArrayBuffer;
     const next = this.allocator.allocate(nbytes, this.#allocateOptions ?? (shared ? { shared } : {}));
