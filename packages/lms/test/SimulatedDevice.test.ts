@@ -1,9 +1,10 @@
 import { expect } from 'chai';
-import type { DataPtr, HostBuffer } from '@stowage/core';
-import { CachingAllocator, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
+import fc from 'fast-check';
+import type { DataPtr, DeviceAllocatorOptions, DeviceAllocatorSpec, HostBuffer, Plugin } from '@stowage/core';
+import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, registerDeviceAllocator, UseAfterReleaseError } from '@stowage/core';
 import { describeAllocatorContract, patternBytes } from '@stowage/core/testing';
-import type { LinkProfile } from '@stowage/lms';
-import { copyDurationNs, LINK_PROFILES, SimulatedDevice } from '@stowage/lms';
+import type { EngineName, LinkProfile, TimelineEntry } from '@stowage/lms';
+import { copyDurationNs, LINK_PROFILES, lms, pin, SimulatedDevice } from '@stowage/lms';
 
 const MiB = 1 << 20;
 
@@ -171,6 +172,18 @@ describe('SimulatedDevice#kernel', () => {
     expect([...bytesOf(a)]).to.deep.equal([2, 2, 2, 2, 2, 2, 2, 2]);
   });
 
+  it('keeps the hazard of a write on the bytes a later, partial write leaves alone', () => {
+    const { device, allocator } = setup();
+    const a = allocator.allocate(1024);
+    device.kernel('fill', 5000, { writes: [a] });
+    expect(span(device.pager.pageIn(new Uint8Array(100), a)), 'the first 100 bytes, after fill').to.deep.equal([5000, 5200]);
+    allocator.free(a);
+    const head = allocator.allocate(512);
+    const tail = allocator.allocate(512);
+    expect([head.byteOffset, tail.byteOffset]).to.deep.equal([a.byteOffset, a.byteOffset + 512]);
+    expect(span(device.pager.pageOut(tail).entry), 'bytes fill wrote and the page-in did not').to.deep.equal([5000, 5000 + 612]);
+  });
+
   it('starts no earlier than the host clock', () => {
     const { device, allocator } = setup();
     const a = allocator.allocate(8);
@@ -224,6 +237,154 @@ describe('SimulatedDevice (as a MemoryBackend)', () => {
     device.synchronizeEvent(event);
     expect(device.now).to.equal(1100);
     expect(device.isEventComplete(event)).to.equal(true);
+  });
+});
+
+/** Bytes `[lo, hi)` of one segment. */
+interface Span {
+  readonly handle: unknown;
+  readonly lo: number;
+  readonly hi: number;
+}
+
+/** The first `byteLength` bytes of `ptr` (all of them by default). */
+function spanOf(ptr: DataPtr, byteLength = ptr.byteLength): Span {
+  return { handle: ptr.handle, lo: ptr.byteOffset, hi: ptr.byteOffset + byteLength };
+}
+
+/** The schedule's definition written out naively, a scan of every access ever made, to check the device's pruned bookkeeping. */
+class ReferenceScheduler {
+  readonly #accesses: (Span & { write: boolean; endNs: number })[] = [];
+  readonly #freeAtNs: Record<EngineName, number> = { compute: 0, h2d: 0, d2h: 0 };
+  nowNs = 0;
+
+  schedule(engine: EngineName, durationNs: number, reads: readonly Span[], writes: readonly Span[], afterNs = 0): [number, number] {
+    const overlap = (a: Span, b: Span): boolean => a.handle === b.handle && a.lo < b.hi && b.lo < a.hi;
+    let startNs = Math.max(this.nowNs, this.#freeAtNs[engine], afterNs);
+    for (const a of this.#accesses) {
+      if (writes.some((w) => overlap(w, a)) || (a.write && reads.some((r) => overlap(r, a)))) startNs = Math.max(startNs, a.endNs);
+    }
+    const endNs = startNs + durationNs;
+    this.#freeAtNs[engine] = endNs;
+    for (const r of reads) this.#accesses.push({ ...r, write: false, endNs });
+    for (const w of writes) this.#accesses.push({ ...w, write: true, endNs });
+    return [startNs, endNs];
+  }
+}
+
+type Step =
+  | { readonly op: 'alloc'; readonly bytes: number }
+  | { readonly op: 'free' | 'pageOut' | 'pageBack'; readonly at: number }
+  | { readonly op: 'pageIn'; readonly at: number; readonly fraction: number }
+  | { readonly op: 'kernel'; readonly reads: number[]; readonly writes: number[]; readonly durationNs: number }
+  | { readonly op: 'wait'; readonly fraction: number };
+
+const STEP: fc.Arbitrary<Step> = fc.oneof(
+  fc.record({ op: fc.constant('alloc' as const), bytes: fc.integer({ min: 1, max: 3000 }) }),
+  fc.record({ op: fc.constantFrom('free' as const, 'pageOut' as const, 'pageBack' as const), at: fc.nat() }),
+  fc.record({ op: fc.constant('pageIn' as const), at: fc.nat(), fraction: fc.double({ min: 0, max: 1, noNaN: true }) }),
+  fc.record({
+    op: fc.constant('kernel' as const),
+    reads: fc.array(fc.nat(), { maxLength: 3 }),
+    writes: fc.array(fc.nat(), { maxLength: 2 }),
+    durationNs: fc.integer({ min: 0, max: 5000 }),
+  }),
+  fc.record({ op: fc.constant('wait' as const), fraction: fc.double({ min: 0, max: 1, noNaN: true }) }),
+);
+
+describe('SimulatedDevice (schedule)', () => {
+  it('starts every operation where a scan of all earlier operations says, under random allocs, frees, kernels, copies and waits', () => {
+    fc.assert(
+      fc.property(fc.array(STEP, { maxLength: 120 }), (steps) => {
+        const { device, allocator } = setup();
+        const reference = new ReferenceScheduler();
+        const live: DataPtr[] = [];
+        const hostCopies: { bytes: Uint8Array; onHostAtNs: number }[] = [];
+        const pick = (i: number): DataPtr | undefined => live[i % Math.max(live.length, 1)];
+        for (const step of steps) {
+          let actual: TimelineEntry;
+          let expected: [number, number];
+          if (step.op === 'alloc') {
+            live.push(allocator.allocate(step.bytes)); // freed blocks come back split and merged: spans overlap old ones
+            continue;
+          } else if (step.op === 'wait') {
+            reference.nowNs = device.hostWait(Math.floor(step.fraction * device.stats.makespanNs));
+            continue;
+          } else if (step.op === 'kernel') {
+            const reads = step.reads.map(pick).filter((p) => p !== undefined);
+            const writes = step.writes.map(pick).filter((p) => p !== undefined);
+            actual = device.kernel('k', step.durationNs, { reads, writes });
+            expected = reference.schedule('compute', step.durationNs, reads.map((p) => spanOf(p)), writes.map((p) => spanOf(p)));
+          } else {
+            const ptr = pick(step.at);
+            if (ptr === undefined) continue;
+            if (step.op === 'free') {
+              live.splice(live.indexOf(ptr), 1);
+              allocator.free(ptr);
+              continue;
+            } else if (step.op === 'pageOut') {
+              const out = device.pager.pageOut(ptr);
+              actual = out.entry;
+              expected = reference.schedule('d2h', device.copyDurationNs(ptr.byteLength), [spanOf(ptr)], []);
+              hostCopies.push({ bytes: out.bytes, onHostAtNs: expected[1] });
+            } else {
+              const copy = step.op === 'pageBack' ? hostCopies.find((c) => c.bytes.byteLength <= ptr.byteLength) : undefined;
+              const bytes = copy?.bytes ?? new Uint8Array(Math.ceil((step.op === 'pageIn' ? step.fraction : 1) * ptr.byteLength)); // a prefix: spans overlap in part
+              actual = device.pager.pageIn(bytes, ptr);
+              expected = reference.schedule('h2d', device.copyDurationNs(bytes.byteLength), [], [spanOf(ptr, bytes.byteLength)], copy?.onHostAtNs ?? 0);
+            }
+          }
+          expect(span(actual), `${step.op}, operation ${device.timeline.length}`).to.deep.equal(expected);
+        }
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
+
+/** A device plugin for `'sim'` whose allocators are CachingAllocators over `device`. */
+function simulated(device: SimulatedDevice, options: DeviceAllocatorOptions): Plugin {
+  const spec: DeviceAllocatorSpec<DeviceAllocatorOptions, never> = {
+    deviceType: 'sim',
+    deviceCount: 1,
+    deviceOptions: [],
+    reportsCapacity: false,
+    create: (_device, engine) => new CachingAllocator(device, engine),
+  };
+  return { name: 'sim', register: (c) => registerDeviceAllocator(c, spec, options) };
+}
+
+describe('SimulatedDevice (under LMS)', () => {
+  it('pages storages out and back in through its pager under a budget, on the schedule worked out by hand', async () => {
+    const device = new SimulatedDevice({ link: 'pcie4' });
+    await using rt = await createRuntime({ plugins: [cpu(), simulated(device, { limit: 24 * MiB }), lms({ devices: ['sim'] })] });
+    const storages = [0, 1, 2].map((seed) => {
+      const s = rt.storage(10 * MiB, { device: 'sim' }); // a segment of its own: two fit under the budget, not three
+      rt.write(s, patternBytes(s.byteLength, seed));
+      pin(s).release();
+      return s;
+    });
+    expect(storages.map((s) => s.lms?.state)).to.deep.equal(['reclaimed', 'inactive', 'inactive']);
+    for (const [seed, s] of storages.entries()) {
+      pin(s).release();
+      expect(Buffer.from(await rt.read(s)).equals(Buffer.from(patternBytes(s.byteLength, seed))), `storage ${seed}'s bytes`).to.equal(true);
+    }
+    const d = copyDurationNs(LINK_PROFILES.pcie4, 10 * MiB); // every copy here moves 10 MiB: 2000 + 327 680 ns
+    expect(device.timeline.map((e) => `${e.engine} ${e.name} ${e.startNs / d}-${e.endNs / d}`)).to.deep.equal([
+      'h2d write 0-1', // s0
+      'h2d write 1-2', // s1, after s0's on the one h2d engine
+      'd2h pageOut 1-2', // s2 needs room: s0 goes out once its write has ended
+      'h2d write 2-3', // s2 into s0's old block: after the page-out has read it
+      'd2h pageOut 2-3', // pin(s0) needs room: s1 goes out (least recently unpinned)
+      'h2d pageIn 3-4', // s0 into s1's old block: after s1's page-out (and s0's bytes reached the host at 2)
+      'd2h read 4-5', // rt.read(s0), after its page-in
+      'd2h pageOut 5-6', // pin(s1): s2 goes out, behind the read on the d2h engine
+      'h2d pageIn 6-7',
+      'd2h read 7-8',
+      'h2d pageIn 7-8', // pin(s2): s0 is freed without a copy (its host copy is still valid), s2 comes in
+      'd2h read 8-9',
+    ]);
+    expect(device.stats.makespanNs).to.equal(9 * d);
   });
 });
 
