@@ -206,6 +206,9 @@ describe('SimulatedDevice#kernel', () => {
     expect(() => device.kernel('', 10, {})).to.throw(InvalidArgumentError);
     expect(() => device.kernel('k', 1.5, {})).to.throw(InvalidArgumentError);
     expect(() => device.kernel('k', -1, {})).to.throw(InvalidArgumentError);
+    expect(() => device.kernel('k', 1, { reads: a } as never)).to.throw(InvalidArgumentError, /access\.reads/);
+    expect(() => device.kernel('k', 1, { writes: [{}] } as never)).to.throw(InvalidArgumentError, /access\.writes\[0\]/);
+    expect(() => device.kernel('k', 1, { read: [a] } as never)).to.throw(InvalidArgumentError);
     const other = new CachingAllocator(new SimulatedDevice({ device: 'sim:1' }), {}).allocate(8);
     expect(() => device.kernel('k', 1, { reads: [other] })).to.throw(InvalidArgumentError, /sim:1|sim:0/);
     allocator.free(a);

@@ -5,6 +5,11 @@ export interface ByteRange {
   readonly hi: number;
 }
 
+/** The bytes `byteLength` long from `byteOffset` of segment `handle`. */
+export function byteRange(handle: object, byteOffset: number, byteLength: number): ByteRange {
+  return { handle, lo: byteOffset, hi: byteOffset + byteLength };
+}
+
 interface Access {
   readonly lo: number;
   readonly hi: number;
@@ -22,7 +27,8 @@ interface Access {
  * at or before the host's clock (later operations start no earlier); when a later write covers its range (that
  * write waited for it, so it ends later, and it conflicts with everything the dropped access did); or when it is a
  * read and a later read covering its range ends no earlier. So `readyAtNs` gives the same answer as a scan of
- * every access ever made, and the lists stay as long as the ranges still in flight.
+ * every access ever made. A list holds at most the distinct ranges of its segment touched since the host last
+ * waited past them, and far fewer when kernels write whole blocks.
  *
  * Invariants: every list is non-empty; lo < hi for every access.
  */

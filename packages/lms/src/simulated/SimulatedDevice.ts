@@ -15,18 +15,24 @@
  *   device-to-device copy reads and writes each byte at `memoryBytesPerSecond`.
  * - The host's clock moves only when the host waits (`hostWait`, `synchronize`, `synchronizeEvent`); enqueueing
  *   costs no simulated time, nor do `malloc` and `free`.
+ *
+ * Note [Work at enqueue]: every operation does its work on the bytes when it is enqueued (a kernel's `run`, a
+ * copy's bytes), in program order, while the simulated schedule may run it later and reorder it against others.
+ * The two give the same bytes because the schedule only reorders operations without a hazard between them: any
+ * two that touch the same bytes, one of them writing, run in program order in simulated time too (the later
+ * starts after the earlier ends), and operations touching disjoint bytes commute. This holds for the work the
+ * device sees: kernels (whose `reads` and `writes` must name every block `run` touches), `write`, `read`, `copy`
+ * and the pager. A program that writes a segment's bytes some other way is outside the model.
  */
-import type { AllocateOptions, BackendEvent, DataPtr, Device, DeviceLike, HostBuffer, MemoryBackend, MemoryBlock, SegmentOptions, StreamId } from '@stowage/core';
-import { checkCount, checkFunction, checkOptions, CpuMemoryBackend, formatDevice, InvalidArgumentError, isSameDevice, parseDevice, UseAfterReleaseError } from '@stowage/core';
+import type { AllocateOptions, BackendEvent, Device, DeviceLike, HostBuffer, MemoryBackend, MemoryBlock, SegmentOptions, StreamId } from '@stowage/core';
+import { checkCount, checkFunction, checkOptions, CpuMemoryBackend, DataPtr, formatDevice, InvalidArgumentError, isSameDevice, parseDevice, UseAfterReleaseError } from '@stowage/core';
 import type { ByteRange } from './AccessHazards.js';
-import { AccessHazards } from './AccessHazards.js';
+import { AccessHazards, byteRange } from './AccessHazards.js';
 import type { LinkName, LinkProfile } from './LinkProfile.js';
 import { copyDurationNs, resolveLink } from './LinkProfile.js';
 import { SimulatedPager } from './SimulatedPager.js';
 
 export type EngineName = 'compute' | 'h2d' | 'd2h';
-
-export const ENGINE_NAMES: readonly EngineName[] = Object.freeze(['compute', 'h2d', 'd2h']);
 
 /** One operation as the simulated device ran it. */
 export interface TimelineEntry {
@@ -59,6 +65,16 @@ export interface SimulatedDeviceStats {
   readonly compute: EngineStats;
   readonly h2d: EngineStats;
   readonly d2h: EngineStats;
+}
+
+/** What an operation touches and waits for, beyond its engine and the host's clock. */
+export interface OperationAccess {
+  readonly reads?: readonly ByteRange[];
+  readonly writes?: readonly ByteRange[];
+  /** It starts no earlier than this (a page-in: when its bytes reached the host), simulated ns. Default 0. */
+  readonly afterNs?: number;
+  /** Bytes it moves, for copies: recorded in its entry and the engine's totals. */
+  readonly bytes?: number;
 }
 
 /** The bytes a kernel reads and writes; its data hazards are taken from them. */
@@ -154,11 +170,6 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
     return { nowNs: this.#nowNs, makespanNs: this.#makespanNs, compute: engineStats(compute), h2d: engineStats(h2d), d2h: engineStats(d2h) };
   }
 
-  /** Bytes `byteLength` long from `byteOffset` of segment `handle`, for the hazards of an operation. */
-  static range(handle: HostBuffer, byteOffset: number, byteLength: number): ByteRange {
-    return { handle, lo: byteOffset, hi: byteOffset + byteLength };
-  }
-
   /** The gaps in which `engine` sat idle between 0 and the end of its last operation, in order. */
   idleGaps(engine: EngineName): { readonly startNs: number; readonly endNs: number }[] {
     const gaps: { startNs: number; endNs: number }[] = [];
@@ -182,20 +193,22 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
   kernel(name: string, durationNs: number, access: KernelAccess, run?: () => void): TimelineEntry {
     if (typeof name !== 'string' || name === '') throw new InvalidArgumentError('name', name, 'a non-empty string');
     checkCount('durationNs', durationNs);
-    checkOptions('access', access, ['reads', 'writes']);
-    const reads = (access.reads ?? []).map((ptr, i) => this.#rangeOf(ptr, `access.reads[${i}]`));
-    const writes = (access.writes ?? []).map((ptr, i) => this.#rangeOf(ptr, `access.writes[${i}]`));
+    const checked = checkOptions('access', access, ['reads', 'writes']);
+    const reads = this.#rangesOf(checked.reads, 'access.reads');
+    const writes = this.#rangesOf(checked.writes, 'access.writes');
     if (run !== undefined) checkFunction('run', run)();
-    return this.enqueue('compute', name, durationNs, reads, writes);
+    return this.enqueue('compute', name, durationNs, { reads, writes });
   }
 
   /**
    * Enqueues one operation on `engine` and returns its entry: it starts at the latest of the host's clock, the
-   * engine becoming free, `afterNs`, and the end of every earlier operation it has a hazard with. For the pager and
-   * the backend methods; moves no bytes. Preconditions (unchecked): `durationNs` is a non-negative whole number;
-   * every range lies in a live segment of this device.
+   * engine becoming free, `access.afterNs`, and the end of every earlier operation it has a hazard with. For the
+   * pager, the backend methods, and a driver modelling other copies; moves no bytes (Note [Work at enqueue]: the
+   * caller does the work now). Preconditions (unchecked): `durationNs` is a non-negative whole number; every range
+   * lies in a live segment of this device (`byteRange(ptr.handle, ptr.byteOffset, ptr.byteLength)`).
    */
-  enqueue(engine: EngineName, name: string, durationNs: number, reads: readonly ByteRange[], writes: readonly ByteRange[], afterNs = 0, bytes?: number): TimelineEntry {
+  enqueue(engine: EngineName, name: string, durationNs: number, access: OperationAccess): TimelineEntry {
+    const { reads = [], writes = [], afterNs = 0, bytes } = access;
     const state = this.#engines[engine];
     const startNs = Math.max(this.#nowNs, state.freeAtNs, afterNs, this.#hazards.readyAtNs(reads, writes));
     const endNs = startNs + durationNs;
@@ -252,13 +265,14 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
   copy(dst: HostBuffer, dstOffset: number, src: HostBuffer, srcOffset: number, byteLength: number): void {
     this.#memory.copy(dst, dstOffset, src, srcOffset, byteLength);
     const durationNs = copyDurationNs({ bytesPerSecond: this.memoryBytesPerSecond, latencyNs: 0 }, 2 * byteLength);
-    this.enqueue('compute', 'copy', durationNs, [SimulatedDevice.range(src, srcOffset, byteLength)], [SimulatedDevice.range(dst, dstOffset, byteLength)]);
+    this.enqueue('compute', 'copy', durationNs, { reads: [byteRange(src, srcOffset, byteLength)], writes: [byteRange(dst, dstOffset, byteLength)] });
   }
 
   /** A host-to-device copy on the h2d engine (as `queue.writeBuffer` or `cudaMemcpyAsync`: in device order). */
   write(dst: HostBuffer, dstOffset: number, bytes: Uint8Array): void {
     this.#memory.write(dst, dstOffset, bytes);
-    this.enqueue('h2d', 'write', this.copyDurationNs(bytes.byteLength), [], [SimulatedDevice.range(dst, dstOffset, bytes.byteLength)], 0, bytes.byteLength);
+    const byteLength = bytes.byteLength;
+    this.enqueue('h2d', 'write', this.copyDurationNs(byteLength), { writes: [byteRange(dst, dstOffset, byteLength)], bytes: byteLength });
   }
 
   /**
@@ -267,7 +281,7 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
    */
   read(src: HostBuffer, srcOffset: number, byteLength: number): Promise<Uint8Array> {
     const bytes = this.#memory.read(src, srcOffset, byteLength);
-    this.enqueue('d2h', 'read', this.copyDurationNs(byteLength), [SimulatedDevice.range(src, srcOffset, byteLength)], [], 0, byteLength);
+    this.enqueue('d2h', 'read', this.copyDurationNs(byteLength), { reads: [byteRange(src, srcOffset, byteLength)], bytes: byteLength });
     return bytes;
   }
 
@@ -291,12 +305,17 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
     this.hostWait((event as SimulatedEvent).atNs);
   }
 
-  /** The bytes of a live pointer of this device, for an operation's hazards. */
-  #rangeOf(ptr: DataPtr, argument: string): ByteRange {
-    if (!(typeof ptr === 'object' && ptr !== null && 'handle' in ptr && 'device' in ptr)) throw new InvalidArgumentError(argument, ptr, 'a DataPtr');
-    if (!isSameDevice(ptr.device, this.device)) throw new InvalidArgumentError(argument, ptr, `a pointer of ${formatDevice(this.device)}`);
-    if (ptr.isReleased) throw new UseAfterReleaseError(`${argument}: the ${ptr.byteLength}-byte allocation at address 0x${ptr.address.toString(16)} on ${formatDevice(this.device)} was already released.`);
-    return SimulatedDevice.range(ptr.handle as HostBuffer, ptr.byteOffset, ptr.byteLength);
+  /** The bytes of live pointers of this device, for a kernel's hazards. */
+  #rangesOf(ptrs: readonly DataPtr[] | undefined, argument: string): ByteRange[] {
+    if (ptrs === undefined) return [];
+    if (!Array.isArray(ptrs)) throw new InvalidArgumentError(argument, ptrs, 'an array of DataPtrs (or nothing)');
+    return ptrs.map((ptr: DataPtr, i) => {
+      const at = `${argument}[${i}]`;
+      if (!(ptr instanceof DataPtr)) throw new InvalidArgumentError(at, ptr, 'a DataPtr');
+      if (!isSameDevice(ptr.device, this.device)) throw new InvalidArgumentError(at, ptr, `a pointer of ${formatDevice(this.device)}`);
+      if (ptr.isReleased) throw new UseAfterReleaseError(`${at}: the ${ptr.byteLength}-byte allocation at address 0x${ptr.address.toString(16)} on ${formatDevice(this.device)} was already released.`);
+      return byteRange(ptr.handle as HostBuffer, ptr.byteOffset, ptr.byteLength);
+    });
   }
 }
 

@@ -1,4 +1,5 @@
 import type { DataPtr, Device, HostBuffer, PageOut, Pager } from '@stowage/core';
+import { byteRange } from './AccessHazards.js';
 import type { SimulatedDevice, TimelineEntry } from './SimulatedDevice.js';
 
 /** A page-out of a SimulatedDevice: its bytes are on the host at once; `entry` says when the simulated copy ran. */
@@ -17,12 +18,12 @@ export interface SimulatedPageOut extends PageOut {
  *   host holds them only then. Later kernels that touch `dst` start after it.
  *
  * Note [Copied at once, read at the start]: a page-out copies the block when it is enqueued, while the simulated
- * d2h engine reads it at its start time, maybe much later. The two read the same bytes: every operation that
- * wrote them before was enqueued before, so its bytes are already there (work runs at enqueue) and it ends before
- * the page-out starts (a hazard); every operation that writes them after is enqueued after, so its bytes are not
- * there yet at enqueue, and it starts after the page-out ends (a hazard). Host writes go through the device too
- * (`write`, an h2d copy). So `src` may be freed, and its block reused, right after `pageOut` returns, as the
- * Pager contract allows, with no copy ever reading another storage's bytes.
+ * d2h engine reads it conceptually at the copy's start time, maybe much later. The two read the same bytes (Note
+ * [Work at enqueue] in SimulatedDevice.ts): every operation that wrote them before was enqueued before, so its
+ * bytes are already there and it ends before the page-out starts (a read-after-write hazard); every operation
+ * that writes them after is enqueued after, so its bytes are not there yet, and it starts only after the page-out
+ * ends (write after read). So `src` may be freed, and its block reused at once by another storage, as the Pager
+ * contract allows: the reuse's writes wait in simulated time, and the copy keeps the bytes it was given.
  */
 export class SimulatedPager implements Pager {
   readonly device: Device;
@@ -43,8 +44,8 @@ export class SimulatedPager implements Pager {
     const out = this.#bytes.pageOut(src);
     const bytes = out.bytes!;
     const device = this.#device;
-    const range = { handle: src.handle as HostBuffer, lo: src.byteOffset, hi: src.byteOffset + src.byteLength };
-    const entry = device.enqueue('d2h', 'pageOut', device.copyDurationNs(bytes.byteLength), [range], [], 0, bytes.byteLength);
+    const reads = [byteRange(src.handle as HostBuffer, src.byteOffset, src.byteLength)];
+    const entry = device.enqueue('d2h', 'pageOut', device.copyDurationNs(bytes.byteLength), { reads, bytes: bytes.byteLength });
     this.#onHostAtNs.set(bytes.buffer, entry.endNs);
     return { byteLength: bytes.byteLength, bytes, done: out.done, entry };
   }
@@ -53,8 +54,8 @@ export class SimulatedPager implements Pager {
   pageIn(bytes: Uint8Array, dst: DataPtr): TimelineEntry {
     this.#bytes.pageIn(bytes, dst);
     const device = this.#device;
-    const range = { handle: dst.handle as HostBuffer, lo: dst.byteOffset, hi: dst.byteOffset + bytes.byteLength };
+    const writes = [byteRange(dst.handle as HostBuffer, dst.byteOffset, bytes.byteLength)];
     const afterNs = this.#onHostAtNs.get(bytes.buffer) ?? 0;
-    return device.enqueue('h2d', 'pageIn', device.copyDurationNs(bytes.byteLength), [], [range], afterNs, bytes.byteLength);
+    return device.enqueue('h2d', 'pageIn', device.copyDurationNs(bytes.byteLength), { writes, afterNs, bytes: bytes.byteLength });
   }
 }
