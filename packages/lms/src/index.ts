@@ -15,6 +15,7 @@ export { LmsStorageImpl } from './LmsStorageImpl.js';
 export type { BeladyEviction, BeladyMinResult } from './offline/beladyMin.js';
 export { beladyMin } from './offline/beladyMin.js';
 export type { OfflineOp, OfflineTensor, OfflineTensorId, OfflineTrace } from './offline/OfflineTrace.js';
+export { OfflineTraceRecorder } from './offline/OfflineTraceRecorder.js';
 export type { Pinnable } from './pin.js';
 export { pin, pinAsync, PinGuard } from './pin.js';
 export type { BuiltInPolicyName } from './policies.js';

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { InvalidArgumentError } from '@stowage/core';
 import type { OfflineOp, OfflineTensorId, OfflineTrace } from '@stowage/lms';
-import { beladyMin } from '@stowage/lms';
+import { beladyMin, OfflineTraceRecorder } from '@stowage/lms';
 
 const PAGE = 4096;
 
@@ -188,5 +188,44 @@ describe('beladyMin', () => {
     expect(() => beladyMin({ tensors: [...tensors, { id: 'a', bytes: 1 }], ops: [] }, 64)).to.throw(InvalidArgumentError, /tensors\[2\]\.id must be unique/);
     expect(() => beladyMin({ tensors: [{ id: 'a', bytes: 1.5 }], ops: [] }, 64)).to.throw(InvalidArgumentError, /bytes must be a non-negative whole number/);
     expect(() => beladyMin({ tensors, ops: [] }, -1)).to.throw(InvalidArgumentError, /budgetBytes must be a non-negative whole number/);
+  });
+});
+
+describe('OfflineTraceRecorder', () => {
+  it('numbers keys as first seen, creates a key first seen written, and frees a released key after the last op', () => {
+    const w = { bytes: 40 }; // a weight: only read, so it exists on the host before the trace
+    const x = { bytes: 30 };
+    const y = { bytes: 30 };
+    const recorder = new OfflineTraceRecorder<{ bytes: number }>((key) => key.bytes);
+    recorder.recordOp([w], [x]); // x = f(w): x is pinned because it is written
+    recorder.recordOp([x, w], [y, x]); // y = g(x, w), and x is updated in place
+    recorder.recordRelease(x);
+    recorder.recordRelease({ bytes: 1 }); // never used by an op: ignored
+    recorder.recordOp([y], [w]);
+    recorder.recordOp([x]); // a released key seen again is a new tensor, existing on the host
+    expect(recorder.trace()).to.deep.equal({
+      tensors: [
+        { id: 0, bytes: 40 },
+        { id: 1, bytes: 30 },
+        { id: 2, bytes: 30 },
+        { id: 3, bytes: 30 },
+      ],
+      ops: [
+        { pins: [0, 1], creates: [1] },
+        { pins: [1, 0, 2], creates: [2], writes: [1], frees: [1] },
+        { pins: [2, 0], writes: [0] },
+        { pins: [3] },
+      ],
+    });
+  });
+
+  it('records a trace beladyMin replays', () => {
+    const recorder = new OfflineTraceRecorder<{ bytes: number }>((key) => key.bytes);
+    const [a, b, c] = [{ bytes: 60 }, { bytes: 50 }, { bytes: 40 }];
+    recorder.recordOp([], [a]);
+    recorder.recordOp([], [b]); // evicts a (written, used again): 60 out
+    recorder.recordOp([a, c], [c]); // evicts b (never used again: dropped); a comes back: 60 in
+    recorder.recordRelease(a);
+    expect(beladyMin(recorder.trace(), 100)).to.deep.include({ fits: true, pageOutBytes: 60, pageInBytes: 60 });
   });
 });
