@@ -96,16 +96,18 @@ export function beladyMin(trace: OfflineTrace, budgetBytes: number): BeladyMinRe
 //
 // For tensors of one size that are never written, evicting the one used farthest in the future minimises page-ins:
 // that is Belady's MIN, provably optimal. Neither condition holds for the traces LMS pages:
-// - Sizes vary. Offline caching with variable sizes ("general caching") is NP-hard, whether the cost counts faults
-//   or bytes (general knowledge; Albers, Arora and Khanna, SODA 1999, give approximations, [S44] in
-//   reference/lms-anchors.md). Farthest next use can lose to a schedule that evicts one small tensor needed soon
-//   instead of a large one needed later, so here it is a heuristic.
+// - Sizes vary. Offline caching with variable sizes ("general caching") is NP-hard, with the cost counted in bytes
+//   and even in faults (general knowledge: Albers, Arora and Khanna, SODA 1999, [S44] in reference/lms-anchors.md,
+//   give approximations; Chrobak et al., "Caching is hard, even in the fault model", 2012). Farthest next use can
+//   evict several tensors needed late where one needed sooner would have made room on its own (the test "keeps
+//   evicting by farthest next use even where one nearer tensor alone would make room" is such a trace), so here it
+//   is a heuristic.
 // - Writes make evictions cost different amounts (a clean tensor is dropped, a written one is copied out), and the
-//   victim order ignores that cost beyond a tiebreak, so even at one size the sum of page-outs and page-ins is
-//   not minimised.
-// So the bench's "bytes moved / Belady-MIN" (lms-anchors §7, M4) is a ratio to a strong, fast reference, and a
-// policy may score below 1.0. A lower bound is the peak excess the bench reports beside it (lms-anchors §5); an
-// exact optimum would take an ILP, feasible on small traces only.
+//   victim order weighs that cost only in a tiebreak, so even at one size the sum of page-outs and page-ins is not
+//   minimised.
+// So the bench's "bytes moved / Belady-MIN" (lms-anchors §7, M4) is a ratio to a strong, fast reference, not to an
+// optimum, and a policy may score below 1.0. What bounds every policy from below is the peak excess (lms-anchors
+// §5); the exact optimum would take an ILP, feasible on small traces only.
 
 /** A tensor during the replay. */
 interface TensorState {
