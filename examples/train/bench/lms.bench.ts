@@ -48,10 +48,9 @@ import { LMS_CONTROLLER, lms, pin } from '@stowage/lms';
 import type { LmsRunModel } from '@stowage/example-train';
 import { runUnderLms, unconstrainedPeak } from '@stowage/example-train';
 import type { BenchRecord } from '@stowage/bench-kit';
-import { BenchReporter, parseBenchFlags, runBench } from '@stowage/bench-kit';
+import { BenchReporter, median, parseBenchFlags, runBench, timePerCall } from '@stowage/bench-kit';
 import { IbmReferencePolicy } from './IbmReferencePolicy.js';
 import { PageOutTrace } from './PageOutTrace.js';
-import { median, timePerCall } from './timePerCall.js';
 
 const USAGE = `Usage: node examples/train/dist-bench/lms.bench.js [--quick]
   --quick   the CPU rows and, on WebGPU, the deep mlp only (under a minute)

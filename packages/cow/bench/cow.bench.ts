@@ -15,40 +15,13 @@ import os from 'node:os';
 import type { Runtime, StorageImpl } from '@stowage/core';
 import { cpu, createRuntime, hostBytes } from '@stowage/core';
 import { lazyClone, materialize } from '@stowage/cow';
-import { collectGarbage } from '@stowage/bench-kit';
+import { collectGarbage, median, timePerCall as measure } from '@stowage/bench-kit';
 
 const KiB = 1024;
 const SIZES = [KiB, 16 * KiB, 256 * KiB, 4 * 1024 * KiB, 64 * 1024 * KiB, 256 * 1024 * KiB];
-/** Each measurement repeats until it has taken this long (and at least 3 times), in ROUNDS rounds. */
+/** Each timed step repeats until it has taken this long (and at least 3 times), in ROUNDS rounds. */
 const MIN_MS = 270;
 const ROUNDS = 9;
-
-/** The median of {@link ROUNDS} timings (a collection landing in one of them moves the median little). */
-function measure(run: () => void): number {
-  collectGarbage(); // no measurement pays for another's garbage (a 256 MiB buffer, say)
-  for (let i = 0; i < 3; i++) run(); // warm up
-  const rounds: number[] = [];
-  for (let r = 0; r < ROUNDS; r++) rounds.push(timeRound(run, MIN_MS / ROUNDS));
-  return median(rounds);
-}
-
-/** Nanoseconds per call of `run`, over at least `ms` milliseconds and 3 calls. */
-function timeRound(run: () => void, ms: number): number {
-  let n = 0;
-  let batch = 1; // calls between reads of the clock, doubling while a batch is short: the clock costs ~100 ns
-  const start = performance.now();
-  do {
-    for (let i = 0; i < batch; i++) run();
-    n += batch;
-    if (performance.now() - start < ms / 100) batch *= 2;
-  } while (performance.now() - start < ms || n < 3);
-  return ((performance.now() - start) * 1e6) / n;
-}
-
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.floor(sorted.length / 2)]!;
-}
 
 function benchSize(rt: Runtime, bytes: number): Record<string, number> {
   const source = rt.storage(bytes);

@@ -1,7 +1,7 @@
-import { collectGarbage } from '@stowage/bench-kit';
+import { collectGarbage } from './collectGarbage.js';
 
-// Timing as packages/cow/bench/cow.bench.ts times its per-call operations: warm up, then the median of ROUNDS
-// rounds, each repeating the call until MIN_MS / ROUNDS milliseconds have passed, reading the clock once per batch.
+// Per-call timing for the benches (cow, lms): warm up, then the median of ROUNDS rounds, each repeating the call
+// until MIN_MS / ROUNDS milliseconds have passed, reading the clock once per batch.
 
 /** Each measurement repeats until it has taken this long (and at least 3 calls per round), in ROUNDS rounds. */
 const MIN_MS = 270;
@@ -17,7 +17,7 @@ export function timePerCall(run: () => void): number {
 }
 
 /** Nanoseconds per call of `run`, over at least `ms` milliseconds and 3 calls. */
-function timeRound(run: () => void, ms: number): number {
+export function timeRound(run: () => void, ms: number): number {
   let n = 0;
   let batch = 1; // calls between reads of the clock, doubling while a batch is short: the clock costs ~100 ns
   const start = performance.now();
