@@ -41,7 +41,7 @@ import { resolveCachingOptions } from './CachingAllocatorOptions.js';
 import { EngineInvariants } from './EngineInvariants.js';
 import { EngineSnapshot } from './EngineSnapshot.js';
 import type { Request } from './EngineState.js';
-import { EngineState, isPooledFree, maySplitFor, tryMerge } from './EngineState.js';
+import { EngineState, maySplitFor, tryMerge } from './EngineState.js';
 import { ExpandableSegments } from './ExpandableSegments.js';
 import { FixedSegments } from './FixedSegments.js';
 import type { HistoryOptions } from './History.js';
@@ -291,24 +291,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
    * (SegmentRelease#releaseIfIdle). Returns whether a segment had that handle.
    */
   retireSegment(handle: H): boolean {
-    const state = this.#state;
-    let found = false;
-    for (const segment of [...state.segments]) {
-      if (segment.memory.handle !== handle || segment.retired) continue;
-      if (!found) this.#quick.flush(); // every free block merged and in its pool
-      found = true;
-      segment.retired = true;
-      this.#expandable.unlist(segment);
-      for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; b; b = b.next) {
-        if (!isPooledFree(b)) continue;
-        state.poolOf(b).remove(b);
-        if (b.isSplit && !segment.expandable) {
-          this.stats.inactive_split.add(b.small, -1);
-          this.stats.inactive_split_bytes.add(b.small, -b.size);
-        }
-      }
-      this.#release.releaseIfIdle(segment);
-    }
+    const found = this.#release.retire(handle);
     this.#emitSegmentEvents();
     return found;
   }

@@ -14,6 +14,7 @@
  */
 import type { Block, Segment } from './Block.js';
 import type { EngineState, Request } from './EngineState.js';
+import { isPooledFree } from './EngineState.js';
 import type { ExpandableSegments } from './ExpandableSegments.js';
 import type { FixedSegments } from './FixedSegments.js';
 import type { QuickLists } from './QuickLists.js';
@@ -118,6 +119,33 @@ export class SegmentRelease<H> {
     block.released = true;
     this.state.segments.delete(segment);
     this.returnToBackend(segment);
+  }
+
+  /**
+   * Takes the segments with backend handle `handle` out of service (Note [Retired segments] in
+   * CachingAllocator.ts): their free blocks leave the pools, and each goes back once idle. Returns whether a
+   * segment had that handle.
+   */
+  retire(handle: H): boolean {
+    const state = this.state;
+    let found = false;
+    for (const segment of [...state.segments]) {
+      if (segment.memory.handle !== handle || segment.retired) continue;
+      if (!found) this.quick.flush(); // every free block merged and in its pool
+      found = true;
+      segment.retired = true;
+      this.expandable.unlist(segment);
+      for (let b: Block<H> | null = segment.extentBytes > 0 ? segment.head : null; b; b = b.next) {
+        if (!isPooledFree(b)) continue;
+        state.poolOf(b).remove(b);
+        if (b.isSplit && !segment.expandable) {
+          state.stats.inactive_split.add(b.small, -1);
+          state.stats.inactive_split_bytes.add(b.small, -b.size);
+        }
+      }
+      this.releaseIfIdle(segment);
+    }
+    return found;
   }
 
   /** Returns a retired segment to the backend when nothing in it is allocated or pending. */
