@@ -2,6 +2,7 @@ import type { Allocator, Device, Pager, ReclaimTarget, StorageImpl } from '@stow
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 import type { AllocSource } from './LmsStats.js';
 import { LmsStats } from './LmsStats.js';
+import type { LmsEventSource } from './LmsEvents.js';
 import { LmsEmitter } from './LmsEvents.js';
 import { LmsStorageImpl } from './LmsStorageImpl.js';
 import { ReclaimList } from './ReclaimList.js';
@@ -20,8 +21,12 @@ import { ReclaimList } from './ReclaimList.js';
 export class LmsDevice {
   readonly list = new ReclaimList<LmsStorageImpl>();
   readonly stats = new LmsStats();
-  /** `pagedOut` and `pagedIn` for every storage paged; listeners cannot break the allocation they run in. */
-  readonly events = new LmsEmitter();
+  readonly #emitter = new LmsEmitter();
+  /**
+   * `pagedOut` and `pagedIn` for every storage paged, `listenerFailed` for a listener or policy hook that threw:
+   * listen only (LMS emits); listeners cannot break the allocation they run in.
+   */
+  readonly events: LmsEventSource = this.#emitter;
   /** Unpins so far: the clock of `unpinnedAt`. */
   unpinClock = 0;
   /** The step the last reclaim took, for `alloc_distribution`; reset by the allocator before each allocation. */
@@ -65,16 +70,16 @@ export class LmsDevice {
     try {
       policy[hook]?.(storage);
     } catch (error) {
-      this.events.safeEmit('listenerFailed', { event: `policy.${hook}`, error });
+      this.#emitter.safeEmit('listenerFailed', { event: `policy.${hook}`, error });
     }
   }
 
   emitPagedOut(storage: StorageImpl, bytes: number, copied: boolean): void {
-    if (this.events.listenerCount('pagedOut') > 0) this.events.safeEmit('pagedOut', { storage, bytes, copied });
+    if (this.#emitter.listenerCount('pagedOut') > 0) this.#emitter.safeEmit('pagedOut', { storage, bytes, copied });
   }
 
   emitPagedIn(storage: StorageImpl, bytes: number): void {
-    if (this.events.listenerCount('pagedIn') > 0) this.events.safeEmit('pagedIn', { storage, bytes });
+    if (this.#emitter.listenerCount('pagedIn') > 0) this.#emitter.safeEmit('pagedIn', { storage, bytes });
   }
 
   /** One reclaim step toward `bytes` (Note [Reclaim steps]); returns the bytes freed, 0 when nothing is inactive. */

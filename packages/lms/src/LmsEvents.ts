@@ -28,3 +28,6 @@ export class LmsEmitter extends EventEmitter<LmsEvents> {
     }
   }
 }
+
+/** What listeners see of LMS's emitter: they subscribe; only LMS emits. */
+export type LmsEventSource = Pick<LmsEmitter, 'on' | 'once' | 'off' | 'listenerCount'>;

@@ -5,7 +5,7 @@ export type { LmsSnapshot } from './LmsAllocator.js';
 export { LmsAllocator } from './LmsAllocator.js';
 export { LMS_CONTROLLER, LmsController } from './LmsController.js';
 export { LmsDevice } from './LmsDevice.js';
-export type { LmsEvents } from './LmsEvents.js';
+export type { LmsEvents, LmsEventSource } from './LmsEvents.js';
 export { LmsEmitter } from './LmsEvents.js';
 export type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 export { LMS_POLICY } from './LmsPolicy.js';
