@@ -1,21 +1,8 @@
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { createWebGpuAllocator, openWebGpuDevice } from '@stowage/allocator-webgpu';
+import { createWebGpuAllocator } from '@stowage/allocator-webgpu';
 import type { WebGpuAllocator, WebGpuOptions } from '@stowage/allocator-webgpu';
 
-export { deviceOrSkip, sharedDevice } from '@stowage/allocator-webgpu/testing';
-
-/**
- * A device of the test's own (for tests that destroy it or wrap its queue), or skips the test, printing why. The
- * caller keeps the context alive to the end of the run (Dawn crashes if the GPU object goes first).
- */
-export async function ownDeviceOrSkip(context: Mocha.Context): Promise<WebGpuContext> {
-  const own = await openWebGpuDevice().catch((error: Error) => {
-    console.log(`    skipped: no WebGPU adapter for a device of its own — ${error.message}`);
-    return undefined;
-  });
-  if (!own) context.skip();
-  return own!;
-}
+export { deviceOrSkip, ownDeviceOrSkip, sharedDevice } from '@stowage/allocator-webgpu/testing';
 
 /** An allocator on the shared device. */
 export function allocatorOn(context: WebGpuContext, options: WebGpuOptions = {}): WebGpuAllocator {

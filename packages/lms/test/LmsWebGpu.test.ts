@@ -2,8 +2,8 @@ import { expect } from 'chai';
 import type { AllocatorStats, ForwardingAllocator, Runtime, StorageImpl } from '@stowage/core';
 import { createRuntime, resolve } from '@stowage/core';
 import type { WebGpuAllocator, WebGpuContext, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
-import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
-import { refuseSegments } from '@stowage/allocator-webgpu/testing';
+import { webgpu } from '@stowage/allocator-webgpu';
+import { deviceOrSkip as sharedDeviceOrSkip, ownDeviceOrSkip, refuseSegments } from '@stowage/allocator-webgpu/testing';
 import { LMS_CONTROLLER, lms, LmsStorageImpl, PageInPendingError, pin, pinAsync } from '@stowage/lms';
 import { patternBytes } from '@stowage/core/testing';
 
@@ -38,20 +38,8 @@ async function expectBytes(rt: Runtime, storage: StorageImpl, seed: number): Pro
 
 describe('LMS on WebGPU', function () {
   this.timeout(60_000);
-  // One Dawn device for the file (the context keeps Dawn's GPU object alive as long as the device), or why none.
-  let opened: Promise<WebGpuContext | string> | undefined;
-
   async function deviceOrSkip(test: Mocha.Context): Promise<GPUDevice> {
-    opened ??= openWebGpuDevice().then(
-      (context) => context,
-      (error: Error) => error.message,
-    );
-    const context = await opened;
-    if (typeof context === 'string') {
-      console.log(`    skipped: no WebGPU adapter — ${context}`);
-      test.skip();
-    }
-    return (context as WebGpuContext).device;
+    return (await sharedDeviceOrSkip(test)).device;
   }
 
   /** A runtime whose WebGPU allocator has the test budget, under LMS. */
@@ -218,11 +206,7 @@ describe('LMS when the device says no before the budget does', function () {
   const keep: WebGpuContext[] = [];
 
     it('reclaims inactive LMS storages when the device refuses a segment before the budget is met', async function () {
-      const own = await openWebGpuDevice().catch((error: Error) => {
-        console.log(`    skipped: no WebGPU adapter for a device of its own — ${error.message}`);
-        return undefined;
-      });
-      if (own === undefined) return this.skip();
+const own = await ownDeviceOrSkip(this);
       keep.push(own);
       await using rt = await createRuntime({ plugins: [webgpu({ device: own.device, limit: '64MiB', segmentRefusal: 'mapped' }), lms()] });
       const deviceBytes = 16 << 20; // what this pretend device holds, far below the 64 MiB budget

@@ -8,4 +8,4 @@ export { runInChromium } from './runInChromium.js';
 export type { BrowserBundleServer } from './serveBrowserBundle.js';
 export { serveBrowserBundle } from './serveBrowserBundle.js';
 export { refuseSegments } from './refuseSegments.js';
-export { deviceOrSkip, sharedDevice } from './sharedDevice.js';
+export { deviceOrSkip, ownDeviceOrSkip, sharedDevice } from './sharedDevice.js';

@@ -21,3 +21,16 @@ export async function deviceOrSkip(context: { skip(): void }): Promise<WebGpuCon
   }
   return device as WebGpuContext;
 }
+
+/**
+ * A device of the test's own (for tests that destroy it or wrap its methods), or skips the test printing why. The
+ * caller keeps the context alive to the end of the run (Dawn fails if the GPU object goes first).
+ */
+export async function ownDeviceOrSkip(context: { skip(): void }): Promise<WebGpuContext> {
+  const own = await openWebGpuDevice().catch((error: Error) => {
+    console.log(`    skipped: no WebGPU adapter for a device of its own — ${error.message}`);
+    return undefined;
+  });
+  if (own === undefined) context.skip();
+  return own!;
+}
