@@ -2,6 +2,8 @@ import type { Runtime } from '@stowage/core';
 import { hostBytes, InvalidArgumentError } from '@stowage/core';
 import type { Ops, PinScope, Tensor } from './Ops.js';
 import { noPin } from './noPin.js';
+import type { Shape } from './shapes.js';
+import { describeShape, shapeChecks } from './shapes.js';
 
 // The CPU reference implementation of Ops: plain loops over Float32Array views of host storages.
 //
@@ -20,7 +22,7 @@ import { noPin } from './noPin.js';
 // exist, before anything writes them.
 
 /** A tensor's [rows, cols]. */
-type Shape = readonly [rows: number, cols: number];
+const { shapeOf, checkShape } = shapeChecks('cpu');
 
 /** The outputs of an op with output shapes S, one tensor per shape. */
 type Outputs<S extends readonly Shape[]> = { -readonly [I in keyof S]: Tensor };
@@ -357,23 +359,6 @@ function transpose(x: Float32Array, rows: number, cols: number): Float32Array {
   return t;
 }
 
-/** x's [rows, cols]. @throws InvalidArgumentError unless x is a contiguous float32 2-D tensor in host memory. */
-function shapeOf(argument: string, x: Tensor): Shape {
-  if (x.dtype !== 'float32' || x.dim !== 2 || !x.isContiguous()) {
-    throw new InvalidArgumentError(argument, describeShape(x), 'a contiguous float32 [rows, cols] tensor');
-  }
-  return [x.sizes[0]!, x.sizes[1]!];
-}
-
-/** @throws InvalidArgumentError unless x is a contiguous float32 tensor of `shape`. */
-function checkShape(argument: string, x: Tensor, shape: Shape): void {
-  const [rows, cols] = shapeOf(argument, x);
-  if (rows !== shape[0] || cols !== shape[1]) throw new InvalidArgumentError(argument, describeShape(x), `of shape [${shape[0]}, ${shape[1]}]`);
-}
-
-function describeShape(x: Tensor): string {
-  return `a ${x.dtype} tensor of sizes [${x.sizes.join(', ')}]`;
-}
 
 /** x's elements for reading; valid only while x is pinned and only until the op's kernel returns. */
 function readView(x: Tensor): Float32Array {

@@ -1,11 +1,13 @@
 import type { Runtime } from '@stowage/core';
-import { InvalidArgumentError, TensorImpl } from '@stowage/core';
+import { InvalidArgumentError } from '@stowage/core';
 import { webGpuAllocatorOf } from './webGpuAllocatorOf.js';
 import type { Ops, PinScope, Tensor } from '../Ops.js';
 import { noPin } from '../noPin.js';
 import type { Dispatch, KernelParams, Operand } from './KernelRunner.js';
 import { KernelRunner, linearGrid } from './KernelRunner.js';
 import type { KernelName } from './kernels.js';
+import type { Shape } from '../shapes.js';
+import { describeShape, shapeChecks } from '../shapes.js';
 
 // The training ops on WebGPU: WGSL compute kernels (kernels.ts) over tensors of the runtime's WebGPU allocator.
 //
@@ -22,7 +24,7 @@ import type { KernelName } from './kernels.js';
 // - A failed op releases the outputs it allocated and leaves its inputs unchanged.
 
 /** A tensor's [rows, cols]. */
-type Shape = readonly [rows: number, cols: number];
+const { shapeOf, checkShape } = shapeChecks('webgpu');
 
 /** The outputs of an op with output shapes S, one tensor per shape. */
 type Outputs<S extends readonly Shape[]> = { -readonly [I in keyof S]: Tensor };
@@ -257,21 +259,4 @@ function write(tensor: Tensor): Operand {
   return { tensor, access: 'write' };
 }
 
-/** x's [rows, cols]. @throws InvalidArgumentError unless x is a contiguous float32 2-D tensor on WebGPU. */
-function shapeOf(argument: string, x: Tensor): Shape {
-  if (!(x instanceof TensorImpl) || x.dtype !== 'float32' || x.dim !== 2 || !x.isContiguous() || x.device.type !== 'webgpu') {
-    throw new InvalidArgumentError(argument, x instanceof TensorImpl ? describeShape(x) : x, 'a contiguous float32 [rows, cols] tensor on webgpu');
-  }
-  return [x.sizes[0]!, x.sizes[1]!];
-}
-
-/** @throws InvalidArgumentError unless x is a contiguous float32 WebGPU tensor of `shape`. */
-function checkShape(argument: string, x: Tensor, shape: Shape): void {
-  const [rows, cols] = shapeOf(argument, x);
-  if (rows !== shape[0] || cols !== shape[1]) throw new InvalidArgumentError(argument, describeShape(x), `of shape [${shape[0]}, ${shape[1]}]`);
-}
-
-function describeShape(x: Tensor): string {
-  return `a ${x.dtype} tensor of sizes [${x.sizes.join(', ')}] on ${x.device.type}`;
-}
 
