@@ -2,6 +2,8 @@ import type { AllocateOptions, Allocator, AllocatorStats, DataPtr, LmsStorage, M
 import { formatBytes, ForwardingAllocator, OutOfMemoryError } from '@stowage/core';
 import { LmsDevice } from './LmsDevice.js';
 import type { LmsPolicy } from './LmsPolicy.js';
+import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
+import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
 import { LmsStorageImpl } from './LmsStorageImpl.js';
 
 /** A snapshot of an LMS allocator: the engine's, plus the storages reclaimed now (they hold no block). */
@@ -20,9 +22,9 @@ export class LmsAllocator extends ForwardingAllocator {
   #segmentsReserved = 0;
   #segmentsReleased = 0;
 
-  constructor(upstream: Allocator, pager: Pager, policyOf: () => LmsPolicy) {
+  constructor(upstream: Allocator, pager: Pager, policyOf: () => LmsPolicy, speculation: SpeculationSettings = SPECULATION_OFF) {
     super(upstream);
-    this.lms = new LmsDevice(this, pager, policyOf);
+    this.lms = new LmsDevice(this, pager, policyOf, speculation);
     upstream.events.on('segmentReserved', () => void this.#segmentsReserved++);
     upstream.events.on('segmentReleased', () => void this.#segmentsReleased++);
   }

@@ -3,6 +3,8 @@ import { formatDevice } from '@stowage/core';
 import { LmsAllocator } from './LmsAllocator.js';
 import type { LmsDevice } from './LmsDevice.js';
 import type { LmsPolicy } from './LmsPolicy.js';
+import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
+import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
 
 /**
  * LMS in one runtime: wraps every allocator that can page in an {@link LmsAllocator} (an AllocatorDecorator), and
@@ -11,11 +13,21 @@ import type { LmsPolicy } from './LmsPolicy.js';
 export class LmsController implements MemoryReclaimer {
   readonly #devices = new Map<string, LmsDevice>();
   readonly #policyOf: () => LmsPolicy;
+  readonly #speculation: SpeculationSettings;
 
-  /** `policyOf` resolves the policy on first use (a plugin registered after `lms()` can still replace it). */
-  constructor(policyOf: () => LmsPolicy) {
+  /**
+   * `policyOf` resolves the policy on first use (a plugin registered after `lms()` can still replace it);
+   * `speculation` says what to do with the learned sequence (off by default).
+   */
+  constructor(policyOf: () => LmsPolicy, speculation: SpeculationSettings = SPECULATION_OFF) {
     let policy: LmsPolicy | undefined;
     this.#policyOf = () => (policy ??= policyOf());
+    this.#speculation = speculation;
+  }
+
+  /** What LMS does with the sequence it learns (Note [Speculation]). */
+  get speculation(): SpeculationSettings {
+    return this.#speculation;
   }
 
   /** The policy this runtime's LMS uses. */
@@ -27,7 +39,7 @@ export class LmsController implements MemoryReclaimer {
   wrap(allocator: Allocator, device: Device): Allocator {
     const pager = allocator.pager;
     if (pager === undefined || allocator.describeBlock === undefined) return allocator;
-    const wrapped = new LmsAllocator(allocator, pager, this.#policyOf);
+    const wrapped = new LmsAllocator(allocator, pager, this.#policyOf, this.#speculation);
     this.#devices.set(formatDevice(device), wrapped.lms);
     return wrapped;
   }
@@ -39,6 +51,15 @@ export class LmsController implements MemoryReclaimer {
 
   reclaim(device: Device, requestedBytes: number, target?: ReclaimTarget): number {
     return this.device(device)?.reclaim(requestedBytes, target) ?? 0;
+  }
+
+  /**
+   * Marks the end of one iteration of the program's loop (a training step) on every device: the sequence of pins
+   * since the last mark is learned, and the next iteration is predicted from it (Note [Speculation]). Call it at
+   * the same point of every iteration; a program that never calls it gets no predictions.
+   */
+  endIteration(): void {
+    for (const lms of this.#devices.values()) lms.endIteration();
   }
 
   /** Reclaims every inactive storage on `device` (every device when absent); returns the bytes freed. */

@@ -6,6 +6,8 @@ import type { LmsEventSource } from './LmsEvents.js';
 import { LmsEmitter } from './LmsEvents.js';
 import { LmsStorageImpl } from './LmsStorageImpl.js';
 import { ReclaimList } from './ReclaimList.js';
+import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
+import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
 
 /**
  * LMS on one allocator (one device): its reclaim list of inactive storages, its reclaimed storages, statistics,
@@ -33,14 +35,22 @@ export class LmsDevice {
   lastStep: AllocSource | null = null;
   readonly #reclaimed = new Set<LmsStorageImpl>();
   readonly #policyOf: () => LmsPolicy;
+  readonly speculation: SpeculationSettings;
 
   constructor(
     /** The LMS allocator: it places the blocks (`describeBlock`) and pages in. */
     readonly allocator: Allocator,
     readonly pager: Pager,
     policyOf: () => LmsPolicy,
+    speculation: SpeculationSettings = SPECULATION_OFF,
   ) {
     this.#policyOf = policyOf;
+    this.speculation = speculation;
+  }
+
+  /** The end of one iteration of the program's loop (LmsController#endIteration). */
+  endIteration(): void {
+    this.stats.iterations++;
   }
 
   get device(): Device {

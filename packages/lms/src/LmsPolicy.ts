@@ -24,6 +24,12 @@ export interface ReclaimCandidate {
   readonly hostCopyReady: boolean;
   /** The controller's unpin count when this storage was last unpinned (larger is more recent). */
   readonly unpinnedAt: number;
+  /**
+   * How far ahead its next pin is predicted, in pins and unpins of the learned sequence (Note [Speculation]):
+   * `Infinity` when the sequence has no further pin of it; undefined when nothing is predicted (speculation off and
+   * no policy asked for predictions, or the current iteration has left every learned sequence).
+   */
+  readonly nextUse?: number;
 }
 
 /**
@@ -53,6 +59,11 @@ export interface LmsPolicy {
   onReclaim?(storage: StorageImpl): void;
   /** A storage under LMS was released. */
   onRelease?(storage: StorageImpl): void;
+  /**
+   * True when the policy reads `ReclaimCandidate.nextUse`: LMS then learns the program's sequence of pins (Note
+   * [Speculation]) even with speculation off.
+   */
+  readonly usesPredictions?: boolean;
 }
 
 /** The policy LMS asks; `lms()` registers `lru` unless told otherwise. */

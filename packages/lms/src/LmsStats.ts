@@ -14,6 +14,15 @@ export const ALLOC_SOURCES: readonly AllocSource[] = ['freelist', 'device_alloc'
  * - `page_out`, `page_out_bytes`, `page_in`, `page_in_bytes`: transfers started; a reclaim whose host copy was
  *   still valid pages nothing out.
  * - `transfer_wait_ms`: time the program waited for a transfer (`ready()`, `pinAsync`).
+ * - With speculation on (`lms({ speculation })`, Note [Speculation]): `speculative_page_out(_bytes)`: page-outs
+ *   started early, at an unpin, because the learned sequence says the storage is reclaimed before its next pin;
+ *   `speculative_hits`: reclaims that found such a copy (they only freed); `speculative_misses`: reclaims that had to
+ *   copy (nothing predicted them); `speculative_wasted_bytes`: speculative copies dropped (a write, a release)
+ *   before any reclaim used them; `prefetch(_bytes)`: page-ins started ahead of a predicted pin;
+ *   `prefetch_hits`: pins that found their storage prefetched; `prefetch_wasted_bytes`: prefetched bytes reclaimed
+ *   again or released before that pin; `iterations`: iteration boundaries (`LmsController#endIteration`);
+ *   `iterations_predicted`: iterations that followed a learned sequence to the end; `prediction_fallbacks`:
+ *   iterations whose sequence left every learned one (prediction stopped there, learning went on).
  */
 export class LmsStats {
   pinned = 0;
@@ -33,6 +42,19 @@ export class LmsStats {
   pageIn = 0;
   pageInBytes = 0;
   waitMs = 0;
+  /** Speculation (Note [Speculation] in speculation/Speculation.ts). */
+  speculativePageOut = 0;
+  speculativePageOutBytes = 0;
+  speculativeHits = 0;
+  speculativeMisses = 0;
+  speculativeWastedBytes = 0;
+  prefetch = 0;
+  prefetchBytes = 0;
+  prefetchHits = 0;
+  prefetchWastedBytes = 0;
+  iterations = 0;
+  iterationsPredicted = 0;
+  predictionFallbacks = 0;
   readonly allocDistribution: Record<AllocSource, number> = { freelist: 0, device_alloc: 0, reclaim_one: 0, reclaim_fragments: 0, reclaim_all: 0, device_alloc_retry: 0 };
 
   pin(bytes: number): void {
@@ -81,6 +103,18 @@ export class LmsStats {
       page_in: this.pageIn,
       page_in_bytes: this.pageInBytes,
       transfer_wait_ms: this.waitMs,
+      speculative_page_out: this.speculativePageOut,
+      speculative_page_out_bytes: this.speculativePageOutBytes,
+      speculative_hits: this.speculativeHits,
+      speculative_misses: this.speculativeMisses,
+      speculative_wasted_bytes: this.speculativeWastedBytes,
+      prefetch: this.prefetch,
+      prefetch_bytes: this.prefetchBytes,
+      prefetch_hits: this.prefetchHits,
+      prefetch_wasted_bytes: this.prefetchWastedBytes,
+      iterations: this.iterations,
+      iterations_predicted: this.iterationsPredicted,
+      prediction_fallbacks: this.predictionFallbacks,
     };
     for (const source of ALLOC_SOURCES) record[`alloc_distribution.${source}`] = this.allocDistribution[source];
     return record;

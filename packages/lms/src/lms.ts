@@ -6,10 +6,21 @@ import type { LmsPolicy } from './LmsPolicy.js';
 import { LMS_POLICY } from './LmsPolicy.js';
 import type { BuiltInPolicyName } from './policies.js';
 import { BUILT_IN_POLICIES } from './policies.js';
+import type { SpeculationOptions, SpeculationSettings } from './speculation/SpeculationOptions.js';
+import { resolveSpeculation } from './speculation/SpeculationOptions.js';
 
 export interface LmsOptions {
-  /** The policy choosing what to reclaim: `'lru'` (IBM's, the default), `'best-fit'`, or a policy object. */
+  /**
+   * The policy choosing what to reclaim: `'lru'` (IBM's, the default), `'best-fit'`, `'speculative'` (farthest
+   * predicted next use), or a policy object.
+   */
   readonly policy?: BuiltInPolicyName | LmsPolicy;
+  /**
+   * Learn the program's sequence of pins iteration by iteration (mark each end with
+   * `LmsController#endIteration`) and act on it: speculative page-out and prefetch (Note [Speculation] in
+   * speculation/Speculation.ts). `true` for both with defaults; off when absent.
+   */
+  readonly speculation?: boolean | SpeculationOptions;
   /** Device types whose allocators page under LMS when they can. Default: `['cpu', 'webgpu', 'cuda']`. */
   readonly devices?: readonly string[];
 }
@@ -26,10 +37,10 @@ const DEFAULT_DEVICES = ['cpu', 'webgpu', 'cuda'] as const;
  * chooseFragments, or devices that are not a list of device type names
  */
 export function registerLms(container: DependencyContainer, options: LmsOptions = {}): void {
-  const { policy, devices } = checkLmsOptions(options);
+  const { policy, devices, speculation } = checkLmsOptions(options);
   if (typeof policy === 'string') container.register(LMS_POLICY, { useClass: BUILT_IN_POLICIES[policy] });
   else container.register(LMS_POLICY, { useValue: policy });
-  const controller = new LmsController(() => resolve(container, LMS_POLICY));
+  const controller = new LmsController(() => resolve(container, LMS_POLICY), speculation);
   container.register(LMS_CONTROLLER, { useValue: controller });
   container.register(LmsReclaimer, { useValue: controller });
   for (const deviceType of devices) {
@@ -38,14 +49,17 @@ export function registerLms(container: DependencyContainer, options: LmsOptions 
   }
 }
 
-/** The LMS plugin: `createRuntime({ plugins: [cpu({ limit: '512MiB' }), lms({ policy: 'best-fit' })] })`. */
+/**
+ * The LMS plugin: `createRuntime({ plugins: [cpu({ limit: '512MiB' }), lms({ policy: 'best-fit' })] })`;
+ * `lms({ policy: 'speculative', speculation: true })` learns the loop and pages ahead of it.
+ */
 export function lms(options: LmsOptions = {}): Plugin {
   checkLmsOptions(options);
   return { name: 'lms', register: (container) => registerLms(container, options) };
 }
 
-function checkLmsOptions(options: LmsOptions | undefined): { policy: BuiltInPolicyName | LmsPolicy; devices: readonly string[] } {
-  const checked = checkOptions<LmsOptions>('options', options, ['policy', 'devices']);
+function checkLmsOptions(options: LmsOptions | undefined): { policy: BuiltInPolicyName | LmsPolicy; devices: readonly string[]; speculation: SpeculationSettings } {
+  const checked = checkOptions<LmsOptions>('options', options, ['policy', 'devices', 'speculation']);
   const policy: unknown = checked.policy ?? 'lru';
   if (typeof policy === 'string') {
     if (!Object.hasOwn(BUILT_IN_POLICIES, policy)) {
@@ -58,5 +72,5 @@ function checkLmsOptions(options: LmsOptions | undefined): { policy: BuiltInPoli
   if (!Array.isArray(devices) || devices.some((d) => typeof d !== 'string' || d === '')) {
     throw new InvalidArgumentError('options.devices', devices, "a list of device type names such as ['cpu', 'webgpu']");
   }
-  return { policy: policy as BuiltInPolicyName | LmsPolicy, devices: devices as string[] };
+  return { policy: policy as BuiltInPolicyName | LmsPolicy, devices: devices as string[], speculation: resolveSpeculation(checked.speculation) };
 }

@@ -111,6 +111,82 @@ function run(list: readonly ReclaimCandidate[], start: number, end: number): num
   return last.address + last.size + last.freeAfter - (first.address - first.freeBefore);
 }
 
+/**
+ * The learned policy: victims by predicted next use, the farthest first, as Belady-MIN chooses with perfect
+ * knowledge (Note [Speculation] in speculation/Speculation.ts says where the predictions come from). reclaim_one
+ * takes, among the storages whose freed run holds the request, the one whose next pin is farthest ahead; ties go to
+ * the one that copies nothing out (a valid host copy), then to the least recently unpinned. reclaim_fragments takes
+ * the run of adjacent storages that frees room for the request and whose nearest next use is farthest; ties go to
+ * the fewest bytes. Where nothing is predicted (the first iteration, or one that left every learned sequence) it
+ * chooses as `lru` does.
+ */
+export class SpeculativePolicy implements LmsPolicy {
+  readonly name: string = 'speculative';
+  readonly usesPredictions = true;
+  readonly #lru = new LruPolicy();
+
+  chooseOne(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate | undefined {
+    const all = [...candidates];
+    if (all.some((c) => c.nextUse === undefined)) return this.#lru.chooseOne(request, all);
+    let best: ReclaimCandidate | undefined;
+    for (const candidate of all) {
+      if (freedRun(candidate) < request.bytes) continue;
+      if (best === undefined || fartherUse(candidate, best)) best = candidate;
+    }
+    return best;
+  }
+
+  chooseFragments(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): readonly ReclaimCandidate[] {
+    const all = [...candidates];
+    if (all.some((c) => c.nextUse === undefined)) return this.#lru.chooseFragments(request, all);
+    return latestUsedAdjacentRun(request.bytes, all);
+  }
+}
+
+/** Farther predicted next use first; then nothing to copy out; then the least recently unpinned. */
+function fartherUse(a: ReclaimCandidate, b: ReclaimCandidate): boolean {
+  if (a.nextUse !== b.nextUse) return a.nextUse! > b.nextUse!;
+  if (a.hasHostCopy !== b.hasHostCopy) return a.hasHostCopy;
+  return a.unpinnedAt < b.unpinnedAt;
+}
+
+/**
+ * The shortest runs of address-adjacent candidates in one segment that free at least `bytes` together, scored by
+ * the nearest predicted next use among them: the run whose nearest use is farthest, ties to the fewest bytes
+ * reclaimed; empty when no run frees enough. O(n × run length).
+ */
+function latestUsedAdjacentRun(bytes: number, candidates: readonly ReclaimCandidate[]): ReclaimCandidate[] {
+  const bySegment = new Map<number, ReclaimCandidate[]>();
+  for (const candidate of candidates) {
+    const list = bySegment.get(candidate.placement.segment);
+    if (list) list.push(candidate);
+    else bySegment.set(candidate.placement.segment, [candidate]);
+  }
+  let best: ReclaimCandidate[] = [];
+  let bestUse = Number.NEGATIVE_INFINITY;
+  let bestCost = Number.POSITIVE_INFINITY;
+  for (const list of bySegment.values()) {
+    list.sort((a, b) => a.placement.address - b.placement.address);
+    for (let start = 0; start < list.length; start++) {
+      let nearest = Number.POSITIVE_INFINITY;
+      let cost = 0;
+      for (let end = start; end < list.length; end++) {
+        if (end > start && !adjacent(list[end - 1]!, list[end]!)) break;
+        nearest = Math.min(nearest, list[end]!.nextUse!);
+        cost += list[end]!.placement.size;
+        if (run(list, start, end) < bytes) continue;
+        if (nearest > bestUse || (nearest === bestUse && cost < bestCost)) {
+          bestUse = nearest;
+          bestCost = cost;
+          best = list.slice(start, end + 1);
+        }
+        break; // a longer run from this start only adds nearer uses and bytes
+      }
+    }
+  }
+  return best;
+}
+
 /** The built-in policies by name. */
-export const BUILT_IN_POLICIES = { lru: LruPolicy, 'best-fit': BestFitPolicy } as const;
+export const BUILT_IN_POLICIES = { lru: LruPolicy, 'best-fit': BestFitPolicy, speculative: SpeculativePolicy } as const;
 export type BuiltInPolicyName = keyof typeof BUILT_IN_POLICIES;
