@@ -1,8 +1,8 @@
 export { BudgetExceededError } from './BudgetExceededError.js';
 export type { CpuOpsOptions } from './cpuOps.js';
 export { createCpuOps } from './cpuOps.js';
-export type { LmsRunModel, LmsRunOptions, LmsRunResult, LmsRunSettings } from './lmsRun.js';
-export { runUnderLms, unconstrainedPeak } from './lmsRun.js';
+export type { LmsRunModel, LmsRunOptions, LmsRunResult, LmsRunSettings, StepStatKey } from './lmsRun.js';
+export { runUnderLms, STEP_STAT_KEYS, unconstrainedPeak } from './lmsRun.js';
 export type { MlpSizes, Model, ModelName, ModelOptions, Parameter, TransformerSizes } from './models.js';
 export { createModel, DEFAULT_MLP_SIZES, DEFAULT_TRANSFORMER_SIZES, MODEL_NAMES } from './models.js';
 export { mulberry32, uniformArray } from './mulberry32.js';

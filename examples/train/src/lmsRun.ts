@@ -1,8 +1,8 @@
 import type { Plugin, Runtime } from '@stowage/core';
-import { cpu, createRuntime, InvalidArgumentError } from '@stowage/core';
+import { cpu, createRuntime, InvalidArgumentError, resolve } from '@stowage/core';
 import { webgpu } from '@stowage/allocator-webgpu';
-import type { BuiltInPolicyName, LmsPolicy } from '@stowage/lms';
-import { lms, pin, pinAsync } from '@stowage/lms';
+import type { BuiltInPolicyName, LmsPolicy, SpeculationOptions } from '@stowage/lms';
+import { LMS_CONTROLLER, lms, pin, pinAsync } from '@stowage/lms';
 import { BudgetExceededError } from './BudgetExceededError.js';
 import { createCpuOps } from './cpuOps.js';
 import type { MlpSizes, TransformerSizes } from './models.js';
@@ -20,6 +20,9 @@ import { createWebGpuOps } from './webgpu/webGpuOps.js';
 //   measure the same thing.
 // - The probe reads `reserved_bytes.all.current` after each op; the engine promises it never exceeds the limit,
 //   and the probe turns a broken promise into a BudgetExceededError naming the op.
+// - Each training step is one iteration of the loop for LMS: after the step's last update (train's `onStep`) the
+//   run calls `LmsController#endIteration`, which is how LMS learns the loop when speculation is on, then reads
+//   how much each paging and speculation counter grew during the step (`stepStats`).
 
 // Note [Segments under a small budget]: the caching engine's default segments (2 MiB for requests under 1 MiB,
 // 20 MiB for 1–10 MiB) are as large as the whole budget of these models (a few MiB): a budget under 2 MiB serves
@@ -49,19 +52,43 @@ export interface LmsRunSettings {
   readonly budgetBytes?: number;
   /** LMS's reclaim policy, by name or as an object (as `lms({ policy })` takes it); 'lru' when absent. */
   readonly policy?: BuiltInPolicyName | LmsPolicy;
+  /** LMS's speculative page-out and prefetch, as `lms({ speculation })` takes it; off when absent. */
+  readonly speculation?: boolean | SpeculationOptions;
   /** With device 'webgpu': the GPUDevice to run on (the caller owns it; the run leaves it open). */
   readonly gpu?: GPUDevice;
   /** Seeds the data and the initial weights; 1 when absent. */
   readonly seed?: number;
   /** SGD learning rate; `train`'s default when absent. */
   readonly lr?: number;
-  /** Called after each step with its index and its loss. */
+  /** Called after each step (once LMS has been told that the iteration ended) with its index and its loss. */
   readonly onStep?: (step: number, loss: number) => void;
   /** Called with the run's runtime once it exists, before training (to listen to LMS's events, say). */
   readonly onRuntime?: (runtime: Runtime) => void;
 }
 
 export type LmsRunOptions = LmsRunSettings & LmsRunModel;
+
+/** The counters of the allocator's `memoryStats()` that `LmsRunResult#stepStats` gives per step: paging and speculation. */
+export const STEP_STAT_KEYS = [
+  'page_out',
+  'page_out_bytes',
+  'page_in',
+  'page_in_bytes',
+  'transfer_wait_ms',
+  'speculative_page_out',
+  'speculative_page_out_bytes',
+  'speculative_hits',
+  'speculative_misses',
+  'speculative_wasted_bytes',
+  'prefetch',
+  'prefetch_bytes',
+  'prefetch_hits',
+  'prefetch_wasted_bytes',
+  'iterations',
+  'iterations_predicted',
+  'prediction_fallbacks',
+] as const;
+export type StepStatKey = (typeof STEP_STAT_KEYS)[number];
 
 export interface LmsRunResult {
   /** The loss of each step, before its update. */
@@ -73,6 +100,11 @@ export interface LmsRunResult {
    * so it includes making the model and uploading its data).
    */
   readonly stepMs: number[];
+  /**
+   * Per step: how much each counter of STEP_STAT_KEYS grew from the end of the step before (the first step: from
+   * the start of training, so it includes making the model) to the end of this one, `endIteration` included.
+   */
+  readonly stepStats: Readonly<Record<StepStatKey, number>>[];
   /** The device allocator's `memoryStats()` when training ended, with LMS's keys (`page_out`, `pinned_bytes.all.peak`, …). */
   readonly stats: Readonly<Record<string, number>>;
   /** The largest `reserved_bytes.all.current` seen after an op. */
@@ -92,7 +124,7 @@ export interface LmsRunResult {
  * within the budget (a budget under the pinned peak, say)
  */
 export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult> {
-  const { device, budgetBytes, policy = 'lru', gpu, onStep, onRuntime, steps, seed, lr } = options;
+  const { device, budgetBytes, policy = 'lru', speculation, gpu, onStep, onRuntime, steps, seed, lr } = options;
   if (budgetBytes !== undefined && (!Number.isSafeInteger(budgetBytes) || budgetBytes <= 0)) {
     throw new InvalidArgumentError('budgetBytes', budgetBytes, 'a positive whole number of bytes');
   }
@@ -103,10 +135,11 @@ export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult>
     if (gpu === undefined) throw new InvalidArgumentError('gpu', gpu, "the GPUDevice to train on, with device 'webgpu'");
     devicePlugin = webgpu({ device: gpu, ...limit, segmentSize: segmentPerAllocation });
   } else throw new InvalidArgumentError('device', device, "'cpu' or 'webgpu'");
-  const plugins = device === 'cpu' ? [devicePlugin, lms({ policy })] : [cpu(), devicePlugin, lms({ policy, devices: ['webgpu'] })];
+  const plugins = device === 'cpu' ? [devicePlugin, lms({ policy, speculation })] : [cpu(), devicePlugin, lms({ policy, speculation, devices: ['webgpu'] })];
   await using runtime = await createRuntime({ plugins });
   onRuntime?.(runtime);
   const allocator = runtime.allocator(device);
+  const controller = resolve(runtime.container, LMS_CONTROLLER);
   let opCount = 0;
   let maxReservedBytes = 0;
   const afterOp = (): void => {
@@ -117,6 +150,8 @@ export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult>
   };
   const ops: Ops = device === 'cpu' ? createCpuOps(runtime, { pin, afterOp }) : createWebGpuOps(runtime, { gpu: gpu!, pin: pinAsync, afterOp });
   const stepMs: number[] = [];
+  const stepStats: Record<StepStatKey, number>[] = [];
+  let countersBefore = countersOf(allocator.memoryStats());
   let stepStart = performance.now();
   const model: LmsRunModel = options.model === 'mlp' ? { model: 'mlp', sizes: options.sizes } : { model: 'transformer', sizes: options.sizes };
   const { losses, weights } = await train({
@@ -126,14 +161,23 @@ export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult>
     seed,
     lr,
     onStep: (step, loss) => {
+      controller.endIteration();
       const now = performance.now();
       stepMs.push(now - stepStart);
       stepStart = now;
+      const counters = countersOf(allocator.memoryStats());
+      stepStats.push(Object.fromEntries(STEP_STAT_KEYS.map((key) => [key, counters[key] - countersBefore[key]])) as Record<StepStatKey, number>);
+      countersBefore = counters;
       onStep?.(step, loss);
     },
   });
   const stats: Readonly<Record<string, number>> = allocator.memoryStats();
-  return { losses, weights, stepMs, stats, maxReservedBytes, pinnedPeakBytes: stats['pinned_bytes.all.peak'] ?? 0, opCount };
+  return { losses, weights, stepMs, stepStats, stats, maxReservedBytes, pinnedPeakBytes: stats['pinned_bytes.all.peak'] ?? 0, opCount };
+}
+
+/** The counters of STEP_STAT_KEYS in `stats` (0 for one it lacks). */
+function countersOf(stats: Readonly<Record<string, number>>): Record<StepStatKey, number> {
+  return Object.fromEntries(STEP_STAT_KEYS.map((key) => [key, stats[key] ?? 0])) as Record<StepStatKey, number>;
 }
 
 /**

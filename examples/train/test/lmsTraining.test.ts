@@ -1,7 +1,8 @@
 import { expect } from 'chai';
+import type { Allocator } from '@stowage/core';
 import { InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
 import type { LmsRunModel, LmsRunResult } from '@stowage/example-train';
-import { runUnderLms, unconstrainedPeak } from '@stowage/example-train';
+import { runUnderLms, STEP_STAT_KEYS, unconstrainedPeak } from '@stowage/example-train';
 import { deviceOrSkip, rejectionOf } from './testSupport.js';
 
 // The training loop under LMS, against the same loop without a budget. The deep shapes are the ones whose largest
@@ -16,6 +17,9 @@ const DEEP_TRANSFORMER: LmsRunModel = { model: 'transformer', sizes: { sequence:
 const STEPS = 3;
 const BUDGET_DIVISORS = [2, 4, 8] as const;
 const POLICIES = ['lru', 'best-fit'] as const;
+/** Runs with speculation on train this many steps: LMS learns the loop from the first steps' pins (the first also makes the model). */
+const SPECULATION_STEPS = 5;
+const SPECULATION_POLICIES = ['lru', 'best-fit', 'speculative'] as const;
 
 function bitsOf(values: Float32Array): number[] {
   return [...new Uint32Array(values.buffer, values.byteOffset, values.length)];
@@ -30,6 +34,12 @@ function expectSameTraining(run: LmsRunResult, reference: LmsRunResult): void {
 
 function peakOf(run: LmsRunResult): number {
   return run.stats['reserved_bytes.all.peak']!;
+}
+
+/** Within the budget after every op, and at the peak. */
+function expectWithinBudget(run: LmsRunResult, budgetBytes: number, under = ''): void {
+  expect(run.maxReservedBytes, `reserved after an op ${under}`).to.be.at.most(budgetBytes);
+  expect(peakOf(run), `peak reserved ${under}`).to.be.at.most(budgetBytes);
 }
 
 describe('runUnderLms on the CPU', function () {
@@ -61,8 +71,51 @@ describe('runUnderLms on the CPU', function () {
           });
         }
       }
+
+      describe('with speculation on', () => {
+        let unconstrainedLonger: LmsRunResult;
+        before(async () => {
+          unconstrainedLonger = await runUnderLms({ device: 'cpu', ...shape, steps: SPECULATION_STEPS });
+        });
+
+        for (const divisor of BUDGET_DIVISORS) {
+          for (const policy of SPECULATION_POLICIES) {
+            it(`trains under ${100 / divisor} % of its peak with ${policy} to the same losses and weights, bit for bit, within the budget after every op`, async () => {
+              const budgetBytes = Math.floor(peakOf(unconstrained) / divisor);
+              const run = await runUnderLms({ device: 'cpu', ...shape, steps: SPECULATION_STEPS, budgetBytes, policy, speculation: true });
+              expectSameTraining(run, unconstrainedLonger);
+              expectWithinBudget(run, budgetBytes);
+              expect(run.stats.page_out, 'page-outs').to.be.greaterThan(0);
+            });
+          }
+        }
+      });
     });
   }
+
+  it('ends one LMS iteration per step, and gives per step how much each counter grew in it', async () => {
+    const { stats: unconstrained } = await runUnderLms({ device: 'cpu', ...DEEP_MLP, steps: STEPS });
+    let allocator: Allocator | undefined;
+    const atStepEnd: Readonly<Record<string, number>>[] = [];
+    const run = await runUnderLms({
+      device: 'cpu',
+      ...DEEP_MLP,
+      steps: STEPS,
+      budgetBytes: Math.floor(unconstrained['reserved_bytes.all.peak']! / 4),
+      speculation: true,
+      onRuntime: (runtime) => void (allocator = runtime.allocator('cpu')),
+      onStep: () => void atStepEnd.push(allocator!.memoryStats()),
+    });
+    expect(run.stats.iterations).to.equal(STEPS);
+    expect(run.stepStats).to.have.lengthOf(STEPS);
+    for (const [step, end] of atStepEnd.entries()) {
+      for (const key of STEP_STAT_KEYS) {
+        expect(run.stepStats.slice(0, step + 1).reduce((sum, s) => sum + s[key], 0), `${key} by the end of step ${step}`).to.be.closeTo(end[key] ?? 0, 1e-9);
+      }
+    }
+    expect(run.stepStats.map((s) => s.iterations)).to.deep.equal(Array(STEPS).fill(1));
+    expect(run.stepStats[1]!.page_out, 'page-outs in a step').to.be.greaterThan(0);
+  });
 
   for (const shape of [
     { model: 'mlp', sizes: {} },
@@ -89,8 +142,12 @@ describe('runUnderLms on the CPU', function () {
 });
 
 // Dawn runs on SwiftShader where there is no GPU: a run of the deep shapes takes about a second or two there (its
-// kernels are simple, and one op per dispatch), so they train on WebGPU too, at every budget.
+// kernels are simple, and one op per dispatch), so they train on WebGPU too, at every budget; with speculation on,
+// under a quarter of the peak only, for WEBGPU_SPECULATION_STEPS steps (the steps after the first repeat a step
+// LMS has seen).
 
+/** Steps of the WebGPU runs with speculation on. */
+const WEBGPU_SPECULATION_STEPS = 4;
 
 describe('runUnderLms on WebGPU', function () {
   this.timeout(120_000);
@@ -110,6 +167,18 @@ describe('runUnderLms on WebGPU', function () {
           expect(peakOf(run), `peak reserved ${under}`).to.be.at.most(budgetBytes);
           expect(run.stats.page_out, `page-outs ${under}`).to.be.greaterThan(0);
         }
+      }
+    });
+
+    it(`trains a deep ${shape.model} under 25 % of its peak with speculation on, with lru and with speculative, to the unconstrained run's losses and weights, bit for bit, within the budget`, async function () {
+      const { device: gpu } = await deviceOrSkip(this);
+      const unconstrained = await runUnderLms({ device: 'webgpu', gpu, ...shape, steps: WEBGPU_SPECULATION_STEPS });
+      const budgetBytes = Math.floor(peakOf(unconstrained) / 4);
+      for (const policy of ['lru', 'speculative'] as const) {
+        const run = await runUnderLms({ device: 'webgpu', gpu, ...shape, steps: WEBGPU_SPECULATION_STEPS, budgetBytes, policy, speculation: true });
+        expectSameTraining(run, unconstrained);
+        expectWithinBudget(run, budgetBytes, `with ${policy}`);
+        expect(run.stats.page_out, `page-outs with ${policy}`).to.be.greaterThan(0);
       }
     });
   }
