@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import type { Allocator } from '@stowage/core';
 import { InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
-import type { LmsRunModel, LmsRunResult } from '@stowage/example-train';
+import type { LmsRunModel, LmsRunResult, StepStatKey } from '@stowage/example-train';
 import { runUnderLms, STEP_STAT_KEYS, unconstrainedPeak } from '@stowage/example-train';
 import { deviceOrSkip, rejectionOf } from './testSupport.js';
 
@@ -17,8 +17,12 @@ const DEEP_TRANSFORMER: LmsRunModel = { model: 'transformer', sizes: { sequence:
 const STEPS = 3;
 const BUDGET_DIVISORS = [2, 4, 8] as const;
 const POLICIES = ['lru', 'best-fit'] as const;
-/** Runs with speculation on train this many steps: LMS learns the loop from the first steps' pins (the first also makes the model). */
+/**
+ * Runs with speculation on train this many steps: LMS learns the loop from the first steps' pins (the first also
+ * makes the model), and the steps from FIRST_PREDICTED_STEP on repeat steps it has learned.
+ */
 const SPECULATION_STEPS = 5;
+const FIRST_PREDICTED_STEP = 3;
 const SPECULATION_POLICIES = ['lru', 'best-fit', 'speculative'] as const;
 
 function bitsOf(values: Float32Array): number[] {
@@ -40,6 +44,11 @@ function peakOf(run: LmsRunResult): number {
 function expectWithinBudget(run: LmsRunResult, budgetBytes: number, under = ''): void {
   expect(run.maxReservedBytes, `reserved after an op ${under}`).to.be.at.most(budgetBytes);
   expect(peakOf(run), `peak reserved ${under}`).to.be.at.most(budgetBytes);
+}
+
+/** How much `key` grew over the steps from FIRST_PREDICTED_STEP on. */
+function fromPredictedSteps(run: LmsRunResult, key: StepStatKey): number {
+  return run.stepStats.slice(FIRST_PREDICTED_STEP).reduce((sum, step) => sum + step[key], 0);
 }
 
 describe('runUnderLms on the CPU', function () {
@@ -88,6 +97,17 @@ describe('runUnderLms on the CPU', function () {
               expect(run.stats.page_out, 'page-outs').to.be.greaterThan(0);
             });
           }
+        }
+
+        for (const policy of SPECULATION_POLICIES) {
+          it(`under 25 % with ${policy}, from step ${FIRST_PREDICTED_STEP} on, pages out ahead of reclaims, which find those copies, and prefetches`, async () => {
+            const budgetBytes = Math.floor(peakOf(unconstrained) / 4);
+            const run = await runUnderLms({ device: 'cpu', ...shape, steps: SPECULATION_STEPS, budgetBytes, policy, speculation: true });
+            const figures = JSON.stringify(Object.fromEntries(STEP_STAT_KEYS.map((key) => [key, fromPredictedSteps(run, key)])));
+            expect(fromPredictedSteps(run, 'speculative_page_out'), figures).to.be.greaterThan(0);
+            expect(fromPredictedSteps(run, 'speculative_hits'), figures).to.be.greaterThan(0);
+            expect(fromPredictedSteps(run, 'prefetch'), figures).to.be.greaterThan(0);
+          });
         }
       });
     });
