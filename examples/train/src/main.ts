@@ -1,5 +1,6 @@
 // The main job (`pnpm demo`): trains the example model under Large Model Support at a quarter of its unconstrained
-// peak, with a progress bar, then checks the result against the unconstrained run and prints LMS's statistics.
+// peak, with a progress bar, then again with the `speculative` policy and speculation on (LMS learns the loop and
+// pages ahead of it), checks both against the unconstrained run and prints LMS's statistics for the three.
 //   node examples/train/dist/main.js [--model transformer|mlp] [--fraction 0.25] [--policy lru|best-fit]
 //                                    [--steps 8] [--device cpu|webgpu]
 import 'reflect-metadata';
@@ -59,15 +60,25 @@ async function main(): Promise<void> {
     bar.stop();
   }
 
+  console.log(`Again with policy speculative and speculation on (LMS learns each step's pins and pages ahead of them)…`);
+  const speculative = await runUnderLms({ ...settings, budgetBytes, policy: 'speculative', speculation: true });
+
   const same = sameBits(free, constrained);
+  const sameSpeculative = sameBits(free, speculative);
   console.log(`\nLosses ${constrained.losses.map((l) => l.toFixed(4)).join(' → ')}`);
-  console.log(`Losses and final weights bit-identical to the unconstrained run: ${same ? 'yes' : 'NO'}`);
-  console.log(`Reserved bytes after every op stayed within the budget: largest ${formatBytes(constrained.maxReservedBytes)} of ${formatBytes(budgetBytes)}.`);
+  console.log(`Losses and final weights bit-identical to the unconstrained run: ${same ? 'yes' : 'NO'} (${policy}), ${sameSpeculative ? 'yes' : 'NO'} (speculative).`);
+  const largest = Math.max(constrained.maxReservedBytes, speculative.maxReservedBytes);
+  console.log(`Reserved bytes after every op stayed within the budget: largest ${formatBytes(largest)} of ${formatBytes(budgetBytes)}.`);
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
-  console.log(`Median step: ${median(free.stepMs.slice(1)).toFixed(1)} ms unconstrained, ${median(constrained.stepMs.slice(1)).toFixed(1)} ms under LMS.\n`);
-  printTable(free.stats, constrained.stats);
+  const medianMs = (run: LmsRunResult) => median(run.stepMs.slice(1)).toFixed(1);
+  console.log(`Median step: ${medianMs(free)} ms unconstrained, ${medianMs(constrained)} ms under LMS (${policy}), ${medianMs(speculative)} ms with speculation.\n`);
+  printTable([
+    ['unconstrained', free.stats],
+    [`budget, ${policy}`, constrained.stats],
+    ['budget, speculative', speculative.stats],
+  ]);
   context?.device.destroy(); // also keeps the context reachable until here
-  if (!same) process.exitCode = 1;
+  if (!same || !sameSpeculative) process.exitCode = 1;
 }
 
 /** True when both runs gave the same losses and weights, bit for bit. */
@@ -88,6 +99,14 @@ const ROWS: readonly [string, string, boolean][] = [
   ['page_in_bytes', 'bytes paged in', true],
   ['host_bytes.all.peak', 'peak host bytes', true],
   ['transfer_wait_ms', 'waited for transfers (ms)', false],
+  ['speculative_page_out', 'speculative page-outs', false],
+  ['speculative_hits', 'reclaims finding that copy (hits)', false],
+  ['speculative_misses', 'reclaims that had to copy (misses)', false],
+  ['speculative_wasted_bytes', 'speculative bytes wasted', true],
+  ['prefetch', 'prefetches', false],
+  ['prefetch_hits', 'pins finding their prefetch', false],
+  ['prefetch_wasted_bytes', 'prefetched bytes wasted', true],
+  ['iterations_predicted', 'steps predicted to the end', false],
   ['alloc_distribution.freelist', 'allocations: from the cache', false],
   ['alloc_distribution.device_alloc', 'allocations: new segment', false],
   ['alloc_distribution.device_alloc_retry', 'allocations: after releasing the cache', false],
@@ -96,9 +115,10 @@ const ROWS: readonly [string, string, boolean][] = [
   ['alloc_distribution.reclaim_all', 'allocations: after reclaim_all', false],
 ];
 
-function printTable(free: Readonly<Record<string, number>>, constrained: Readonly<Record<string, number>>): void {
+/** One column per run: its heading and its allocator's statistics. */
+function printTable(columns: readonly (readonly [heading: string, stats: Readonly<Record<string, number>>])[]): void {
   const show = (value: number | undefined, bytes: boolean) => (value === undefined ? '-' : bytes ? formatBytes(value) : String(Math.round(value * 100) / 100));
-  const rows = [['LMS statistics', 'unconstrained', 'under the budget'], ...ROWS.map(([key, label, bytes]) => [label, show(free[key], bytes), show(constrained[key], bytes)])];
+  const rows = [['LMS statistics', ...columns.map(([heading]) => heading)], ...ROWS.map(([key, label, bytes]) => [label, ...columns.map(([, stats]) => show(stats[key], bytes))])];
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
   for (const [i, row] of rows.entries()) {
     console.log(row.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  '));
