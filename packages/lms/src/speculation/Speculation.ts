@@ -23,7 +23,8 @@ import type { SpeculationSettings } from './SpeculationOptions.js';
  *   scanned for pins of storages that are reclaimed now with their bytes on the host, and each is paged in (left
  *   inactive, at the reclaim list's most recent end) unless that needs the reclaim of a storage whose next use is
  *   no later than its own: room is made only from storages used later (Belady's rule), and when those are too few
- *   the prefetch stops there without reclaiming anything.
+ *   the prefetch stops there without reclaiming anything. The policy chooses the victims, as for any allocation; the
+ *   prefetch only goes ahead when its choice is used later, so it changes when victims leave, never which.
  * - Victims by next use: `ReclaimCandidate.nextUse` (events until the next predicted pin) for the `speculative`
  *   policy, which asks for predictions even with speculation off.
  *
@@ -37,6 +38,8 @@ export class Speculation {
   #floor: number | null = null;
   /** Bytes the current prefetch's reclaims freed so far. */
   #freedForPrefetch = 0;
+  /** Bytes the learned sequence allocates before the prefetched storage's pin (makes and page-ins): kept free. */
+  #reserve = 0;
   #prefetching = false;
 
   constructor(
@@ -87,7 +90,12 @@ export class Speculation {
    * make `bytes` of room.
    */
   checkPrefetchRoom(bytes: number, eligibleBytes: number): void {
-    if (this.#freedForPrefetch + eligibleBytes < bytes) throw PREFETCH_DECLINED;
+    if (this.#freedForPrefetch + eligibleBytes < bytes + this.#reserve) throw PREFETCH_DECLINED;
+  }
+
+  /** During a prefetch: ends its allocation, nothing reclaimed by this call (the policy chose a storage used sooner). */
+  decline(): never {
+    throw PREFETCH_DECLINED;
   }
 
   /** Pages in the storages the learned sequence pins in the next `lookahead` events (Note [Speculation]). */
@@ -98,22 +106,30 @@ export class Speculation {
     const from = history.position;
     const end = Math.min(predictor.length, from + this.settings.lookahead);
     this.#prefetching = true;
+    // The bytes allocated between now and event i: what the sequence makes, and what it pins while reclaimed.
+    let before = 0;
     try {
       for (let i = from; i < end; i++) {
-        if (predictor.kinds[i] !== AccessKind.Pin) continue;
+        const kind = predictor.kinds[i];
+        if (kind === AccessKind.Create) before += predictor.sizes[i]!;
+        if (kind !== AccessKind.Pin) continue;
         const lms = history.storageAt(i);
-        if (lms === undefined || lms.state !== 'reclaimed' || !lms.hostCopyReady || lms.lmsDevice !== this.device) continue;
-        if (!this.#prefetchOne(lms, i - from)) return;
+        if (lms === undefined || lms.state !== 'reclaimed' || lms.lmsDevice !== this.device) continue;
+        if (!lms.hostCopyReady || !this.#prefetchOne(lms, i - from, before)) return;
       }
     } finally {
       this.#prefetching = false;
     }
   }
 
-  /** Pages `lms` in, reclaiming only storages used later than `distance` events from now; false when it cannot. */
-  #prefetchOne(lms: LmsStorageImpl, distance: number): boolean {
+  /**
+   * Pages `lms` in, reclaiming only storages used later than `distance` events from now and leaving room for the
+   * `reserve` bytes allocated before its pin; false when it cannot.
+   */
+  #prefetchOne(lms: LmsStorageImpl, distance: number, reserve: number): boolean {
     this.#floor = distance;
     this.#freedForPrefetch = 0;
+    this.#reserve = reserve;
     try {
       return lms.prefetch();
     } catch (error) {
