@@ -41,6 +41,9 @@ export class Speculation {
   /** Bytes the learned sequence allocates before the prefetched storage's pin (makes and page-ins): kept free. */
   #reserve = 0;
   #prefetching = false;
+  /** Where the last prefetch scan ended, and the device's reclaim count then: events before it need no new look. */
+  #scannedTo = 0;
+  #scannedAtReclaims = -1;
 
   constructor(
     readonly device: LmsDevice,
@@ -65,7 +68,7 @@ export class Speculation {
 
   onUnpin(lms: LmsStorageImpl): void {
     const index = this.history.record(AccessKind.Unpin, lms);
-    if (this.settings.pageOut && this.history.predictsReclaimAfter(index)) lms.pageOutEarly();
+    if (index >= 0 && this.settings.pageOut && this.history.predictsReclaimAfter(index)) lms.pageOutEarly();
   }
 
   onRelease(lms: LmsStorageImpl): void {
@@ -78,6 +81,8 @@ export class Speculation {
   }
 
   endIteration(): void {
+    this.#scannedTo = 0;
+    this.#scannedAtReclaims = -1;
     const { predicted, diverged } = this.history.endIteration();
     const stats = this.device.stats;
     if (predicted) stats.iterationsPredicted++;
@@ -105,20 +110,34 @@ export class Speculation {
     if (predictor === null || this.#prefetching) return;
     const from = history.position;
     const end = Math.min(predictor.length, from + this.settings.lookahead);
+    const reclaims = this.device.stats.reclaimed;
+    if (this.device.reclaimedStorages.size === 0) {
+      this.#scannedTo = end; // nothing to bring back: what a later scan needs to see is only what a reclaim changes
+      this.#scannedAtReclaims = reclaims;
+      return;
+    }
+    // Since the last scan, with no reclaim in between, only events past its end can hold a new candidate.
+    const start = reclaims === this.#scannedAtReclaims ? Math.max(from, this.#scannedTo) : from;
     this.#prefetching = true;
-    // The bytes allocated between now and event i: what the sequence makes, and what it pins while reclaimed.
+    // The bytes allocated between now and event i: what the sequence makes before it.
     let before = 0;
+    for (let i = from; i < start; i++) if (predictor.kinds[i] === AccessKind.Create) before += predictor.sizes[i]!;
     try {
-      for (let i = from; i < end; i++) {
+      for (let i = start; i < end; i++) {
         const kind = predictor.kinds[i];
         if (kind === AccessKind.Create) before += predictor.sizes[i]!;
         if (kind !== AccessKind.Pin) continue;
         const lms = history.storageAt(i);
         if (lms === undefined || lms.state !== 'reclaimed' || lms.lmsDevice !== this.device) continue;
-        if (!lms.hostCopyReady || !this.#prefetchOne(lms, i - from, before)) return;
+        if (!lms.hostCopyReady || !this.#prefetchOne(lms, i - from, before)) {
+          this.#scannedTo = i; // look here again next time
+          return;
+        }
       }
+      this.#scannedTo = end;
     } finally {
       this.#prefetching = false;
+      this.#scannedAtReclaims = this.device.stats.reclaimed;
     }
   }
 
