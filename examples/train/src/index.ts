@@ -11,3 +11,33 @@ export type { Ops, PinScope, Tensor } from './Ops.js';
 export { StepTensors } from './StepTensors.js';
 export type { TrainOptions, TrainResult } from './train.js';
 export { DEFAULT_LEARNING_RATES, train } from './train.js';
+export type {
+  BuiltIteration,
+  IterationTrace,
+  MlpTraceShapes,
+  ModelTrace,
+  OpUses,
+  TraceName,
+  TraceOp,
+  TraceTensor,
+  TransformerTraceShapes,
+  TransformerVaryingTraceShapes,
+  UnetTraceShapes,
+} from './traces/index.js';
+export {
+  DEFAULT_MLP_TRACE_SHAPES,
+  DEFAULT_OPTIMIZER_TRACE_SHAPES,
+  DEFAULT_TRANSFORMER_TRACE_SHAPES,
+  DEFAULT_TRANSFORMER_VARYING_TRACE_SHAPES,
+  DEFAULT_UNET_TRACE_SHAPES,
+  maxOpWorkingSet,
+  mlpTrace,
+  optimizerTrace,
+  peakLiveBytes,
+  toOfflineTrace,
+  TraceBuilder,
+  TRACES,
+  transformerTrace,
+  transformerVaryingTrace,
+  unetTrace,
+} from './traces/index.js';
