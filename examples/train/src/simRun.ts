@@ -1,8 +1,10 @@
 import type { StorageImpl } from '@stowage/core';
 import { createRuntime, InvalidArgumentError, isOutOfMemoryError, resolve } from '@stowage/core';
 import type { BuiltInPolicyName, LinkName, LinkProfile, LmsPolicy, SimulatedDevice, SpeculationOptions, TimelineEntry } from '@stowage/lms';
-import { LMS_CONTROLLER, lms, pin, simulated, simulatedDeviceOf } from '@stowage/lms';
+import { LMS_CONTROLLER, lms, pin, resolveLink, simulated, simulatedDeviceOf } from '@stowage/lms';
 import { BudgetExceededError } from './BudgetExceededError.js';
+import type { ScheduleMark } from './ScheduleRecording.js';
+import { ScheduleRecording } from './ScheduleRecording.js';
 import type { ModelTrace, TraceOp, TraceTensor } from './traces/Trace.js';
 
 // A generated trace (traces/Trace.ts) run under LMS on the simulated-time device: the bench's measurement of
@@ -18,6 +20,8 @@ import type { ModelTrace, TraceOp, TraceTensor } from './traces/Trace.js';
 //   synchronous host]).
 // - Each iteration ends with `synchronize()` and LMS's `endIteration()`; its figures come from the device's
 //   timeline and engine totals, and from the allocator's statistics, between its start and its end.
+// - `replayLinks`: the run's schedule, recorded, runs again on a device of each of these links (Note [One run,
+//   several links] in ScheduleRecording.ts): the figures of a run on each, for the price of one LMS run.
 // - An OutOfMemoryError ends the run with `fits: false` and its message; reserved bytes over the budget are a
 //   BudgetExceededError (the engine's promise broken), thrown.
 
@@ -80,6 +84,8 @@ export interface SimRunOptions {
   readonly computeModel?: ComputeModel;
   /** Kernels the host may run ahead of the device (Note [A synchronous host]); 0 when absent. */
   readonly runAhead?: number;
+  /** Links to replay the run's schedule on (`SimRunResult.replays`); none when absent. */
+  readonly replayLinks?: readonly (LinkName | LinkProfile)[];
 }
 
 /** The LMS statistics keys whose change over an iteration a SimIteration reports. */
@@ -137,8 +143,13 @@ export interface SimRunResult {
   readonly iterations: readonly SimIteration[];
   /** The most bytes the allocator reserved, over the whole run (the persistent tensors' creation included). */
   readonly reservedPeakBytes: number;
-  /** FNV-1a of each persistent tensor's final bytes, in `trace.persistent` order, as 8 hex digits; null when it did not fit. */
+  /** A checksum (`checksumOf`) of each persistent tensor's final bytes, in `trace.persistent` order, as 8 hex digits; null when it did not fit. */
   readonly checksums: readonly string[] | null;
+  /**
+   * The run on each of `replayLinks`, in order: its iterations' times and transfers on that link; their statistics
+   * and reserved peaks are the run's (LMS does the same on every link).
+   */
+  readonly replays: readonly { readonly link: LinkProfile; readonly iterations: readonly SimIteration[] }[];
 }
 
 // Note [The bound]: no schedule of an iteration's work on the simulated device ends before its kernels have run
@@ -155,23 +166,27 @@ export interface SimRunResult {
  * allocator reserved more than the budget (a broken engine promise); what LMS throws besides OutOfMemoryError
  */
 export async function runTraceOnSim(options: SimRunOptions): Promise<SimRunResult> {
-  const { trace, iterations, budgetBytes, link, policy, speculation, computeModel = H100_COMPUTE, runAhead = 0 } = options;
+  const { trace, iterations, budgetBytes, link, policy, speculation, computeModel = H100_COMPUTE, runAhead = 0, replayLinks = [] } = options;
   if (!Number.isSafeInteger(iterations) || iterations < 1) throw new InvalidArgumentError('iterations', iterations, 'a positive whole number');
   if (budgetBytes !== undefined && (!Number.isSafeInteger(budgetBytes) || budgetBytes <= 0)) {
     throw new InvalidArgumentError('budgetBytes', budgetBytes, 'a positive whole number of bytes');
   }
   if (!Number.isSafeInteger(runAhead) || runAhead < 0) throw new InvalidArgumentError('runAhead', runAhead, 'a non-negative whole number of kernels');
+  if (!Array.isArray(replayLinks)) throw new InvalidArgumentError('replayLinks', replayLinks, 'a list of links');
+  const replayProfiles = replayLinks.map((l: LinkName | LinkProfile) => resolveLink(l));
   const limit = budgetBytes === undefined ? {} : { limit: budgetBytes };
   await using runtime = await createRuntime({
     plugins: [simulated({ link, ...limit, segmentSize: (roundedBytes) => roundedBytes }), lms({ devices: ['sim'], policy, speculation })],
   });
   const allocator = runtime.allocator('sim');
   const device = simulatedDeviceOf(allocator)!;
+  const recording = new ScheduleRecording(device);
   const controller = resolve(runtime.container, LMS_CONTROLLER);
   const newStorage = (tensor: TraceTensor): StorageImpl => runtime.storage(tensor.bytes, { device: 'sim' });
   const statsOf = (): Readonly<Record<string, number>> => allocator.memoryStats();
 
-  const done: SimIteration[] = [];
+  const done: LmsFigures[] = [];
+  const marks: ScheduleMark[] = [];
   let opsRun = 0;
   const persistent = new Map<number, StorageImpl>();
   try {
@@ -181,7 +196,12 @@ export async function runTraceOnSim(options: SimRunOptions): Promise<SimRunResul
       pin(storage).release();
       persistent.set(tensor.id, storage);
     }
-    device.synchronize();
+    recording.synchronize();
+    // Iteration i runs from mark i to mark i + 1, each taken once the device is idle, before LMS hears of the
+    // iteration's end: what `endIteration` starts (a prefetch for the next one) counts in the next.
+    marks.push(recording.mark());
+    let startStats = statsOf();
+    allocator.resetPeakStats();
     for (let i = 0; i < iterations; i++) {
       const { tensors, ops } = trace.iteration(i);
       const sizes = new Map<number, TraceTensor>(tensors.map((t) => [t.id, t]));
@@ -191,12 +211,7 @@ export async function runTraceOnSim(options: SimRunOptions): Promise<SimRunResul
         if (storage === undefined) throw new InvalidArgumentError('trace', trace.name, `a trace whose iteration ${i} uses tensor ${id} only while it exists`);
         return storage;
       };
-      allocator.resetPeakStats();
-      const startNs = device.now;
-      const startEntry = device.timeline.length;
-      const startEngines = device.stats;
-      const startStats = statsOf();
-      const kernelEnds: number[] = [];
+      const kernels: TimelineEntry[] = [];
       for (const [k, op] of ops.entries()) {
         opsRun++;
         // Inputs first: an output allocated while they were unpinned could reclaim one of them (Note [Pins before outputs]).
@@ -222,7 +237,7 @@ export async function runTraceOnSim(options: SimRunOptions): Promise<SimRunResul
               for (const ptr of [...readPtrs, ...updatePtrs]) mixed = mix(mixed, sampleOf(bytesOf(ptr)));
               for (const [w, ptr] of writePtrs.entries()) bytesOf(ptr).fill(mix(mixed, w) & 0xff);
             });
-            kernelEnds.push(kernel.endNs);
+            kernels.push(kernel);
           } finally {
             outputs.release();
           }
@@ -233,31 +248,39 @@ export async function runTraceOnSim(options: SimRunOptions): Promise<SimRunResul
           storageOf(id).release();
           live.delete(id);
         }
-        const waitFor = kernelEnds[kernelEnds.length - 1 - runAhead];
-        if (waitFor !== undefined) device.hostWait(waitFor);
+        const waitFor = kernels[kernels.length - 1 - runAhead];
+        if (waitFor !== undefined) recording.hostWaitFor(waitFor);
       }
-      const endNs = device.synchronize();
-      controller.endIteration();
+      recording.synchronize();
+      marks.push(recording.mark());
       const endStats = statsOf();
       const reservedPeakBytes = endStats['reserved_bytes.all.peak']!;
       if (budgetBytes !== undefined && reservedPeakBytes > budgetBytes) throw new BudgetExceededError(opsRun, reservedPeakBytes, budgetBytes);
-      done.push(measure(i, device, startNs, endNs, device.timeline.slice(startEntry), startEngines, startStats, endStats));
+      const stats = Object.fromEntries(SIM_STAT_KEYS.map((key) => [key, (endStats[key] ?? 0) - (startStats[key] ?? 0)])) as Record<SimStatKey, number>;
+      done.push({ iteration: i, reservedPeakBytes, stats });
+      startStats = endStats;
+      allocator.resetPeakStats();
+      controller.endIteration();
     }
   } catch (error) {
     if (!isOutOfMemoryError(error)) throw error;
-    return { fits: false, error: error.message, iterations: done, reservedPeakBytes: reservedPeakOf(statsOf()), checksums: null };
+    recording.stop();
+    const replays = replayProfiles.map((l) => ({ link: l, iterations: measureAll(done, recording.replay(l)) }));
+    return { fits: false, error: error.message, iterations: measureAll(done, { device, marks }), reservedPeakBytes: reservedPeakOf(statsOf()), checksums: null, replays };
   }
+  recording.stop();
   const checksums: string[] = [];
   for (const tensor of trace.persistent) {
     const storage = persistent.get(tensor.id)!;
     const guard = pin(storage);
     try {
-      checksums.push(fnv1a(await runtime.read(storage)));
+      checksums.push(checksumOf(bytesOf(storage.data()))); // read in place: the device's memory is the host's
     } finally {
       guard.release();
     }
   }
-  return { fits: true, iterations: done, reservedPeakBytes: reservedPeakOf(statsOf()), checksums };
+  const replays = replayProfiles.map((l) => ({ link: l, iterations: measureAll(done, recording.replay(l)) }));
+  return { fits: true, iterations: measureAll(done, { device, marks }), reservedPeakBytes: reservedPeakOf(statsOf()), checksums, replays };
 }
 
 /** slowdown = T / T_free and gapToBound = (T − T_bound) / T_free, against the unconstrained run's iteration time (Note [The bound]). */
@@ -269,37 +292,39 @@ function reservedPeakOf(stats: Readonly<Record<string, number>>): number {
   return stats['reserved_bytes.all.peak'] ?? 0;
 }
 
-function measure(
-  iteration: number,
-  device: SimulatedDevice,
-  startNs: number,
-  endNs: number,
-  entries: readonly TimelineEntry[],
-  startEngines: SimulatedDevice['stats'],
-  startStats: Readonly<Record<string, number>>,
-  endStats: Readonly<Record<string, number>>,
-): SimIteration {
-  const engines = device.stats;
+/** What LMS did in one iteration: the same on every link. */
+interface LmsFigures {
+  readonly iteration: number;
+  readonly reservedPeakBytes: number;
+  readonly stats: Readonly<Record<SimStatKey, number>>;
+}
+
+/** Each completed iteration of `done`, timed on `device` from its mark to the next. */
+function measureAll(done: readonly LmsFigures[], { device, marks }: { readonly device: SimulatedDevice; readonly marks: readonly ScheduleMark[] }): SimIteration[] {
+  return done.map((figures, i) => measure(figures, device.timeline, marks[i]!, marks[i + 1]!));
+}
+
+function measure(figures: LmsFigures, timeline: readonly TimelineEntry[], start: ScheduleMark, end: ScheduleMark): SimIteration {
+  const entries = timeline.slice(start.entries, end.entries);
   const kernels = entries.filter((e) => e.engine === 'compute');
   const pageOuts = entries.filter((e) => e.engine === 'd2h' && e.name === 'pageOut');
   const pageIns = entries.filter((e) => e.engine === 'h2d' && e.name === 'pageIn');
-  const computeBusyNs = engines.compute.busyNs - startEngines.compute.busyNs;
-  const stats = Object.fromEntries(SIM_STAT_KEYS.map((key) => [key, (endStats[key] ?? 0) - (startStats[key] ?? 0)])) as Record<SimStatKey, number>;
-  const timeNs = endNs - startNs;
+  const computeBusyNs = end.compute.busyNs - start.compute.busyNs;
+  const timeNs = end.nowNs - start.nowNs;
   return {
-    iteration,
+    iteration: figures.iteration,
     timeNs,
     computeBusyNs,
     stallNs: timeNs - computeBusyNs,
-    d2hBusyNs: engines.d2h.busyNs - startEngines.d2h.busyNs,
-    d2hBytes: engines.d2h.bytes - startEngines.d2h.bytes,
-    h2dBusyNs: engines.h2d.busyNs - startEngines.h2d.busyNs,
-    h2dBytes: engines.h2d.bytes - startEngines.h2d.bytes,
+    d2hBusyNs: end.d2h.busyNs - start.d2h.busyNs,
+    d2hBytes: end.d2h.bytes - start.d2h.bytes,
+    h2dBusyNs: end.h2d.busyNs - start.h2d.busyNs,
+    h2dBytes: end.h2d.bytes - start.h2d.bytes,
     hiddenOut: hiddenShare(pageOuts, kernels),
     hiddenIn: hiddenShare(pageIns, kernels),
     boundNs: Math.max(computeBusyNs, busyOf(pageOuts), busyOf(pageIns)),
-    reservedPeakBytes: endStats['reserved_bytes.all.peak'] ?? 0,
-    stats,
+    reservedPeakBytes: figures.reservedPeakBytes,
+    stats: figures.stats,
   };
 }
 
@@ -329,10 +354,11 @@ function bytesOf(ptr: { readonly handle: unknown; readonly byteOffset: number; r
   return new Uint8Array(ptr.handle as ArrayBuffer, ptr.byteOffset, ptr.byteLength);
 }
 
-/** A persistent tensor's first bytes: a pattern of its index, so that every tensor starts distinct. */
+/** A persistent tensor's first bytes: a pattern of period 256 that depends on its index, so that every tensor starts distinct. */
 function initialBytes(byteLength: number, index: number): Uint8Array {
   const bytes = new Uint8Array(byteLength);
-  for (let j = 0; j < byteLength; j++) bytes[j] = (j * 31 + index * 17 + 1) & 0xff;
+  for (let j = 0; j < Math.min(256, byteLength); j++) bytes[j] = (j * 31 + index * 17 + 1) & 0xff;
+  for (let filled = 256; filled < byteLength; filled *= 2) bytes.copyWithin(filled, 0, Math.min(filled, byteLength - filled));
   return bytes;
 }
 
@@ -351,9 +377,15 @@ function mix(hash: number, value: number): number {
   return h >>> 0;
 }
 
-/** FNV-1a (32 bits) of `bytes`, as 8 hex digits. */
-function fnv1a(bytes: Uint8Array): string {
+/**
+ * A checksum of `bytes` as 8 hex digits: FNV-1a's round over 32-bit little-endian words (a quarter of the rounds
+ * of the byte-wise hash), then over the bytes left.
+ */
+function checksumOf(bytes: Uint8Array): string {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const words = bytes.byteLength >>> 2;
   let h = FNV_OFFSET;
-  for (const byte of bytes) h = Math.imul(h ^ byte, 0x01000193);
+  for (let w = 0; w < words; w++) h = Math.imul(h ^ view.getUint32(4 * w, true), 0x01000193);
+  for (let j = 4 * words; j < bytes.byteLength; j++) h = Math.imul(h ^ bytes[j]!, 0x01000193);
   return (h >>> 0).toString(16).padStart(8, '0');
 }

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { InvalidArgumentError } from '@stowage/core';
 import type { BuiltInPolicyName, LinkProfile } from '@stowage/lms';
+import { LINK_PROFILES } from '@stowage/lms';
 import type { ComputeModel, SimRunOptions } from '@stowage/example-train';
 import { figuresAgainst, H100_COMPUTE, hiddenShare, kernelDurationNs, runTraceOnSim } from '@stowage/example-train';
 
@@ -129,7 +130,10 @@ describe('runTraceOnSim', () => {
       reservedPeakBytes: 2048,
     });
     expect(first!.stats).to.deep.include({ page_out: 2, page_out_bytes: 2048, page_in: 2, page_in_bytes: 2048 });
-    for (const it of rest) expect({ ...it, iteration: 0 }).to.deep.equal(first);
+    for (const it of rest) {
+      expect({ ...it, iteration: 0, stats: first!.stats }).to.deep.equal(first);
+      expect(it.stats).to.deep.include({ page_out: 2, page_out_bytes: 2048, page_in: 2, page_in_bytes: 2048 });
+    }
     expect(figuresAgainst(first!, 3000)).to.deep.equal({ slowdown: 7496 / 3000, gapToBound: 4496 / 3000 });
   });
 
@@ -139,6 +143,21 @@ describe('runTraceOnSim', () => {
     expect(ahead.checksums).to.deep.equal(sync.checksums);
     expect(ahead.iterations[1]!.timeNs).to.be.below(sync.iterations[1]!.timeNs);
     expect(ahead.iterations[1]!.hiddenOut).to.be.above(0);
+  });
+
+  it('replays its schedule on other links exactly as runs on those links would go', async () => {
+    const trace = layerStack(8, 1 << 20);
+    const links = ['pcie5', 'c2c', ONE_BYTE_PER_NS] as const;
+    for (const [policy, speculation, runAhead] of [['lru', false, 0], ['speculative', true, 0], ['best-fit', true, 3]] as const) {
+      const settings = { trace, iterations: 3, budgetBytes: 5 << 20, policy, speculation, runAhead, computeModel: H100_COMPUTE };
+      const run = await runTraceOnSim({ ...settings, link: 'pcie4', replayLinks: links });
+      expect(run.replays.map((r) => r.link)).to.deep.equal(links.map((l) => (typeof l === 'string' ? LINK_PROFILES[l] : l)));
+      for (const [j, link] of links.entries()) {
+        const direct = await runTraceOnSim({ ...settings, link });
+        expect(run.replays[j]!.iterations, `${policy}, speculation ${speculation}, run-ahead ${runAhead}, on ${JSON.stringify(link)}`).to.deep.equal(direct.iterations);
+      }
+      expect(run.replays[0]!.iterations[2]!.timeNs, 'pcie5 is faster than pcie4').to.be.below(run.iterations[2]!.timeNs);
+    }
   });
 
   for (const [trace, budgets] of [
@@ -171,7 +190,7 @@ describe('runTraceOnSim', () => {
   });
 
   it('refuses a bad iteration count, budget or run-ahead', async () => {
-    for (const bad of [{ iterations: 0 }, { iterations: 1, budgetBytes: 0 }, { iterations: 1, budgetBytes: 1.5 }, { iterations: 1, runAhead: -1 }]) {
+    for (const bad of [{ iterations: 0 }, { iterations: 1, budgetBytes: 0 }, { iterations: 1, budgetBytes: 1.5 }, { iterations: 1, runAhead: -1 }, { iterations: 1, replayLinks: ['pcie9' as 'pcie5'] }]) {
       let error: unknown;
       try {
         await runTraceOnSim({ ...base, trace: TWO_WEIGHTS, ...bad });

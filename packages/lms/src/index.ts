@@ -34,3 +34,4 @@ export type { ByteRange } from './simulated/AccessHazards.js';
 export { byteRange } from './simulated/AccessHazards.js';
 export type { SimulatedAllocatorOptions } from './simulated/simulated.js';
 export { createSimulatedAllocator, registerSimulatedAllocator, simulated, simulatedDeviceOf } from './simulated/simulated.js';
+export type { SimulatedDeviceEvents } from './simulated/SimulatedDevice.js';
