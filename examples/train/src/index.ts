@@ -13,3 +13,33 @@ export type { TrainOptions, TrainResult } from './train.js';
 export { DEFAULT_LEARNING_RATES, train } from './train.js';
 export type { ComputeModel, SimIteration, SimRunOptions, SimRunResult, SimStatKey } from './simRun.js';
 export { figuresAgainst, H100_COMPUTE, hiddenShare, kernelDurationNs, runTraceOnSim, SIM_STAT_KEYS } from './simRun.js';
+export type {
+  BuiltIteration,
+  IterationTrace,
+  MlpTraceShapes,
+  ModelTrace,
+  OpUses,
+  TraceName,
+  TraceOp,
+  TraceTensor,
+  TransformerTraceShapes,
+  TransformerVaryingTraceShapes,
+  UnetTraceShapes,
+} from './traces/index.js';
+export {
+  DEFAULT_MLP_TRACE_SHAPES,
+  DEFAULT_OPTIMIZER_TRACE_SHAPES,
+  DEFAULT_TRANSFORMER_TRACE_SHAPES,
+  DEFAULT_TRANSFORMER_VARYING_TRACE_SHAPES,
+  DEFAULT_UNET_TRACE_SHAPES,
+  maxOpWorkingSet,
+  mlpTrace,
+  optimizerTrace,
+  peakLiveBytes,
+  toOfflineTrace,
+  TraceBuilder,
+  TRACES,
+  transformerTrace,
+  transformerVaryingTrace,
+  unetTrace,
+} from './traces/index.js';
