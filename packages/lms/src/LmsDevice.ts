@@ -6,6 +6,7 @@ import type { LmsEventSource } from './LmsEvents.js';
 import { LmsEmitter } from './LmsEvents.js';
 import { LmsStorageImpl } from './LmsStorageImpl.js';
 import { ReclaimList } from './ReclaimList.js';
+import { Speculation } from './speculation/Speculation.js';
 import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
 import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
 
@@ -36,6 +37,8 @@ export class LmsDevice {
   readonly #reclaimed = new Set<LmsStorageImpl>();
   readonly #policyOf: () => LmsPolicy;
   readonly speculation: SpeculationSettings;
+  /** What learns the program's sequence (Note [Speculation]); null when nothing needs it; decided on first use. */
+  #learner: Speculation | null | undefined;
 
   constructor(
     /** The LMS allocator: it places the blocks (`describeBlock`) and pages in. */
@@ -48,9 +51,22 @@ export class LmsDevice {
     this.speculation = speculation;
   }
 
-  /** The end of one iteration of the program's loop (LmsController#endIteration). */
+  /**
+   * What learns the program's sequence of pins and acts on it (Note [Speculation]): present when speculation is
+   * on or the policy reads predictions (`usesPredictions`), null otherwise.
+   */
+  get learner(): Speculation | null {
+    if (this.#learner === undefined) {
+      const learn = this.speculation.learn || this.policy.usesPredictions === true;
+      this.#learner = learn ? new Speculation(this, this.speculation) : null;
+    }
+    return this.#learner;
+  }
+
+  /** The end of one iteration of the program's loop (LmsController#endIteration): learns it. */
   endIteration(): void {
     this.stats.iterations++;
+    this.learner?.endIteration();
   }
 
   get device(): Device {
@@ -94,6 +110,8 @@ export class LmsDevice {
 
   /** One reclaim step toward `bytes` (Note [Reclaim steps]); returns the bytes freed, 0 when nothing is inactive. */
   reclaim(bytes: number, target?: ReclaimTarget): number {
+    const learner = this.learner;
+    if (learner !== null && learner.reclaimFloor !== null) return this.#reclaimForPrefetch(learner, bytes, target);
     if (this.list.size === 0) return 0;
     const policy = this.policy;
     const request: ReclaimRequest = { device: this.device, bytes };
@@ -109,14 +127,45 @@ export class LmsDevice {
     return this.#reclaimChosen(null, [...this.candidates(undefined)]);
   }
 
-  /** The inactive storages that can be reclaimed for `target`, least recently unpinned first. */
+  /**
+   * The inactive storages that can be reclaimed for `target`, least recently unpinned first, with their predicted
+   * next use when something is predicted; during a prefetch only those used later than the prefetched storage.
+   */
   *candidates(target: ReclaimTarget | undefined): Generator<ReclaimCandidate> {
+    const learner = this.learner;
+    const predicting = learner !== null && learner.history.predictor !== null;
+    const floor = learner?.reclaimFloor ?? null;
     for (const lms of this.list) {
       const placement = this.allocator.describeBlock?.(lms.storage.peekDataPtr());
       if (placement === undefined) continue; // not the allocator's block (COW-shared, imported, empty): never reclaimed
       if (target !== undefined && (placement.small !== target.small || placement.kind !== target.kind || placement.stream !== target.stream)) continue;
-      yield { storage: lms.storage, placement, hasHostCopy: lms.hasHostCopy, hostCopyReady: lms.hostCopyReady, unpinnedAt: lms.unpinnedAt };
+      const candidate = { storage: lms.storage, placement, hasHostCopy: lms.hasHostCopy, hostCopyReady: lms.hostCopyReady, unpinnedAt: lms.unpinnedAt };
+      if (!predicting) {
+        yield candidate;
+        continue;
+      }
+      const nextUse = learner.history.nextUse(lms)!;
+      if (floor === null || nextUse > floor) yield { ...candidate, nextUse };
     }
+  }
+
+  /**
+   * A reclaim step while a prefetch makes room (Note [Speculation]): only storages used later than the prefetched
+   * one, and none at all (the prefetch is declined) when they cannot make the room.
+   */
+  #reclaimForPrefetch(learner: Speculation, bytes: number, target: ReclaimTarget | undefined): number {
+    const eligible = [...this.candidates(target)];
+    let eligibleBytes = 0;
+    for (const candidate of eligible) eligibleBytes += candidate.placement.size;
+    learner.checkPrefetchRoom(bytes, eligibleBytes);
+    const request: ReclaimRequest = { device: this.device, bytes };
+    const policy = this.policy;
+    const one = policy.chooseOne(request, eligible);
+    if (one !== undefined) return this.#reclaimChosen('reclaim_one', [one]);
+    const fragments = policy.chooseFragments(request, eligible);
+    if (fragments.length > 0) return this.#reclaimChosen('reclaim_fragments', fragments);
+    learner.checkPrefetchRoom(bytes, 0);
+    return 0;
   }
 
   #reclaimChosen(step: AllocSource | null, chosen: readonly ReclaimCandidate[]): number {

@@ -1,8 +1,10 @@
-import type { LmsState, LmsStorage, PageOut, StorageImpl } from '@stowage/core';
+import type { DataPtr, LmsState, LmsStorage, PageOut, StorageImpl } from '@stowage/core';
 import { DeviceError, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 import { PageInPendingError } from './errors.js';
 import type { LmsDevice } from './LmsDevice.js';
 import type { ReclaimList, ReclaimNode } from './ReclaimList.js';
+import type { LearnedStorage } from './speculation/AccessHistory.js';
+import type { AccessRecording } from './speculation/AccessRecording.js';
 
 /**
  * One storage's LMS object: its residency state, pin count, host copy and links on its device's reclaim list.
@@ -21,10 +23,18 @@ import type { ReclaimList, ReclaimNode } from './ReclaimList.js';
  * state === 'reclaimed' implies host !== null and the storage's pointer released; host bytes counted in the
  * device's stats iff host !== null.
  */
-export class LmsStorageImpl implements LmsStorage, ReclaimNode {
+export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
   reclaimPrev: ReclaimNode | null = null;
   reclaimNext: ReclaimNode | null = null;
   reclaimList: ReclaimList<ReclaimNode> | null = null;
+  /** @internal the learned sequence's names for this storage (AccessHistory) */
+  seenIteration = -1;
+  /** @internal */
+  ordinal = 0;
+  /** @internal */
+  lastUnpin: AccessRecording<LearnedStorage> | null = null;
+  /** @internal */
+  lastUnpinIndex = 0;
   /** The device's unpin count at this storage's last unpin (for policies: larger is more recent). */
   unpinnedAt = 0;
   #state: LmsState = 'allocated';
@@ -35,12 +45,22 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
   #hostFailure: unknown;
   /** The host copy of the bytes (Note [Host copies]), complete or in flight; null when none is valid. */
   #host: PageOut | null = null;
+  /** The host copy was made by a speculative page-out (Note [Speculation]), and no reclaim has used it yet. */
+  #hostUnusedSpeculation = false;
+  /** Brought in by a prefetch, and not pinned since. */
+  #prefetched = false;
   #released = false;
 
   constructor(
     readonly storage: StorageImpl,
     readonly lmsDevice: LmsDevice,
-  ) {}
+  ) {
+    lmsDevice.learner?.onCreate(this);
+  }
+
+  get byteLength(): number {
+    return this.storage.byteLength;
+  }
 
   get state(): LmsState {
     return this.#state;
@@ -65,39 +85,63 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
   }
 
   pin(): void {
+    if (this.pinUnrecorded()) this.lmsDevice.learner?.onPin(this);
+  }
+
+  /**
+   * Pins without telling the learner (Note [Speculation]); returns true when this pin made the storage active. For
+   * `pin(...)`, which tells it of one operation's pins in the order the caller gave them, whatever order they were
+   * pinned in.
+   * @internal
+   */
+  pinUnrecorded(): boolean {
     if (this.#released) throw new UseAfterReleaseError(`Cannot pin a released ${this.storage.byteLength}-byte storage.`);
     if (this.#pins > 0) {
       this.#pins++;
-      return;
+      return false;
     }
     const device = this.lmsDevice;
     const pagedIn = this.#state === 'reclaimed' ? this.#pageIn() : 0; // throws before anything changes
     if (this.#pins > 0) {
       this.#pins++; // pinned while it was being brought back (a listener): that pin made it active
-      return;
+      return false;
     }
     device.list.remove(this);
     this.#state = 'active';
     this.#pins = 1;
     this.#pinnedBytes = this.storage.byteLength;
     device.stats.pin(this.#pinnedBytes);
+    if (this.#prefetched) {
+      this.#prefetched = false;
+      device.stats.prefetchHits++;
+    }
     device.notifyPolicy('onPin', this.storage);
     if (pagedIn > 0) device.emitPagedIn(this.storage, pagedIn);
+    return true;
   }
 
   unpin(): void {
+    if (this.unpinUnrecorded()) this.lmsDevice.learner?.onUnpin(this);
+  }
+
+  /**
+   * Unpins without telling the learner; returns true when this unpin made the storage inactive (and it is not
+   * released). For `PinGuard`, as `pinUnrecorded`.
+   * @internal
+   */
+  unpinUnrecorded(): boolean {
     if (this.#pins === 0) {
       throw new InvalidArgumentError('unpin()', `a storage in state '${this.#state}'`, 'matched by an earlier pin(): this storage is not pinned');
     }
-    if (--this.#pins > 0) return;
+    if (--this.#pins > 0) return false;
     const device = this.lmsDevice;
     this.#state = 'inactive';
     device.stats.unpin(this.#pinnedBytes); // what was counted at the pin, whatever a resize did since
-    if (!this.#released) {
-      device.list.pushBack(this);
-      this.unpinnedAt = ++device.unpinClock;
-      device.notifyPolicy('onUnpin', this.storage);
-    }
+    if (this.#released) return false;
+    device.list.pushBack(this);
+    this.unpinnedAt = ++device.unpinClock;
+    device.notifyPolicy('onUnpin', this.storage);
+    return true;
   }
 
   access(write: boolean): void {
@@ -131,7 +175,46 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
     device.list.remove(this);
     device.forgetReclaimed(this);
     if (this.#host !== null) this.#dropHostCopy();
+    this.#dropPrefetch();
     device.notifyPolicy('onRelease', this.storage);
+    device.learner?.onRelease(this);
+  }
+
+  /**
+   * Starts the page-out of an inactive storage now and keeps it resident (a speculative page-out, Note
+   * [Speculation]): a later reclaim only frees its block. Nothing happens when a host copy is valid already, or
+   * the block is not one the allocator placed (it is never reclaimed).
+   */
+  pageOutEarly(): void {
+    if (this.#state !== 'inactive' || this.#host !== null || this.#released) return;
+    const device = this.lmsDevice;
+    const ptr = this.storage.peekDataPtr();
+    if (device.allocator.describeBlock?.(ptr) === undefined) return;
+    this.#startPageOut(ptr);
+    this.#hostUnusedSpeculation = true;
+    device.stats.speculativePageOut++;
+    device.stats.speculativePageOutBytes += ptr.byteLength;
+  }
+
+  /**
+   * Brings a reclaimed storage back ahead of its pin and leaves it inactive, the most recently unpinned (a
+   * prefetch, Note [Speculation]); false when it is not reclaimed, its bytes are not on the host yet, or what
+   * bringing it back ran brought it back first. Throws what the allocation throws (OutOfMemoryError), changing
+   * nothing.
+   */
+  prefetch(): boolean {
+    if (this.#state !== 'reclaimed' || this.#released || !this.hostCopyReady) return false;
+    const device = this.lmsDevice;
+    const pagedIn = this.#pageIn();
+    if (pagedIn === 0 || this.#state !== 'reclaimed') return false;
+    this.#state = 'inactive';
+    device.list.pushBack(this);
+    this.unpinnedAt = ++device.unpinClock;
+    this.#prefetched = true;
+    device.stats.prefetch++;
+    device.stats.prefetchBytes += pagedIn;
+    device.emitPagedIn(this.storage, pagedIn);
+    return true;
   }
 
   /**
@@ -145,15 +228,13 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
     const bytes = ptr.byteLength;
     const copied = this.#host === null;
     if (copied) {
-      const host = (this.#host = device.pager.pageOut(ptr));
-      this.#hostFailure = undefined;
-      host.done.catch((error: unknown) => {
-        if (this.#host === host) this.#hostFailure = error;
-      });
-      device.stats.pageOut++;
-      device.stats.pageOutBytes += bytes;
-      device.stats.addHost(bytes);
+      this.#startPageOut(ptr);
+      if (device.speculation.pageOut) device.stats.speculativeMisses++;
+    } else if (this.#hostUnusedSpeculation) {
+      this.#hostUnusedSpeculation = false;
+      device.stats.speculativeHits++;
     }
+    this.#dropPrefetch();
     device.list.remove(this);
     this.#state = 'reclaimed';
     device.rememberReclaimed(this);
@@ -163,8 +244,29 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
     ptr.letGo(storage);
     ptr.release();
     device.notifyPolicy('onReclaim', storage);
+    device.learner?.onReclaim(this);
     device.emitPagedOut(storage, bytes, copied);
     return bytes;
+  }
+
+  /** Enqueues the page-out of `ptr` (this storage's pointer) as the host copy, counted in the device's stats. */
+  #startPageOut(ptr: DataPtr): void {
+    const device = this.lmsDevice;
+    const host = (this.#host = device.pager.pageOut(ptr));
+    this.#hostFailure = undefined;
+    host.done.catch((error: unknown) => {
+      if (this.#host === host) this.#hostFailure = error;
+    });
+    device.stats.pageOut++;
+    device.stats.pageOutBytes += ptr.byteLength;
+    device.stats.addHost(ptr.byteLength);
+  }
+
+  /** A prefetched storage leaves the device (reclaimed) or goes (released) before any pin: the prefetch was wasted. */
+  #dropPrefetch(): void {
+    if (!this.#prefetched) return;
+    this.#prefetched = false;
+    this.lmsDevice.stats.prefetchWastedBytes += this.storage.byteLength;
   }
 
   /**
@@ -203,7 +305,12 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode {
   }
 
   #dropHostCopy(): void {
-    this.lmsDevice.stats.hostBytes -= this.#host!.byteLength;
+    const stats = this.lmsDevice.stats;
+    stats.hostBytes -= this.#host!.byteLength;
+    if (this.#hostUnusedSpeculation) {
+      this.#hostUnusedSpeculation = false;
+      stats.speculativeWastedBytes += this.#host!.byteLength;
+    }
     this.#host = null;
   }
 }

@@ -1,5 +1,6 @@
 import type { LmsStorage } from '@stowage/core';
 import { InvalidArgumentError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+import { LmsStorageImpl } from './LmsStorageImpl.js';
 
 /** What a guard pins: a storage, or a tensor (which pins its storage). */
 export type Pinnable = StorageImpl | TensorImpl;
@@ -10,10 +11,16 @@ export type Pinnable = StorageImpl | TensorImpl;
  */
 export class PinGuard implements Disposable {
   #pinned: LmsStorage[] | null;
+  /** The storages this guard made active, in the order the caller gave them (Note [Pins in the caller's order]). */
+  readonly #madeActive: readonly LmsStorageImpl[];
 
-  /** @internal made by `pin` and `pinAsync` with the LMS objects they pinned */
-  constructor(pinned: LmsStorage[]) {
+  /**
+   * @internal made by `pin` and `pinAsync` with the LMS objects they pinned, in pin order, and those they made
+   * active, in the caller's order
+   */
+  constructor(pinned: LmsStorage[], madeActive: readonly LmsStorageImpl[] = []) {
     this.#pinned = pinned;
+    this.#madeActive = madeActive;
   }
 
   /** True until the guard is released. */
@@ -27,12 +34,20 @@ export class PinGuard implements Disposable {
     if (pinned === null) return;
     this.#pinned = null;
     const errors: unknown[] = [];
+    const madeInactive = new Set<LmsStorageImpl>();
     for (let i = pinned.length - 1; i >= 0; i--) {
+      const lms = pinned[i]!;
       try {
-        pinned[i]!.unpin();
+        if (!(lms instanceof LmsStorageImpl)) lms.unpin();
+        else if (lms.unpinUnrecorded()) madeInactive.add(lms);
       } catch (error) {
         errors.push(error); // every pin still ends; the first failure is reported after
       }
+    }
+    try {
+      tellUnpins(this.#madeActive, madeInactive);
+    } catch (error) {
+      errors.push(error);
     }
     if (errors.length === 1) throw errors[0];
     if (errors.length > 1) throw new AggregateError(errors, `${errors.length} unpins failed; every storage of the guard was unpinned anyway.`);
@@ -55,14 +70,15 @@ export function pin(...items: Pinnable[]): PinGuard {
   const objects = lmsObjects(items);
   const reclaimed = objects.filter((lms) => lms.state === 'reclaimed'); // once per item: a storage given twice is pinned twice
   const pinned: LmsStorage[] = [];
+  const madeActive = new Set<LmsStorageImpl>();
   try {
-    for (const lms of objects) if (lms.state !== 'reclaimed') pinOne(lms, pinned);
-    for (const lms of reclaimed) pinOne(lms, pinned);
+    for (const lms of objects) if (lms.state !== 'reclaimed') pinOne(lms, pinned, madeActive);
+    for (const lms of reclaimed) pinOne(lms, pinned, madeActive);
   } catch (error) {
     new PinGuard(pinned).release();
     throw error;
   }
-  return new PinGuard(pinned);
+  return guardTellingPins(objects, pinned, madeActive);
 }
 
 /**
@@ -73,22 +89,55 @@ export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
   const objects = lmsObjects(items);
   const reclaimed = objects.filter((lms) => lms.state === 'reclaimed'); // once per item, as in `pin`
   const pinned: LmsStorage[] = [];
+  const madeActive = new Set<LmsStorageImpl>();
   try {
-    for (const lms of objects) if (lms.state !== 'reclaimed') pinOne(lms, pinned);
+    for (const lms of objects) if (lms.state !== 'reclaimed') pinOne(lms, pinned, madeActive);
     for (const lms of reclaimed) {
       await lms.ready(); // at once when an access brought it back meanwhile
-      pinOne(lms, pinned);
+      pinOne(lms, pinned, madeActive);
     }
   } catch (error) {
     new PinGuard(pinned).release();
     throw error;
   }
-  return new PinGuard(pinned);
+  return guardTellingPins(objects, pinned, madeActive);
 }
 
-function pinOne(lms: LmsStorage, pinned: LmsStorage[]): void {
-  lms.pin();
+// Note [Pins in the caller's order]: `pin` pins resident storages before reclaimed ones, so the order in which an
+// operation's storages become active depends on what LMS reclaimed, and would differ from one iteration to the
+// next. LMS learns the program's sequence (Note [Speculation]), so a guard tells it of the pins it made in the order
+// the caller gave the storages, once all are pinned, and of its unpins in the reverse of that order, once all are
+// unpinned. A guard that fails to pin everything tells nothing: it unpins what it pinned, unrecorded.
+
+function pinOne(lms: LmsStorage, pinned: LmsStorage[], madeActive: Set<LmsStorageImpl>): void {
+  if (!(lms instanceof LmsStorageImpl)) lms.pin();
+  else if (lms.pinUnrecorded()) madeActive.add(lms);
   pinned.push(lms);
+}
+
+/** The guard of pins made; their learners hear of those that made a storage active, in the caller's order. */
+function guardTellingPins(objects: readonly LmsStorage[], pinned: LmsStorage[], madeActive: ReadonlySet<LmsStorageImpl>): PinGuard {
+  const inOrder: LmsStorageImpl[] = [];
+  for (const lms of objects) {
+    if (lms instanceof LmsStorageImpl && madeActive.has(lms) && !inOrder.includes(lms)) inOrder.push(lms);
+  }
+  const guard = new PinGuard(pinned, inOrder);
+  try {
+    for (const lms of inOrder) lms.lmsDevice.learner?.onPin(lms);
+  } catch (error) {
+    guard.release(); // a prefetch failed in a way that is not "no room": nothing stays pinned
+    throw error;
+  }
+  return guard;
+}
+
+/** Tells the learners of the unpins that made storages inactive: the reverse of the caller's order, then any others. */
+function tellUnpins(madeActive: readonly LmsStorageImpl[], madeInactive: Set<LmsStorageImpl>): void {
+  for (let i = madeActive.length - 1; i >= 0; i--) {
+    const lms = madeActive[i]!;
+    if (madeInactive.delete(lms)) lms.lmsDevice.learner?.onUnpin(lms);
+  }
+  for (const lms of madeInactive) lms.lmsDevice.learner?.onUnpin(lms);
 }
 
 /** The LMS objects of the items' storages, in order (one per item; storages without one left out). */

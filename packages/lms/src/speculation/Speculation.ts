@@ -1,0 +1,136 @@
+import { OutOfMemoryError } from '@stowage/core';
+import type { LmsDevice } from '../LmsDevice.js';
+import type { LmsStorageImpl } from '../LmsStorageImpl.js';
+import { AccessHistory } from './AccessHistory.js';
+import { AccessKind } from './AccessRecording.js';
+import type { SpeculationSettings } from './SpeculationOptions.js';
+
+/**
+ * Note [Speculation]: training and inference loops repeat, so LMS learns one iteration's sequence of storage events
+ * (makes, pins from zero, last unpins, releases; the program marks each iteration's end with
+ * `LmsController#endIteration`) and predicts the next iteration from it (AccessHistory). Three things use the
+ * prediction, each on or off on its own:
+ *
+ * - Speculative page-out (IBM's `predict_reclaim`, `speculation.pageOut`): at the unpin of a storage whose unpin at
+ *   the same point of the learned iteration was followed by a reclaim before its next pin, the page-out starts at
+ *   once, on the device's copy engine, and the storage stays resident and inactive with a host copy. The reclaim,
+ *   when it comes, only frees the block (a hit); a write first drops the copy (Note [Host copies] in
+ *   LmsStorageImpl.ts: every write goes through `mutableData()`), and the reclaim then copies again (counted
+ *   wasted). So a wrong prediction costs a copy, never a result. Unlike IBM's, the bit for an unpin is set by
+ *   whichever reclaim follows it, in this iteration or the next: persistent storages (weights, optimizer state
+ *   unpinned at the end of one step and reclaimed in the next) are predicted too.
+ * - Prefetch (IBM has none; `speculation.prefetch`): at each pin, the learned sequence's next `lookahead` events are
+ *   scanned for pins of storages that are reclaimed now with their bytes on the host, and each is paged in (left
+ *   inactive, at the reclaim list's most recent end) unless that needs the reclaim of a storage whose next use is
+ *   no later than its own: room is made only from storages used later (Belady's rule), and when those are too few
+ *   the prefetch stops there without reclaiming anything.
+ * - Victims by next use: `ReclaimCandidate.nextUse` (events until the next predicted pin) for the `speculative`
+ *   policy, which asks for predictions even with speculation off.
+ *
+ * When the current iteration leaves every learned sequence (another shape, a branch taken once), nothing is
+ * predicted until its end: no speculative page-out, no prefetch, `nextUse` undefined (the `speculative` policy
+ * chooses as `lru`); the iteration is learned, and predicts the next time the same sequence comes round.
+ */
+export class Speculation {
+  readonly history: AccessHistory<LmsStorageImpl>;
+  /** While a prefetch makes room: only storages whose next use is farther than this may be reclaimed. */
+  #floor: number | null = null;
+  /** Bytes the current prefetch's reclaims freed so far. */
+  #freedForPrefetch = 0;
+  #prefetching = false;
+
+  constructor(
+    readonly device: LmsDevice,
+    readonly settings: SpeculationSettings,
+  ) {
+    this.history = new AccessHistory(settings.history);
+  }
+
+  /** During a prefetch: the next use a reclaimed storage must lie beyond; null otherwise. */
+  get reclaimFloor(): number | null {
+    return this.#floor;
+  }
+
+  onCreate(lms: LmsStorageImpl): void {
+    this.history.record(AccessKind.Create, lms);
+  }
+
+  onPin(lms: LmsStorageImpl): void {
+    this.history.record(AccessKind.Pin, lms);
+    if (this.settings.prefetch) this.#prefetch();
+  }
+
+  onUnpin(lms: LmsStorageImpl): void {
+    const index = this.history.record(AccessKind.Unpin, lms);
+    if (this.settings.pageOut && this.history.predictsReclaimAfter(index)) lms.pageOutEarly();
+  }
+
+  onRelease(lms: LmsStorageImpl): void {
+    this.history.record(AccessKind.Release, lms);
+  }
+
+  onReclaim(lms: LmsStorageImpl): void {
+    this.history.recordReclaim(lms);
+    if (this.#floor !== null) this.#freedForPrefetch += lms.storage.byteLength;
+  }
+
+  endIteration(): void {
+    const { predicted, diverged } = this.history.endIteration();
+    const stats = this.device.stats;
+    if (predicted) stats.iterationsPredicted++;
+    if (diverged) stats.predictionFallbacks++;
+  }
+
+  /**
+   * During a prefetch, called by the device's reclaim with the storages it may reclaim: throws (ending the
+   * prefetch's allocation, nothing reclaimed by this call) when they and what the prefetch already freed cannot
+   * make `bytes` of room.
+   */
+  checkPrefetchRoom(bytes: number, eligibleBytes: number): void {
+    if (this.#freedForPrefetch + eligibleBytes < bytes) throw PREFETCH_DECLINED;
+  }
+
+  /** Pages in the storages the learned sequence pins in the next `lookahead` events (Note [Speculation]). */
+  #prefetch(): void {
+    const history = this.history;
+    const predictor = history.predictor;
+    if (predictor === null || this.#prefetching) return;
+    const from = history.position;
+    const end = Math.min(predictor.length, from + this.settings.lookahead);
+    this.#prefetching = true;
+    try {
+      for (let i = from; i < end; i++) {
+        if (predictor.kinds[i] !== AccessKind.Pin) continue;
+        const lms = history.storageAt(i);
+        if (lms === undefined || lms.state !== 'reclaimed' || !lms.hostCopyReady || lms.lmsDevice !== this.device) continue;
+        if (!this.#prefetchOne(lms, i - from)) return;
+      }
+    } finally {
+      this.#prefetching = false;
+    }
+  }
+
+  /** Pages `lms` in, reclaiming only storages used later than `distance` events from now; false when it cannot. */
+  #prefetchOne(lms: LmsStorageImpl, distance: number): boolean {
+    this.#floor = distance;
+    this.#freedForPrefetch = 0;
+    try {
+      return lms.prefetch();
+    } catch (error) {
+      if (error === PREFETCH_DECLINED || error instanceof OutOfMemoryError) return false;
+      throw error;
+    } finally {
+      this.#floor = null;
+    }
+  }
+}
+
+/** Thrown through the caching engine by a reclaim that may not make room for a prefetch; never reaches a caller. */
+class PrefetchDeclined extends Error {
+  constructor() {
+    super('LMS declined to reclaim for a prefetch: only storages used sooner could make room.');
+    this.name = 'PrefetchDeclined';
+  }
+}
+
+const PREFETCH_DECLINED = new PrefetchDeclined();
