@@ -29,9 +29,10 @@ import type { ModelTrace, TraceOp, TraceTensor } from './traces/Trace.js';
 // kernel, rounded up to whole nanoseconds. The figures are an H100 SXM's as achieved rather than as sold: dense
 // bf16 peaks at 989 TFLOP/s and large transformer GEMMs reach about 40 % of it, so 400e12 FLOP/s; HBM3's 3.35 TB/s
 // at the 80 % a streaming kernel reaches, 2.68e12 B/s. No launch overhead is added: a kernel with neither flops nor
-// bytes takes no time. The traces scale their tensors down from real models' (a few MiB, not GiB, so that a run
-// takes under a second here), and their flops and bytes with them, so times and transfer costs keep the ratio the
-// model's shapes give.
+// bytes takes no time. Times follow from the traces' shapes as stated in their generators: models of a few dozen
+// to a hundred and fifty MiB, so that a run with real bytes takes a second or two here. At their widths (1024 for
+// the MLP) a kernel computes for less time than its output takes to cross PCIe, so under a tight budget an
+// iteration is bound by the link, not by compute; the bench reports the gap to that bound.
 
 // Note [Pins before outputs]: an op pins its existing operands before it allocates its outputs, as a kernel
 // launch does in a framework (the inputs are held when the op allocates its result). The other order lets the
