@@ -17,10 +17,15 @@
 //                ones included); beladyBytesMoved: what Belady-MIN moves for the same iteration under the same
 //                budget (over iterations 0..i minus over 0..i−1). identical: the run's persistent bytes equal the
 //                unconstrained run's at the end. predicted and fallbacks: LMS's iterations_predicted and
-//                prediction_fallbacks over the iteration. A run that did not fit has fits false and its error on
-//                every row; the iterations it completed keep their figures.
-//   sim-summary  {"scenario":"summary","device":"sim","iterations","targetsFrom","targets":{…}}   each target with
-//                "met", its worst figure and where; last.
+//                prediction_fallbacks over the iteration; speculativePageOuts, speculativeHits, speculativeMisses the
+//                counts behind precision and recall. timeUs, boundUs, computeUs, outUs, inUs, freeUs, stallUs: the
+//                iteration's time, its bound, the kernels', page-outs' and page-ins' time, the unconstrained run's
+//                time and the compute engine's idle time, in µs; boundBy: the bound's largest term. A run that did
+//                not fit has fits false and its error on every row; the iterations it completed keep their figures.
+//   sim-summary  {"scenario":"summary","device":"sim","iterations","targetsFrom","targets":{…},"varyingLearned"}
+//                each target with "met" (null when the run had no rows for it: --quick), its worst figure, where,
+//                and the worst of every other configuration; varyingLearned: the learned configuration on
+//                transformer-varying under P/4, iteration by iteration (what happens at each new length). Last.
 //
 // Choices:
 // - ITERATIONS (5) iterations per run; the targets count iterations TARGETS_FROM (3) and later, numbered from 0
@@ -90,11 +95,21 @@ type SimRow = {
   readonly beladyBytesMoved: number | null;
   readonly timeUs: number | null;
   readonly boundUs: number | null;
+  /** Which term of the bound is largest: the kernels, the page-outs or the page-ins. */
+  readonly boundBy: 'compute' | 'pageOut' | 'pageIn' | null;
+  readonly computeUs: number | null;
+  /** The page-outs' and page-ins' copy time (the copy engines' busy time). */
+  readonly outUs: number | null;
+  readonly inUs: number | null;
   readonly freeUs: number | null;
   readonly stallUs: number | null;
   readonly identical: boolean | null;
   readonly predicted: number | null;
   readonly fallbacks: number | null;
+  /** The counts precision and recall come from. */
+  readonly speculativePageOuts: number | null;
+  readonly speculativeHits: number | null;
+  readonly speculativeMisses: number | null;
   readonly error?: string;
 };
 
@@ -158,7 +173,9 @@ function rowOf(config: Config, run: SimRunResult, it: SimIteration | undefined, 
   const error = run.error === undefined ? {} : { error: run.error };
   if (it === undefined) {
     const none = { slowdown: null, gapToBound: null, hiddenOut: null, hiddenIn: null, precision: null, recall: null, wastedBytes: null, bytesMoved: null };
-    return { ...head, ...none, beladyBytesMoved: beladyBytes, timeUs: null, boundUs: null, freeUs: round(freeNs / 1e3, 1), stallUs: null, identical, predicted: null, fallbacks: null, ...error };
+    const times = { timeUs: null, boundUs: null, boundBy: null, computeUs: null, outUs: null, inUs: null, freeUs: round(freeNs / 1e3, 1), stallUs: null };
+    const counts = { predicted: null, fallbacks: null, speculativePageOuts: null, speculativeHits: null, speculativeMisses: null };
+    return { ...head, ...none, beladyBytesMoved: beladyBytes, ...times, identical, ...counts, ...error };
   }
   const s = it.stats;
   return {
@@ -174,11 +191,18 @@ function rowOf(config: Config, run: SimRunResult, it: SimIteration | undefined, 
     beladyBytesMoved: beladyBytes,
     timeUs: round(it.timeNs / 1e3, 1),
     boundUs: round(it.boundNs / 1e3, 1),
+    boundBy: it.boundNs === it.computeBusyNs ? 'compute' : it.boundNs === it.d2hBusyNs ? 'pageOut' : 'pageIn',
+    computeUs: round(it.computeBusyNs / 1e3, 1),
+    outUs: round(it.d2hBusyNs / 1e3, 1),
+    inUs: round(it.h2dBusyNs / 1e3, 1),
     freeUs: round(freeNs / 1e3, 1),
     stallUs: round(it.stallNs / 1e3, 1),
     identical,
     predicted: s.iterations_predicted,
     fallbacks: s.prediction_fallbacks,
+    speculativePageOuts: s.speculative_page_out,
+    speculativeHits: s.speculative_hits,
+    speculativeMisses: s.speculative_misses,
     ...error,
   };
 }
@@ -229,8 +253,21 @@ function thresholdTarget(rows: readonly SimRow[], figure: (row: SimRow) => numbe
   const learned = worstOf(rows.filter(isLearned), figure, worstIsLarge);
   const configs = [...new Set(rows.filter((r) => !isLearned(r)).map(configOf))];
   const others = Object.fromEntries(configs.map((c) => [c, worstOf(rows.filter((r) => configOf(r) === c), figure, worstIsLarge).worst]));
-  const met = learned.worst !== null && (worstIsLarge ? learned.worst <= limit : learned.worst >= limit);
+  const met = learned.worst === null ? null : worstIsLarge ? learned.worst <= limit : learned.worst >= limit;
   return { met, limit, worst: learned.worst, at: learned.at, mean: learned.mean, rows: learned.rows, others };
+}
+
+/**
+ * A hidden-share target, with its ceiling beside it: no schedule hides more of the copies than the kernels' time
+ * covers, so min(1, compute time / copy time) bounds the share; `ceiling` is that bound where the learned
+ * configuration's share was worst.
+ */
+function hiddenTarget(rows: readonly SimRow[], figure: 'hiddenOut' | 'hiddenIn', limit: number): BenchRecord {
+  const target = thresholdTarget(rows, (r) => r[figure], limit, false);
+  const worstRow = rows.find((r) => isLearned(r) && where(r) === target.at);
+  const copyUs = worstRow === undefined ? null : figure === 'hiddenOut' ? worstRow.outUs : worstRow.inUs;
+  const ceiling = worstRow === undefined || copyUs === null || copyUs === 0 ? null : round(Math.min(1, worstRow.computeUs! / copyUs), 4);
+  return { ...target, ceiling };
 }
 
 /** Whether every run of `traces` under `budget` fit, in the learned configuration and in each other one. */
@@ -239,7 +276,35 @@ function fitsTarget(rows: readonly SimRow[], budget: string, traces: readonly Tr
   const failed = (list: readonly SimRow[]): string[] => list.filter((r) => !r.fits).map((r) => `${r.trace} ${configOf(r)}: ${r.error ?? ''}`);
   const learned = runs.filter(isLearned);
   const byConfig = Object.fromEntries([...new Set(runs.map(configOf))].map((c) => [c, runs.filter((r) => configOf(r) === c && r.fits).map((r) => r.trace)]));
-  return { met: learned.length === traces.length && learned.every((r) => r.fits), traces, failed: failed(learned), fittedByConfig: byConfig, otherFailures: failed(runs.filter((r) => !isLearned(r))).length };
+  return { met: learned.length === 0 ? null : learned.length === traces.length && learned.every((r) => r.fits), traces, failed: failed(learned), fittedByConfig: byConfig, otherFailures: failed(runs.filter((r) => !isLearned(r))).length };
+}
+
+/**
+ * Precision and recall over the steady iterations of each run with speculation on (counts summed, so that a hit in
+ * one iteration of a page-out started in the one before counts once): the worst run of the learned configuration
+ * decides `met`; `perIteration` is the worst single iteration's figure, for comparison.
+ */
+function speculationTarget(rows: readonly SimRow[], figure: 'precision' | 'recall', limit: number): BenchRecord {
+  const runs = new Map<string, { config: string; at: string; pageOuts: number; hits: number; misses: number }>();
+  for (const r of rows) {
+    if (!r.speculative || r.speculativeHits === null) continue;
+    const key = `${r.trace} ${r.budget} ${configOf(r)}`;
+    const run = runs.get(key) ?? { config: configOf(r), at: `${r.trace} ${r.budget} ${r.policy} speculation on`, pageOuts: 0, hits: 0, misses: 0 };
+    run.pageOuts += r.speculativePageOuts!;
+    run.hits += r.speculativeHits;
+    run.misses += r.speculativeMisses!;
+    runs.set(key, run);
+  }
+  const valueOf = (run: { pageOuts: number; hits: number; misses: number }): number | null => (figure === 'precision' ? ratio(run.hits, run.pageOuts) : ratio(run.hits, run.hits + run.misses));
+  const worstIn = (config: string): { value: number; at: string } | null => {
+    const values = [...runs.values()].filter((run) => run.config === config).map((run) => ({ value: valueOf(run), at: run.at }));
+    const known = values.filter((v): v is { value: number; at: string } => v.value !== null).sort((a, b) => a.value - b.value);
+    return known[0] ?? null;
+  };
+  const learned = worstIn('speculative/on');
+  const others = Object.fromEntries([...new Set([...runs.values()].map((run) => run.config))].filter((c) => c !== 'speculative/on').map((c) => [c, worstIn(c)?.value ?? null]));
+  const perIteration = worstOf(rows.filter(isLearned), (r) => r[figure], false);
+  return { met: learned === null ? null : learned.value >= limit, limit, worst: learned?.value ?? null, at: learned?.at ?? null, perIteration: perIteration.worst, others };
 }
 
 /** Bytes moved over Belady-MIN's, summed over the steady iterations of each run; the worst run. */
@@ -260,7 +325,7 @@ function beladyTarget(rows: readonly SimRow[], traces: readonly TraceName[], lim
   };
   const learned = worstIn('speculative/on');
   const others = Object.fromEntries([...new Set(ratios.map((r) => r.config))].filter((c) => c !== 'speculative/on').map((c) => [c, worstIn(c)?.ratio ?? null]));
-  return { met: learned !== null && learned.ratio <= limit, limit, traces, worst: learned?.ratio ?? null, at: learned?.at ?? null, others };
+  return { met: learned === null ? null : learned.ratio <= limit, limit, traces, worst: learned?.ratio ?? null, at: learned?.at ?? null, others };
 }
 
 function summarize(rows: readonly SimRow[], quick: boolean): BenchRecord {
@@ -283,10 +348,10 @@ function summarize(rows: readonly SimRow[], quick: boolean): BenchRecord {
       fitsAtEighthFirstThree: fitsTarget(rows, 'P/8', FIT_AT_EIGHTH),
       gapAtHalfOnPcie4: thresholdTarget(onPcie4('P/2'), (r) => r.gapToBound, 0.03, true),
       gapAtQuarterOnPcie4: thresholdTarget(onPcie4('P/4'), (r) => r.gapToBound, 0.05, true),
-      hiddenOut: thresholdTarget(steady, (r) => r.hiddenOut, 0.95, false),
-      hiddenIn: thresholdTarget(steady, (r) => r.hiddenIn, 0.9, false),
-      precisionOnRepeating: thresholdTarget(repeating, (r) => r.precision, 0.95, false),
-      recallOnRepeating: thresholdTarget(repeating, (r) => r.recall, 0.98, false),
+      hiddenOut: hiddenTarget(steady, 'hiddenOut', 0.95),
+      hiddenIn: hiddenTarget(steady, 'hiddenIn', 0.9),
+      precisionOnRepeating: speculationTarget(repeating, 'precision', 0.95),
+      recallOnRepeating: speculationTarget(repeating, 'recall', 0.98),
       bytesAtMostBeladyFirstThree: beladyTarget(rows, FIT_AT_EIGHTH, 1.05),
       bytesOnVaryingAtMostBelady: beladyTarget(rows, ['transformer-varying'], 1.25),
     },
