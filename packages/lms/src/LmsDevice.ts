@@ -129,12 +129,11 @@ export class LmsDevice {
 
   /**
    * The inactive storages that can be reclaimed for `target`, least recently unpinned first, with their predicted
-   * next use when something is predicted; during a prefetch only those used later than the prefetched storage.
+   * next use when something is predicted.
    */
   *candidates(target: ReclaimTarget | undefined): Generator<ReclaimCandidate> {
     const learner = this.learner;
     const predicting = learner !== null && learner.history.predictor !== null;
-    const floor = learner?.reclaimFloor ?? null;
     for (const lms of this.list) {
       const placement = this.allocator.describeBlock?.(lms.storage.peekDataPtr());
       if (placement === undefined) continue; // not the allocator's block (COW-shared, imported, empty): never reclaimed
@@ -144,28 +143,28 @@ export class LmsDevice {
         yield candidate;
         continue;
       }
-      const nextUse = learner.history.nextUse(lms)!;
-      if (floor === null || nextUse > floor) yield { ...candidate, nextUse };
+      yield { ...candidate, nextUse: learner.history.nextUse(lms)! };
     }
   }
 
   /**
-   * A reclaim step while a prefetch makes room (Note [Speculation]): only storages used later than the prefetched
-   * one, and none at all (the prefetch is declined) when they cannot make the room.
+   * A reclaim step while a prefetch makes room (Note [Speculation]): the policy chooses among all candidates, as
+   * it would for a demand allocation, and its choice is reclaimed only when every storage in it is used later than
+   * the prefetched one; otherwise, or when the storages used later cannot make the room, the prefetch is declined
+   * and nothing is reclaimed. So a prefetch changes when the policy's victims leave, never which.
    */
   #reclaimForPrefetch(learner: Speculation, bytes: number, target: ReclaimTarget | undefined): number {
-    const eligible = [...this.candidates(target)];
-    let eligibleBytes = 0;
-    for (const candidate of eligible) eligibleBytes += candidate.placement.size;
-    learner.checkPrefetchRoom(bytes, eligibleBytes);
+    const floor = learner.reclaimFloor!;
+    const all = [...this.candidates(target)];
+    let laterBytes = 0;
+    for (const candidate of all) if (candidate.nextUse! > floor) laterBytes += candidate.placement.size;
+    learner.checkPrefetchRoom(bytes, laterBytes);
     const request: ReclaimRequest = { device: this.device, bytes };
     const policy = this.policy;
-    const one = policy.chooseOne(request, eligible);
-    if (one !== undefined) return this.#reclaimChosen('reclaim_one', [one]);
-    const fragments = policy.chooseFragments(request, eligible);
-    if (fragments.length > 0) return this.#reclaimChosen('reclaim_fragments', fragments);
-    learner.checkPrefetchRoom(bytes, 0);
-    return 0;
+    const one = policy.chooseOne(request, all);
+    const chosen = one !== undefined ? [one] : policy.chooseFragments(request, all);
+    if (chosen.length === 0 || chosen.some((c) => c.nextUse === undefined || c.nextUse <= floor)) learner.decline();
+    return this.#reclaimChosen(one !== undefined ? 'reclaim_one' : 'reclaim_fragments', chosen);
   }
 
   #reclaimChosen(step: AllocSource | null, chosen: readonly ReclaimCandidate[]): number {

@@ -34,18 +34,18 @@ export class PinGuard implements Disposable {
     if (pinned === null) return;
     this.#pinned = null;
     const errors: unknown[] = [];
-    const madeInactive = new Set<LmsStorageImpl>();
+    let madeInactive: LmsStorageImpl[] | undefined;
     for (let i = pinned.length - 1; i >= 0; i--) {
       const lms = pinned[i]!;
       try {
         if (!(lms instanceof LmsStorageImpl)) lms.unpin();
-        else if (lms.unpinUnrecorded()) madeInactive.add(lms);
+        else if (lms.unpinUnrecorded() && lms.lmsDevice.learner !== null) (madeInactive ??= []).push(lms);
       } catch (error) {
         errors.push(error); // every pin still ends; the first failure is reported after
       }
     }
     try {
-      tellUnpins(this.#madeActive, madeInactive);
+      if (madeInactive !== undefined) tellUnpins(this.#madeActive, madeInactive);
     } catch (error) {
       errors.push(error);
     }
@@ -70,7 +70,7 @@ export function pin(...items: Pinnable[]): PinGuard {
   const objects = lmsObjects(items);
   const reclaimed = objects.filter((lms) => lms.state === 'reclaimed'); // once per item: a storage given twice is pinned twice
   const pinned: LmsStorage[] = [];
-  const madeActive = new Set<LmsStorageImpl>();
+  const madeActive: LmsStorageImpl[] = [];
   try {
     for (const lms of objects) if (lms.state !== 'reclaimed') pinOne(lms, pinned, madeActive);
     for (const lms of reclaimed) pinOne(lms, pinned, madeActive);
@@ -89,7 +89,7 @@ export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
   const objects = lmsObjects(items);
   const reclaimed = objects.filter((lms) => lms.state === 'reclaimed'); // once per item, as in `pin`
   const pinned: LmsStorage[] = [];
-  const madeActive = new Set<LmsStorageImpl>();
+  const madeActive: LmsStorageImpl[] = [];
   try {
     for (const lms of objects) if (lms.state !== 'reclaimed') pinOne(lms, pinned, madeActive);
     for (const lms of reclaimed) {
@@ -109,17 +109,19 @@ export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
 // the caller gave the storages, once all are pinned, and of its unpins in the reverse of that order, once all are
 // unpinned. A guard that fails to pin everything tells nothing: it unpins what it pinned, unrecorded.
 
-function pinOne(lms: LmsStorage, pinned: LmsStorage[], madeActive: Set<LmsStorageImpl>): void {
+/** Pins `lms`; one that this pin made active, on a device that learns, joins `madeActive`. */
+function pinOne(lms: LmsStorage, pinned: LmsStorage[], madeActive: LmsStorageImpl[]): void {
   if (!(lms instanceof LmsStorageImpl)) lms.pin();
-  else if (lms.pinUnrecorded()) madeActive.add(lms);
+  else if (lms.pinUnrecorded() && lms.lmsDevice.learner !== null) madeActive.push(lms);
   pinned.push(lms);
 }
 
 /** The guard of pins made; their learners hear of those that made a storage active, in the caller's order. */
-function guardTellingPins(objects: readonly LmsStorage[], pinned: LmsStorage[], madeActive: ReadonlySet<LmsStorageImpl>): PinGuard {
+function guardTellingPins(objects: readonly LmsStorage[], pinned: LmsStorage[], madeActive: readonly LmsStorageImpl[]): PinGuard {
+  if (madeActive.length === 0) return new PinGuard(pinned);
   const inOrder: LmsStorageImpl[] = [];
   for (const lms of objects) {
-    if (lms instanceof LmsStorageImpl && madeActive.has(lms) && !inOrder.includes(lms)) inOrder.push(lms);
+    if (lms instanceof LmsStorageImpl && madeActive.includes(lms) && !inOrder.includes(lms)) inOrder.push(lms);
   }
   const guard = new PinGuard(pinned, inOrder);
   try {
@@ -132,10 +134,13 @@ function guardTellingPins(objects: readonly LmsStorage[], pinned: LmsStorage[], 
 }
 
 /** Tells the learners of the unpins that made storages inactive: the reverse of the caller's order, then any others. */
-function tellUnpins(madeActive: readonly LmsStorageImpl[], madeInactive: Set<LmsStorageImpl>): void {
+function tellUnpins(madeActive: readonly LmsStorageImpl[], madeInactive: LmsStorageImpl[]): void {
   for (let i = madeActive.length - 1; i >= 0; i--) {
     const lms = madeActive[i]!;
-    if (madeInactive.delete(lms)) lms.lmsDevice.learner?.onUnpin(lms);
+    const at = madeInactive.indexOf(lms);
+    if (at < 0) continue;
+    madeInactive.splice(at, 1);
+    lms.lmsDevice.learner?.onUnpin(lms);
   }
   for (const lms of madeInactive) lms.lmsDevice.learner?.onUnpin(lms);
 }

@@ -1,5 +1,11 @@
 import { AccessKind, AccessRecording } from './AccessRecording.js';
 
+/**
+ * Events one iteration may record (a few arrays of small integers: about 40 bytes an event): a training step of
+ * thousands of operations records tens of thousands; a program that never marks its iterations stops recording here.
+ */
+export const DEFAULT_MAX_EVENTS = 1 << 20;
+
 /** What the history keeps on each storage (LmsStorageImpl carries these fields). */
 export interface LearnedStorage {
   /** The iteration in which `ordinal` was given; -1 before any. */
@@ -41,6 +47,8 @@ export class AccessHistory<S extends LearnedStorage> {
   constructor(
     /** Recordings kept. */
     readonly capacity: number,
+    /** Events one iteration may record; past it, the iteration is neither learned nor predicted. */
+    readonly maxEvents: number = DEFAULT_MAX_EVENTS,
   ) {}
 
   /** The recording that predicts this iteration, or null. */
@@ -57,22 +65,29 @@ export class AccessHistory<S extends LearnedStorage> {
     return this.#iteration;
   }
 
-  /** Records one event of `storage`; returns its index in this iteration. */
+  /**
+   * Records one event of `storage`; returns its index in this iteration, or -1 when the iteration has grown past
+   * `maxEvents` (a program that does not mark its iterations): it is then neither recorded nor predicted.
+   */
   record(kind: AccessKind, storage: S): number {
     const current = this.#current;
+    if (current.length >= this.maxEvents) {
+      if (this.#candidates.length > 0) this.#candidates = [];
+      return -1;
+    }
     if (storage.seenIteration !== this.#iteration) {
       storage.seenIteration = this.#iteration;
       storage.ordinal = current.addStorage(storage);
     }
-    const index = current.add(kind, storage.ordinal, storage.byteLength);
+    const ordinal = storage.ordinal;
+    const size = storage.byteLength;
+    const index = current.add(kind, ordinal, size);
     const candidates = this.#candidates;
-    if (candidates.length > 0) {
-      const size = storage.byteLength;
-      const left = candidates.filter((c) => c.matches(index, kind, storage.ordinal, size));
-      if (left.length !== candidates.length) {
-        this.#candidates = left;
-        if (left.length === 0) this.#diverged = true;
-      }
+    for (let i = 0; i < candidates.length; i++) {
+      if (candidates[i]!.matches(index, kind, ordinal, size)) continue;
+      this.#candidates = candidates.filter((c) => c.matches(index, kind, ordinal, size));
+      if (this.#candidates.length === 0) this.#diverged = true;
+      break;
     }
     if (kind === AccessKind.Unpin) {
       storage.lastUnpin = current;
@@ -129,7 +144,7 @@ export class AccessHistory<S extends LearnedStorage> {
     const matched = this.#candidates.find((c) => c.length === current.length);
     const result = { predicted: matched !== undefined, diverged: this.#diverged };
     if (matched !== undefined) this.#past = [current, ...this.#past.filter((r) => r !== matched)];
-    else if (current.length > 0) this.#past = [current, ...this.#past].slice(0, this.capacity);
+    else if (current.length > 0 && current.length < this.maxEvents) this.#past = [current, ...this.#past].slice(0, this.capacity);
     this.#current = new AccessRecording<LearnedStorage>();
     this.#candidates = [...this.#past];
     this.#diverged = false;

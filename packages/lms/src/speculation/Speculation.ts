@@ -23,7 +23,8 @@ import type { SpeculationSettings } from './SpeculationOptions.js';
  *   scanned for pins of storages that are reclaimed now with their bytes on the host, and each is paged in (left
  *   inactive, at the reclaim list's most recent end) unless that needs the reclaim of a storage whose next use is
  *   no later than its own: room is made only from storages used later (Belady's rule), and when those are too few
- *   the prefetch stops there without reclaiming anything.
+ *   the prefetch stops there without reclaiming anything. The policy chooses the victims, as for any allocation; the
+ *   prefetch only goes ahead when its choice is used later, so it changes when victims leave, never which.
  * - Victims by next use: `ReclaimCandidate.nextUse` (events until the next predicted pin) for the `speculative`
  *   policy, which asks for predictions even with speculation off.
  *
@@ -37,7 +38,12 @@ export class Speculation {
   #floor: number | null = null;
   /** Bytes the current prefetch's reclaims freed so far. */
   #freedForPrefetch = 0;
+  /** Bytes the learned sequence allocates before the prefetched storage's pin (makes and page-ins): kept free. */
+  #reserve = 0;
   #prefetching = false;
+  /** Where the last prefetch scan ended, and the device's reclaim count then: events before it need no new look. */
+  #scannedTo = 0;
+  #scannedAtReclaims = -1;
 
   constructor(
     readonly device: LmsDevice,
@@ -62,7 +68,7 @@ export class Speculation {
 
   onUnpin(lms: LmsStorageImpl): void {
     const index = this.history.record(AccessKind.Unpin, lms);
-    if (this.settings.pageOut && this.history.predictsReclaimAfter(index)) lms.pageOutEarly();
+    if (index >= 0 && this.settings.pageOut && this.history.predictsReclaimAfter(index)) lms.pageOutEarly();
   }
 
   onRelease(lms: LmsStorageImpl): void {
@@ -75,6 +81,8 @@ export class Speculation {
   }
 
   endIteration(): void {
+    this.#scannedTo = 0;
+    this.#scannedAtReclaims = -1;
     const { predicted, diverged } = this.history.endIteration();
     const stats = this.device.stats;
     if (predicted) stats.iterationsPredicted++;
@@ -87,7 +95,12 @@ export class Speculation {
    * make `bytes` of room.
    */
   checkPrefetchRoom(bytes: number, eligibleBytes: number): void {
-    if (this.#freedForPrefetch + eligibleBytes < bytes) throw PREFETCH_DECLINED;
+    if (this.#freedForPrefetch + eligibleBytes < bytes + this.#reserve) throw PREFETCH_DECLINED;
+  }
+
+  /** During a prefetch: ends its allocation, nothing reclaimed by this call (the policy chose a storage used sooner). */
+  decline(): never {
+    throw PREFETCH_DECLINED;
   }
 
   /** Pages in the storages the learned sequence pins in the next `lookahead` events (Note [Speculation]). */
@@ -97,23 +110,45 @@ export class Speculation {
     if (predictor === null || this.#prefetching) return;
     const from = history.position;
     const end = Math.min(predictor.length, from + this.settings.lookahead);
+    const reclaims = this.device.stats.reclaimed;
+    if (this.device.reclaimedStorages.size === 0) {
+      this.#scannedTo = end; // nothing to bring back: what a later scan needs to see is only what a reclaim changes
+      this.#scannedAtReclaims = reclaims;
+      return;
+    }
+    // Since the last scan, with no reclaim in between, only events past its end can hold a new candidate.
+    const start = reclaims === this.#scannedAtReclaims ? Math.max(from, this.#scannedTo) : from;
     this.#prefetching = true;
+    // The bytes allocated between now and event i: what the sequence makes before it.
+    let before = 0;
+    for (let i = from; i < start; i++) if (predictor.kinds[i] === AccessKind.Create) before += predictor.sizes[i]!;
     try {
-      for (let i = from; i < end; i++) {
-        if (predictor.kinds[i] !== AccessKind.Pin) continue;
+      for (let i = start; i < end; i++) {
+        const kind = predictor.kinds[i];
+        if (kind === AccessKind.Create) before += predictor.sizes[i]!;
+        if (kind !== AccessKind.Pin) continue;
         const lms = history.storageAt(i);
-        if (lms === undefined || lms.state !== 'reclaimed' || !lms.hostCopyReady || lms.lmsDevice !== this.device) continue;
-        if (!this.#prefetchOne(lms, i - from)) return;
+        if (lms === undefined || lms.state !== 'reclaimed' || lms.lmsDevice !== this.device) continue;
+        if (!lms.hostCopyReady || !this.#prefetchOne(lms, i - from, before)) {
+          this.#scannedTo = i; // look here again next time
+          return;
+        }
       }
+      this.#scannedTo = end;
     } finally {
       this.#prefetching = false;
+      this.#scannedAtReclaims = this.device.stats.reclaimed;
     }
   }
 
-  /** Pages `lms` in, reclaiming only storages used later than `distance` events from now; false when it cannot. */
-  #prefetchOne(lms: LmsStorageImpl, distance: number): boolean {
+  /**
+   * Pages `lms` in, reclaiming only storages used later than `distance` events from now and leaving room for the
+   * `reserve` bytes allocated before its pin; false when it cannot.
+   */
+  #prefetchOne(lms: LmsStorageImpl, distance: number, reserve: number): boolean {
     this.#floor = distance;
     this.#freedForPrefetch = 0;
+    this.#reserve = reserve;
     try {
       return lms.prefetch();
     } catch (error) {
