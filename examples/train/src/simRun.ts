@@ -198,8 +198,10 @@ export async function runTraceOnSim(options: SimRunOptions): Promise<SimRunResul
       persistent.set(tensor.id, storage);
     }
     recording.synchronize();
-    // Iteration i runs from mark i to mark i + 1, each taken once the device is idle, before LMS hears of the
-    // iteration's end: what `endIteration` starts (a prefetch for the next one) counts in the next.
+    // Iteration i's device figures run from mark i to mark i + 1, each taken once the device is idle, before LMS
+    // hears of the iteration's end: the copies `endIteration` starts (a prefetch for the next) count in the next.
+    // Its LMS statistics run from after the previous `endIteration` to after its own, so that the counters it
+    // updates (iterations_predicted, prediction_fallbacks) count in the iteration they are about.
     marks.push(recording.mark());
     let startStats = statsOf();
     allocator.resetPeakStats();
@@ -254,6 +256,7 @@ export async function runTraceOnSim(options: SimRunOptions): Promise<SimRunResul
       }
       recording.synchronize();
       marks.push(recording.mark());
+      controller.endIteration();
       const endStats = statsOf();
       const reservedPeakBytes = endStats['reserved_bytes.all.peak']!;
       if (budgetBytes !== undefined && reservedPeakBytes > budgetBytes) throw new BudgetExceededError(opsRun, reservedPeakBytes, budgetBytes);
@@ -261,7 +264,6 @@ export async function runTraceOnSim(options: SimRunOptions): Promise<SimRunResul
       done.push({ iteration: i, reservedPeakBytes, stats });
       startStats = endStats;
       allocator.resetPeakStats();
-      controller.endIteration();
     }
   } catch (error) {
     if (!isOutOfMemoryError(error)) throw error;

@@ -129,7 +129,7 @@ describe('runTraceOnSim', () => {
       boundNs: 3000,
       reservedPeakBytes: 2048,
     });
-    expect(first!.stats).to.deep.include({ page_out: 2, page_out_bytes: 2048, page_in: 2, page_in_bytes: 2048 });
+    expect(first!.stats).to.deep.include({ page_out: 2, page_out_bytes: 2048, page_in: 2, page_in_bytes: 2048, iterations: 1 });
     for (const it of rest) {
       expect({ ...it, iteration: 0, stats: first!.stats }).to.deep.equal(first);
       expect(it.stats).to.deep.include({ page_out: 2, page_out_bytes: 2048, page_in: 2, page_in_bytes: 2048 });
@@ -143,6 +143,16 @@ describe('runTraceOnSim', () => {
     expect(ahead.checksums).to.deep.equal(sync.checksums);
     expect(ahead.iterations[1]!.timeNs).to.be.below(sync.iterations[1]!.timeNs);
     expect(ahead.iterations[1]!.hiddenOut).to.be.above(0);
+  });
+
+  it('counts LMS\'s statistics in the iteration they are about: one iteration each, predicted once learned', async () => {
+    const run = await runTraceOnSim({ ...base, trace: layerStack(6, 4096), iterations: 5, budgetBytes: 4 * 4096, policy: 'speculative', speculation: true });
+    expect(run.iterations.map((it) => it.stats.iterations)).to.deep.equal([1, 1, 1, 1, 1]);
+    expect(run.iterations[0]!.stats.iterations_predicted, 'nothing learned yet').to.equal(0);
+    for (const it of run.iterations.slice(3)) {
+      expect(it.stats.iterations_predicted).to.equal(1);
+      expect(it.stats.speculative_hits).to.be.above(0);
+    }
   });
 
   it('replays its schedule on other links exactly as runs on those links would go', async () => {
