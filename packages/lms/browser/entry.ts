@@ -1,9 +1,9 @@
 // Applications import reflect-metadata first (STYLE.md §5): tsyringe in core needs it before it loads.
 import 'reflect-metadata';
 import type { Runtime, StorageImpl } from '@stowage/core';
-import { createRuntime, formatBytes } from '@stowage/core';
+import { createRuntime, formatBytes, resolve } from '@stowage/core';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
-import { ALLOC_SOURCES, lms, PageInPendingError, pin, pinAsync } from '@stowage/lms';
+import { ALLOC_SOURCES, LMS_CONTROLLER, lms, PageInPendingError, pin, pinAsync } from '@stowage/lms';
 import type { LmsBrowserCheckReport, LmsCheckId, LmsCheckResult } from './LmsBrowserCheckReport.js';
 import { patternBytes } from '@stowage/core/testing';
 
@@ -45,6 +45,7 @@ const CHECKS: readonly (readonly [LmsCheckId, Check])[] = [
   ['pin-pending', checkPinPending],
   ['budget', checkBudget],
   ['statistics', checkStatistics],
+  ['speculation', checkSpeculation],
 ];
 
 async function runStowageLmsBrowserChecks(): Promise<LmsBrowserCheckReport> {
@@ -173,7 +174,7 @@ async function checkBudget(device: GPUDevice, log: CheckLog): Promise<void> {
   log.expect((stats.reclaimed ?? 0) > 0, `${stats.reclaimed} reclaims on the way`);
 }
 
-/** The keys LMS adds to `memoryStats()` (IBM LMS's, plus page-in/out counts and bytes and the wait time). */
+/** The keys LMS adds to `memoryStats()` (IBM LMS's, plus page-in/out counts and bytes, the wait time and speculation's). */
 const LMS_STAT_KEYS = [
   'pinned.all.current',
   'pinned.all.peak',
@@ -192,6 +193,18 @@ const LMS_STAT_KEYS = [
   'page_in',
   'page_in_bytes',
   'transfer_wait_ms',
+  'speculative_page_out',
+  'speculative_page_out_bytes',
+  'speculative_hits',
+  'speculative_misses',
+  'speculative_wasted_bytes',
+  'prefetch',
+  'prefetch_bytes',
+  'prefetch_hits',
+  'prefetch_wasted_bytes',
+  'iterations',
+  'iterations_predicted',
+  'prediction_fallbacks',
   ...ALLOC_SOURCES.map((source) => `alloc_distribution.${source}`),
 ];
 
@@ -206,6 +219,47 @@ async function checkStatistics(device: GPUDevice, log: CheckLog): Promise<void> 
   log.expect((stats.page_out ?? 0) > 0, `page_out ${stats.page_out} (${formatBytes(stats.page_out_bytes ?? 0)})`);
   log.expect((stats.page_in ?? 0) > 0, `page_in ${stats.page_in} (${formatBytes(stats.page_in_bytes ?? 0)})`);
   log.note(`reclaimed ${stats.reclaimed}, transfer_wait_ms ${Math.round(stats.transfer_wait_ms ?? 0)}, reclaim_one ${stats['alloc_distribution.reclaim_one']}`);
+}
+
+/**
+ * Six storages of 3 MiB, one segment each, of which five fit the budget; each iteration pins each in turn, writes
+ * it and waits for the queue (an operation's GPU work), then marks the iteration's end. From the fourth iteration
+ * on (the first is learned; the next two are predicted from iterations whose prefetches still changed what was
+ * reclaimed), no reclaim has to copy, and every prefetch is pinned; at the end every storage reads back its last write.
+ */
+async function checkSpeculation(device: GPUDevice, log: CheckLog): Promise<void> {
+  await using rt = await createRuntime({
+    plugins: [webgpu({ device, limit: BUDGET_BYTES, segmentSize: (rounded: number) => rounded }), lms({ policy: 'speculative', speculation: true })],
+  });
+  const bytes = 3 * MiB;
+  const storages = Array.from({ length: 6 }, (_, seed) => inactiveStorage(rt, bytes, seed));
+  const controller = resolve(rt.container, LMS_CONTROLLER);
+  controller.endIteration();
+  const counts: Partial<Record<string, number>>[] = [];
+  const iterations = 6;
+  for (let iteration = 0; iteration < iterations; iteration++) {
+    for (const [k, storage] of storages.entries()) {
+      using _op = await pinAsync(storage);
+      rt.write(storage, patternBytes(bytes, 10 * iteration + k));
+      await device.queue.onSubmittedWorkDone();
+    }
+    controller.endIteration();
+    counts.push({ ...statsOf(rt) });
+  }
+  const over = (key: string, i: number): number => (counts[i]![key] ?? 0) - (counts[i - 1]![key] ?? 0);
+  for (let i = 3; i < iterations; i++) {
+    const speculated = over('speculative_page_out', i);
+    log.expect(speculated > 0 && over('speculative_misses', i) === 0, `iteration ${i + 1}: ${speculated} speculative page-outs, ${over('speculative_hits', i)} hits, ${over('speculative_misses', i)} reclaims that copied`);
+    const prefetched = over('prefetch', i);
+    log.expect(prefetched > 0 && over('prefetch_hits', i) === prefetched, `iteration ${i + 1}: ${prefetched} prefetches, ${over('prefetch_hits', i)} pinned`);
+  }
+  const mismatches: string[] = [];
+  for (const [k, storage] of storages.entries()) {
+    const difference = firstDifference(await rt.read(storage), patternBytes(bytes, 10 * (iterations - 1) + k));
+    if (difference !== undefined) mismatches.push(`storage ${k}: ${difference}`);
+  }
+  log.expect(mismatches.length === 0, mismatches.length === 0 ? 'every storage read back its last write' : mismatches.join('; '));
+  log.expect((statsOf(rt)['reserved_bytes.all.peak'] ?? Infinity) <= BUDGET_BYTES, `reserved_bytes.all.peak ${formatBytes(statsOf(rt)['reserved_bytes.all.peak'] ?? 0)}`);
 }
 
 /** A runtime whose WebGPU allocator has the check budget, under LMS. */
