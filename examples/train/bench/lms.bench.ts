@@ -51,6 +51,7 @@ import type { BenchRecord } from '@stowage/bench-kit';
 import { BenchReporter, median, parseBenchFlags, runBench, timePerCall } from '@stowage/bench-kit';
 import { IbmReferencePolicy } from './IbmReferencePolicy.js';
 import { PageOutTrace } from './PageOutTrace.js';
+import { speculationRows } from './speculation.bench.js';
 
 const USAGE = `Usage: node examples/train/dist-bench/lms.bench.js [--quick]
   --quick   the CPU rows and, on WebGPU, the deep mlp only (under a minute)
@@ -420,6 +421,7 @@ async function main(): Promise<void> {
     const pinRows = await benchPinUnpin();
     for (const row of pinRows) reporter.emit(row);
     reporter.emit(summarize(rows, pinRows, plans.map((plan) => plan.device)));
+    await speculationRows(reporter, { quick });
   } finally {
     reporter.stop();
     if (typeof dawn !== 'string') dawn.device.destroy();
