@@ -197,6 +197,7 @@ export async function runTraceOnSim(options: SimRunOptions): Promise<SimRunResul
       pin(storage).release();
       persistent.set(tensor.id, storage);
     }
+    controller.endIteration(); // making the model is not an iteration of the loop: LMS learns from iteration 0 on
     recording.synchronize();
     // Iteration i's device figures run from mark i to mark i + 1, each taken once the device is idle, before LMS
     // hears of the iteration's end: the copies `endIteration` starts (a prefetch for the next) count in the next.
