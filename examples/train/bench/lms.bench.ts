@@ -33,11 +33,12 @@
 //                line, iteration null, fits false and its error.
 //   pin-unpin    {"workload":"pin-unpin","device":"cpu","policy","form","pinUnpinNs"}   one pin and one unpin of a
 //                resident storage, as `storage.lms.pin(); storage.lms.unpin()` and as `pin(storage).release()`
-//   summary      {"scenario":"summary","loop":{"fromIteration","totals","comparisons"},"targets":{…}} (last): the real
+//   summary      {"scenario":"summary","loop":{"fromIteration","totals","comparisons"},"targets":{…}}: the real
 //                loop from iteration 3 on (LoopRecord.ts: each run with speculation on beside the same run with it
 //                off, steps summed, stepMs their mean), and each target with "met" and its figures — the run rows'
 //                targets, and the real loop's: every run with speculation on fits, precision ≥ 0.95 and recall ≥ 0.98
 //                in every one, and on WebGPU less waiting with speculation than without in every pair.
+//   sim, sim-summary   the simulated-time rows after these (`speculationRows`): speculation.bench.ts documents them.
 //
 // Workloads: the two deep shapes the example's README marks in bold (mlp hidden 128 layers 16; transformer sequence
 // 64 model 64 hidden 256 blocks 6), whose largest op pins a small part of P, and the two default shapes, which pin
@@ -47,8 +48,8 @@
 // in the same order as the reference did under the same budget (agreesWithIbm). The real loop adds `speculative`
 // (farthest predicted next use) and speculation on with lru, best-fit and speculative (LOOP_EXTRA).
 //
-// Choices, for a whole run of about five minutes on a small machine (two shared cores here; twice that and more
-// when the other cores' users are busy):
+// Choices, for the real-device rows in about five minutes on a small machine (two shared cores here; about six at a
+// load of 6 to 7 from other work), the simulated-time rows' minutes aside:
 // - STEPS: 6 steps per run on the CPU (the loop aggregates iterations 3 to 5), 5 on WebGPU (iterations 3 and 4); CPU
 //   runs take a second or less each.
 // - Before each device's rows, unrecorded warm-up runs (`warmUp`): a baseline timed while the JIT still compiles
@@ -81,6 +82,7 @@ import { IbmReferencePolicy } from './IbmReferencePolicy.js';
 import type { LoopPolicy, LoopRecord, LoopTrace } from './LoopRecord.js';
 import { loopRecordsOf, summarizeLoop } from './LoopRecord.js';
 import { PageOutTrace } from './PageOutTrace.js';
+import { speculationRows } from './speculation.bench.js';
 
 const USAGE = `Usage: node examples/train/dist-bench/lms.bench.js [--quick]
   --quick   the CPU rows and, on WebGPU, the deep mlp only (under a minute)
@@ -500,6 +502,7 @@ async function main(): Promise<void> {
     const pinRows = await benchPinUnpin();
     for (const row of pinRows) reporter.emit(row);
     reporter.emit(summarize(rows, loopRecords, pinRows, plans.map((plan) => plan.device)));
+    await speculationRows(reporter, { quick });
   } finally {
     reporter.stop();
     if (typeof dawn !== 'string') dawn.device.destroy();

@@ -11,6 +11,8 @@ export type { Ops, PinScope, Tensor } from './Ops.js';
 export { StepTensors } from './StepTensors.js';
 export type { TrainOptions, TrainResult } from './train.js';
 export { DEFAULT_LEARNING_RATES, train } from './train.js';
+export type { ComputeModel, SimIteration, SimRunOptions, SimRunResult, SimStatKey } from './simRun.js';
+export { figuresAgainst, H100_COMPUTE, hiddenShare, kernelDurationNs, runTraceOnSim, SIM_STAT_KEYS } from './simRun.js';
 export type {
   BuiltIteration,
   IterationTrace,

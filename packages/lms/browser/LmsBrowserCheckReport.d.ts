@@ -25,8 +25,12 @@ export interface LmsBrowserCheckReport {
  *   'PAGE_IN_PENDING') and leaves it reclaimed; `await pinAsync(...)` then brings it back whole.
  * - `budget`: reserved bytes, sampled after every step of a mixed workload and as the peak, never exceed the budget.
  * - `statistics`: `memoryStats()` has every LMS key, with page_out and page_in counts above 0.
+ * - `speculation`: a loop that writes six storages of which four fit, under `lms({ policy: 'speculative',
+ *   speculation: true })` with `endIteration()` after each iteration: from the fourth iteration, reclaims find
+ *   speculative page-outs (recall noted: mapAsync timing varies), every prefetched storage is pinned, and every
+ *   byte written is read back.
  */
-export type LmsCheckId = 'round-trip' | 'pin-pending' | 'budget' | 'statistics';
+export type LmsCheckId = 'round-trip' | 'pin-pending' | 'budget' | 'statistics' | 'speculation';
 
 export interface LmsCheckResult {
   readonly id: LmsCheckId;

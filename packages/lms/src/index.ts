@@ -37,3 +37,6 @@ export type { SimulatedPageOut } from './simulated/SimulatedPager.js';
 export { SimulatedPager } from './simulated/SimulatedPager.js';
 export type { ByteRange } from './simulated/AccessHazards.js';
 export { byteRange } from './simulated/AccessHazards.js';
+export type { SimulatedAllocatorOptions } from './simulated/simulated.js';
+export { createSimulatedAllocator, registerSimulatedAllocator, simulated, simulatedDeviceOf } from './simulated/simulated.js';
+export type { SimulatedDeviceEvents } from './simulated/SimulatedDevice.js';

@@ -38,17 +38,22 @@ export class BestFitPolicy implements LmsPolicy {
   readonly name: string = 'best-fit';
 
   chooseOne(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate | undefined {
-    let best: ReclaimCandidate | undefined;
-    for (const candidate of candidates) {
-      if (freedRun(candidate) < request.bytes) continue;
-      if (best === undefined || better(candidate, best)) best = candidate;
-    }
-    return best;
+    return bestHolding(request, candidates, better);
   }
 
   chooseFragments(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): readonly ReclaimCandidate[] {
     return smallestAdjacentRun(request.bytes, candidates);
   }
+}
+
+/** The candidate whose freed run holds the request that `isBetter` ranks first; undefined when none holds it. */
+function bestHolding(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>, isBetter: (a: ReclaimCandidate, b: ReclaimCandidate) => boolean): ReclaimCandidate | undefined {
+  let best: ReclaimCandidate | undefined;
+  for (const candidate of candidates) {
+    if (freedRun(candidate) < request.bytes) continue;
+    if (best === undefined || isBetter(candidate, best)) best = candidate;
+  }
+  return best;
 }
 
 /** Fewer bytes to copy out first (none with a valid host copy); then the smaller block; then the least recently unpinned. */
@@ -66,16 +71,9 @@ function better(a: ReclaimCandidate, b: ReclaimCandidate): boolean {
  * over each segment's candidates in address order: O(n log n).
  */
 export function smallestAdjacentRun(bytes: number, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate[] {
-  const bySegment = new Map<number, ReclaimCandidate[]>();
-  for (const candidate of candidates) {
-    const list = bySegment.get(candidate.placement.segment);
-    if (list) list.push(candidate);
-    else bySegment.set(candidate.placement.segment, [candidate]);
-  }
   let best: ReclaimCandidate[] = [];
   let bestCost = Number.POSITIVE_INFINITY;
-  for (const list of bySegment.values()) {
-    list.sort((a, b) => a.placement.address - b.placement.address);
+  for (const list of bySegmentInAddressOrder(candidates)) {
     let start = 0;
     let cost = 0; // bytes reclaimed in the window [start, end]
     for (let end = 0; end < list.length; end++) {
@@ -97,6 +95,19 @@ export function smallestAdjacentRun(bytes: number, candidates: Iterable<ReclaimC
     }
   }
   return best;
+}
+
+/** The candidates grouped by segment, each group in address order. */
+function bySegmentInAddressOrder(candidates: Iterable<ReclaimCandidate>): ReclaimCandidate[][] {
+  const bySegment = new Map<number, ReclaimCandidate[]>();
+  for (const candidate of candidates) {
+    const list = bySegment.get(candidate.placement.segment);
+    if (list) list.push(candidate);
+    else bySegment.set(candidate.placement.segment, [candidate]);
+  }
+  const groups = [...bySegment.values()];
+  for (const list of groups) list.sort((a, b) => a.placement.address - b.placement.address);
+  return groups;
 }
 
 /** True when only free bytes lie between `a` and `b` (a before b). */
@@ -128,12 +139,7 @@ export class SpeculativePolicy implements LmsPolicy {
   chooseOne(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate | undefined {
     const all = [...candidates];
     if (all.some((c) => c.nextUse === undefined)) return this.#lru.chooseOne(request, all);
-    let best: ReclaimCandidate | undefined;
-    for (const candidate of all) {
-      if (freedRun(candidate) < request.bytes) continue;
-      if (best === undefined || fartherUse(candidate, best)) best = candidate;
-    }
-    return best;
+    return bestHolding(request, all, fartherUse);
   }
 
   chooseFragments(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): readonly ReclaimCandidate[] {
@@ -156,17 +162,10 @@ function fartherUse(a: ReclaimCandidate, b: ReclaimCandidate): boolean {
  * reclaimed; empty when no run frees enough. O(n × run length).
  */
 function latestUsedAdjacentRun(bytes: number, candidates: readonly ReclaimCandidate[]): ReclaimCandidate[] {
-  const bySegment = new Map<number, ReclaimCandidate[]>();
-  for (const candidate of candidates) {
-    const list = bySegment.get(candidate.placement.segment);
-    if (list) list.push(candidate);
-    else bySegment.set(candidate.placement.segment, [candidate]);
-  }
   let best: ReclaimCandidate[] = [];
   let bestUse = Number.NEGATIVE_INFINITY;
   let bestCost = Number.POSITIVE_INFINITY;
-  for (const list of bySegment.values()) {
-    list.sort((a, b) => a.placement.address - b.placement.address);
+  for (const list of bySegmentInAddressOrder(candidates)) {
     for (let start = 0; start < list.length; start++) {
       let nearest = Number.POSITIVE_INFINITY;
       let cost = 0;

@@ -1,10 +1,10 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { DataPtr, DeviceAllocatorOptions, DeviceAllocatorSpec, HostBuffer, Plugin } from '@stowage/core';
-import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, registerDeviceAllocator, UseAfterReleaseError } from '@stowage/core';
+import type { DataPtr, HostBuffer } from '@stowage/core';
+import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve, UseAfterReleaseError } from '@stowage/core';
 import { describeAllocatorContract, patternBytes } from '@stowage/core/testing';
 import type { EngineName, LinkProfile, TimelineEntry } from '@stowage/lms';
-import { copyDurationNs, LINK_PROFILES, lms, pin, SimulatedDevice } from '@stowage/lms';
+import { copyDurationNs, createSimulatedAllocator, LINK_PROFILES, LMS_CONTROLLER, LmsAllocator, lms, pin, SimulatedDevice, simulated, simulatedDeviceOf } from '@stowage/lms';
 
 const MiB = 1 << 20;
 
@@ -345,22 +345,10 @@ describe('SimulatedDevice (schedule)', () => {
   });
 });
 
-/** A device plugin for `'sim'` whose allocators are CachingAllocators over `device`. */
-function simulated(device: SimulatedDevice, options: DeviceAllocatorOptions): Plugin {
-  const spec: DeviceAllocatorSpec<DeviceAllocatorOptions, never> = {
-    deviceType: 'sim',
-    deviceCount: 1,
-    deviceOptions: [],
-    reportsCapacity: false,
-    create: (_device, engine) => new CachingAllocator(device, engine),
-  };
-  return { name: 'sim', register: (c) => registerDeviceAllocator(c, spec, options) };
-}
-
 describe('SimulatedDevice (under LMS)', () => {
   it('pages storages out and back in through its pager under a budget, on the schedule worked out by hand', async () => {
-    const device = new SimulatedDevice({ link: 'pcie4' });
-    await using rt = await createRuntime({ plugins: [cpu(), simulated(device, { limit: 24 * MiB }), lms({ devices: ['sim'] })] });
+    await using rt = await createRuntime({ plugins: [cpu(), simulated({ link: 'pcie4', limit: 24 * MiB }), lms({ devices: ['sim'] })] });
+    const device = simulatedDeviceOf(rt.allocator('sim'))!;
     const storages = [0, 1, 2].map((seed) => {
       const s = rt.storage(10 * MiB, { device: 'sim' }); // a segment of its own: two fit under the budget, not three
       rt.write(s, patternBytes(s.byteLength, seed));
@@ -388,6 +376,79 @@ describe('SimulatedDevice (under LMS)', () => {
       'd2h read 8-9',
     ]);
     expect(device.stats.makespanNs).to.equal(9 * d);
+  });
+});
+
+describe('simulated (the sim device plugin)', () => {
+  it('makes a caching allocator over a SimulatedDevice of its link, which lms() wraps and simulatedDeviceOf finds', async () => {
+    await using rt = await createRuntime({ plugins: [cpu(), simulated({ link: 'pcie5' }), lms({ devices: ['sim'] })] });
+    const allocator = rt.allocator('sim');
+    expect(allocator).to.be.instanceOf(LmsAllocator);
+    const device = simulatedDeviceOf(allocator);
+    expect(device).to.be.instanceOf(SimulatedDevice);
+    expect(device!.link).to.equal(LINK_PROFILES.pcie5);
+    expect(device!.device).to.deep.equal({ type: 'sim', index: 0 });
+    const s = rt.storage(1000, { device: 'sim' });
+    expect(s.lms?.state, 'the storage has an LMS object').to.equal('allocated');
+    expect(simulatedDeviceOf(rt.allocator('cpu')), 'the CPU allocator has none').to.equal(undefined);
+    await using other = await createRuntime({ plugins: [simulated()] });
+    expect(simulatedDeviceOf(other.allocator('sim')), 'each runtime has its own device').to.not.equal(device);
+    expect(simulatedDeviceOf(other.allocator('sim'))!.link, 'pcie4 by default').to.equal(LINK_PROFILES.pcie4);
+  });
+
+  it('refuses bad options at once with an InvalidArgumentError naming the option', () => {
+    expect(() => simulated({ link: 'pcie6' as 'pcie5' })).to.throw(InvalidArgumentError, /options\.link/);
+    expect(() => simulated({ link: { bytesPerSecond: 1.5, latencyNs: 0 } })).to.throw(InvalidArgumentError, /options\.link\.bytesPerSecond/);
+    expect(() => simulated({ memoryBytesPerSecond: 0 })).to.throw(InvalidArgumentError, /options\.memoryBytesPerSecond/);
+    expect(() => simulated({ capacityBytes: -1 })).to.throw(InvalidArgumentError, /options\.capacityBytes/);
+    expect(() => simulated({ limit: 'lots' })).to.throw(InvalidArgumentError, /options\.limit/);
+    expect(() => simulated({ limit: { fraction: 0.5 } }), 'no capacity to take a fraction of').to.throw(InvalidArgumentError, /options\.limit/);
+    expect(() => simulated({ lnk: 'pcie4' } as never)).to.throw(InvalidArgumentError, /lnk/);
+    expect(() => simulated({ reclaimers: [] } as never)).to.throw(InvalidArgumentError, /options\.reclaimers/);
+    expect(() => simulated({ segmentSize: 'big' } as never), 'an engine option is checked too').to.throw(InvalidArgumentError, /segmentSize/);
+  });
+
+  it('keeps reserved bytes within its limit: past it, without LMS, an allocation is an OutOfMemoryError', async () => {
+    await using rt = await createRuntime({ plugins: [simulated({ limit: 3 * MiB, segmentSize: (rounded) => rounded })] });
+    const held = [0, 1, 2].map(() => rt.storage(MiB, { device: 'sim' }));
+    expect(() => rt.storage(MiB, { device: 'sim' })).to.throw(OutOfMemoryError);
+    expect(rt.allocator('sim').memoryStats()['reserved_bytes.all.peak']).to.equal(3 * MiB);
+    for (const s of held) s.release();
+  });
+
+  it('takes a limit of { fraction } of capacityBytes', () => {
+    const allocator = createSimulatedAllocator({ capacityBytes: 8 * MiB, limit: { fraction: 0.25 }, segmentSize: (rounded) => rounded });
+    const a = allocator.allocate(2 * MiB);
+    expect(() => allocator.allocate(MiB)).to.throw(OutOfMemoryError);
+    allocator.free(a);
+    expect(simulatedDeviceOf(allocator)!.capacityBytes).to.equal(8 * MiB);
+  });
+
+  it('lets LMS page through it under a budget: every byte comes back, the copies on the timeline, reserved within the budget', async () => {
+    const budgetBytes = 3 * MiB;
+    await using rt = await createRuntime({ plugins: [simulated({ limit: budgetBytes, segmentSize: (rounded) => rounded }), lms({ devices: ['sim'] })] });
+    const allocator = rt.allocator('sim');
+    const device = simulatedDeviceOf(allocator)!;
+    const storages = [0, 1, 2, 3, 4, 5].map((seed) => {
+      const s = rt.storage(MiB, { device: 'sim' });
+      rt.write(s, patternBytes(MiB, seed));
+      pin(s).release();
+      return s;
+    });
+    resolve(rt.container, LMS_CONTROLLER).endIteration();
+    for (const [seed, s] of storages.entries()) {
+      using guard = pin(s);
+      expect(guard.isHeld).to.equal(true);
+      expect(Buffer.from(await rt.read(s)).equals(Buffer.from(patternBytes(MiB, seed))), `storage ${seed}'s bytes`).to.equal(true);
+    }
+    const stats: Readonly<Record<string, number>> = allocator.memoryStats(); // with LMS's keys
+    expect(stats['page_out']).to.be.greaterThan(0);
+    expect(stats['page_in']).to.be.greaterThan(0);
+    expect(stats['reserved_bytes.all.peak']).to.be.at.most(budgetBytes);
+    const copies = (name: string): number => device.timeline.filter((e) => e.name === name).reduce((sum, e) => sum + e.bytes!, 0);
+    expect(copies('pageOut')).to.equal(stats['page_out_bytes']);
+    expect(copies('pageIn')).to.equal(stats['page_in_bytes']);
+    expect(device.stats.d2h.bytes).to.equal(copies('pageOut') + copies('read'));
   });
 });
 

@@ -24,6 +24,7 @@
  * device sees: kernels (whose `reads` and `writes` must name every block `run` touches), `write`, `read`, `copy`
  * and the pager. A program that writes a segment's bytes some other way is outside the model.
  */
+import { EventEmitter } from 'eventemitter3';
 import type { AllocateOptions, BackendEvent, Device, DeviceLike, HostBuffer, MemoryBackend, MemoryBlock, SegmentOptions, StreamId } from '@stowage/core';
 import { checkCount, checkFunction, checkOptions, CpuMemoryBackend, DataPtr, formatDevice, InvalidArgumentError, isSameDevice, parseDevice, UseAfterReleaseError } from '@stowage/core';
 import type { ByteRange } from './AccessHazards.js';
@@ -65,6 +66,16 @@ export interface SimulatedDeviceStats {
   readonly compute: EngineStats;
   readonly h2d: EngineStats;
   readonly d2h: EngineStats;
+}
+
+/** What a SimulatedDevice reports (`events`), past tense. */
+export interface SimulatedDeviceEvents {
+  /**
+   * An operation was enqueued, with what it touches and waits for: enough to schedule it again on another
+   * device (a replay on another link). Emitted once the device's state is consistent; a listener's error
+   * propagates to whoever enqueued (the pager, inside LMS), so listeners must not throw.
+   */
+  enqueued: [e: { readonly entry: TimelineEntry; readonly access: OperationAccess }];
 }
 
 /** What an operation touches and waits for, beyond its engine and the host's clock. */
@@ -130,6 +141,9 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
   /** Device memory bandwidth, bytes per second. */
   readonly memoryBytesPerSecond: number;
   readonly pager: SimulatedPager;
+  /** Operations as they are enqueued: subscribe only; the device emits. */
+  readonly events: Pick<EventEmitter<SimulatedDeviceEvents>, 'on' | 'once' | 'off' | 'listenerCount'>;
+  readonly #emitter = new EventEmitter<SimulatedDeviceEvents>();
   readonly #memory: CpuMemoryBackend;
   readonly #hazards = new AccessHazards();
   readonly #engines: Record<EngineName, EngineState>;
@@ -153,6 +167,7 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
     const engine = (): EngineState => ({ freeAtNs: 0, operations: 0, busyNs: 0, idleNs: 0, bytes: 0 });
     this.#engines = { compute: engine(), h2d: engine(), d2h: engine() };
     this.pager = new SimulatedPager(this, this.#memory.pager);
+    this.events = this.#emitter;
   }
 
   /** The host's clock, simulated nanoseconds. */
@@ -219,8 +234,9 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
     if (bytes !== undefined) state.bytes += bytes;
     if (endNs > this.#makespanNs) this.#makespanNs = endNs;
     this.#hazards.record(reads, writes, endNs);
-    const entry: TimelineEntry = bytes === undefined ? { engine, name, startNs, endNs } : { engine, name, startNs, endNs, bytes };
-    this.#timeline.push(Object.freeze(entry));
+    const entry: TimelineEntry = Object.freeze(bytes === undefined ? { engine, name, startNs, endNs } : { engine, name, startNs, endNs, bytes });
+    this.#timeline.push(entry);
+    if (this.#emitter.listenerCount('enqueued') > 0) this.#emitter.emit('enqueued', { entry, access: { reads, writes, afterNs, ...(bytes === undefined ? {} : { bytes }) } });
     return entry;
   }
 

@@ -69,5 +69,9 @@ describe('@stowage/lms in the browser', function () {
     it('reports the LMS keys in memoryStats(), with page-outs and page-ins counted', () => {
       expectCheck('statistics');
     });
+
+    it('learns a loop: reclaims find speculative page-outs, prefetched storages are pinned, and every write is kept', () => {
+      expectCheck('speculation');
+    });
   });
 });

@@ -1,0 +1,81 @@
+import type { DependencyContainer } from 'tsyringe';
+import type { DeviceAllocatorOptions, DeviceAllocatorSpec, HostBuffer, Plugin } from '@stowage/core';
+import { CachingAllocator, createDeviceAllocator, ForwardingAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
+import type { LinkName, LinkProfile } from './LinkProfile.js';
+import { SimulatedDevice } from './SimulatedDevice.js';
+
+export interface SimulatedAllocatorOptions extends DeviceAllocatorOptions {
+  /** The host link's profile (Note [Link profiles] in LinkProfile.ts). Default `'pcie4'`. */
+  readonly link?: LinkName | LinkProfile;
+  /** Device memory bandwidth in bytes per second, for device-to-device copies. Default 3.35e12 (an H100 SXM's HBM3). */
+  readonly memoryBytesPerSecond?: number;
+  /**
+   * What the device holds, in bytes: its backend returns no segment past it, and `limit: { fraction }` is a
+   * fraction of it. Unbounded when absent (a `limit` in bytes is then the only bound).
+   */
+  readonly capacityBytes?: number;
+}
+
+type SimulatedOwnKey = 'link' | 'memoryBytesPerSecond' | 'capacityBytes';
+
+const OWN_KEYS: readonly SimulatedOwnKey[] = ['link', 'memoryBytesPerSecond', 'capacityBytes'];
+
+/**
+ * The simulated-time device as a device type: one device, sim:0; the caching engine over a SimulatedDevice, whose
+ * pager puts it under LMS (`lms({ devices: ['sim'] })`). It reports a capacity only when given `capacityBytes`, so a
+ * `limit` of `{ fraction }` is refused without one.
+ */
+function simulatedSpec(reportsCapacity: boolean): DeviceAllocatorSpec<SimulatedAllocatorOptions, SimulatedOwnKey, CachingAllocator<HostBuffer>> {
+  return {
+    deviceType: 'sim',
+    deviceCount: 1,
+    deviceOptions: OWN_KEYS,
+    reportsCapacity,
+    // The device's constructor is the one home of these checks; making one reserves nothing.
+    checkDeviceOptions: (own) => void new SimulatedDevice(own),
+    create: (device, engine, own) => new CachingAllocator(new SimulatedDevice({ ...own, device }), engine),
+  };
+}
+
+function specOf(options: SimulatedAllocatorOptions | undefined): ReturnType<typeof simulatedSpec> {
+  const capacityBytes: unknown = typeof options === 'object' && options !== null ? options.capacityBytes : undefined;
+  return simulatedSpec(capacityBytes !== undefined);
+}
+
+/**
+ * A simulated-time allocator outside a runtime (no reclaimers): the caching engine over a new SimulatedDevice,
+ * which `simulatedDeviceOf` returns.
+ * @throws InvalidArgumentError for a bad link, bandwidth, capacity, limit or engine option, or an unknown key
+ */
+export function createSimulatedAllocator(options: SimulatedAllocatorOptions = {}): CachingAllocator<HostBuffer> {
+  return createDeviceAllocator(specOf(options), options);
+}
+
+/**
+ * Registers the simulated device's allocator factory in a runtime's container (through `registerDeviceAllocator`).
+ * @throws InvalidArgumentError for a bad option
+ */
+export function registerSimulatedAllocator(container: DependencyContainer, options: SimulatedAllocatorOptions = {}): void {
+  registerDeviceAllocator(container, specOf(options), options);
+}
+
+/**
+ * The simulated-time device plugin: `createRuntime({ plugins: [simulated({ link: 'pcie5', limit: '64MiB' }),
+ * lms({ devices: ['sim'] })] })`, then `simulatedDeviceOf(runtime.allocator('sim'))` for its clock and timeline.
+ * Each runtime gets a device of its own, made with its allocator.
+ * @throws InvalidArgumentError for a bad option, at once
+ */
+export function simulated(options: SimulatedAllocatorOptions = {}): Plugin {
+  resolveDeviceOptions(specOf(options), options);
+  return { name: 'sim', register: (container) => registerSimulatedAllocator(container, options) };
+}
+
+/**
+ * The SimulatedDevice under `allocator`: the backend of the caching engine it is, or that the adaptors over it
+ * (LMS's LmsAllocator, wrapAllocators' wrappers, any ForwardingAllocator) wrap; undefined when there is none.
+ */
+export function simulatedDeviceOf(allocator: unknown): SimulatedDevice | undefined {
+  let current = allocator;
+  while (current instanceof ForwardingAllocator) current = current.upstream;
+  return current instanceof CachingAllocator && current.backend instanceof SimulatedDevice ? current.backend : undefined;
+}
