@@ -107,6 +107,11 @@ export const SIM_STAT_KEYS = [
   'iterations',
   'iterations_predicted',
   'prediction_fallbacks',
+  'reclaimed',
+  'reclaimed_bytes',
+  'alloc_distribution.reclaim_one',
+  'alloc_distribution.reclaim_fragments',
+  'alloc_distribution.reclaim_all',
 ] as const;
 
 export type SimStatKey = (typeof SIM_STAT_KEYS)[number];
@@ -176,8 +181,9 @@ export async function runTraceOnSim(options: SimRunOptions): Promise<SimRunResul
   if (!Array.isArray(replayLinks)) throw new InvalidArgumentError('replayLinks', replayLinks, 'a list of links');
   const replayProfiles = replayLinks.map((l: LinkName | LinkProfile) => resolveLink(l));
   const limit = budgetBytes === undefined ? {} : { limit: budgetBytes };
+  // One segment per allocation, never split (Note [Segments under a small budget] in lmsRun.ts).
   await using runtime = await createRuntime({
-    plugins: [simulated({ link, ...limit, segmentSize: (roundedBytes) => roundedBytes }), lms({ devices: ['sim'], policy, speculation })],
+    plugins: [simulated({ link, ...limit, segmentSize: (roundedBytes) => roundedBytes, splitBlocks: false }), lms({ devices: ['sim'], policy, speculation })],
   });
   const allocator = runtime.allocator('sim');
   const device = simulatedDeviceOf(allocator)!;

@@ -125,8 +125,11 @@ function run(list: readonly ReclaimCandidate[], start: number, end: number): num
 /**
  * The learned policy: victims by predicted next use, the farthest first, as Belady-MIN chooses with perfect
  * knowledge (Note [Speculation] in speculation/Speculation.ts says where the predictions come from). reclaim_one
- * takes, among the storages whose freed run holds the request, the one whose next pin is farthest ahead; ties go to
- * the one that copies nothing out (a valid host copy), then to the least recently unpinned. reclaim_fragments takes
+ * takes, among the storages whose freed run holds the request or whose reclaim frees their whole segment, the one
+ * whose next pin is farthest ahead; ties go to the one that copies nothing out (a valid host copy), then to the
+ * least recently unpinned. A freed segment, however small, is room: the engine releases it, giving its bytes back to
+ * the budget, and asks again until there is enough. So with one segment per allocation (`segmentSize: (r) => r,
+ * splitBlocks: false`) victims leave in Belady's order, whatever their sizes. reclaim_fragments takes
  * the run of adjacent storages that frees room for the request and whose nearest next use is farthest; ties go to
  * the fewest bytes. Where nothing is predicted (the first iteration, or one that left every learned sequence) it
  * chooses as `lru` does.
@@ -139,7 +142,12 @@ export class SpeculativePolicy implements LmsPolicy {
   chooseOne(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate | undefined {
     const all = [...candidates];
     if (all.some((c) => c.nextUse === undefined)) return this.#lru.chooseOne(request, all);
-    return bestHolding(request, all, fartherUse);
+    let best: ReclaimCandidate | undefined;
+    for (const candidate of all) {
+      if (freedRun(candidate) < request.bytes && !freesSegment(candidate)) continue;
+      if (best === undefined || fartherUse(candidate, best)) best = candidate;
+    }
+    return best;
   }
 
   chooseFragments(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): readonly ReclaimCandidate[] {
@@ -147,6 +155,14 @@ export class SpeculativePolicy implements LmsPolicy {
     if (all.some((c) => c.nextUse === undefined)) return this.#lru.chooseFragments(request, all);
     return latestUsedAdjacentRun(request.bytes, all);
   }
+}
+
+/**
+ * True when reclaiming the candidate leaves its whole segment free: the engine can then release the segment and
+ * reserve one for the request in the budget room it gives back, however small the candidate.
+ */
+function freesSegment(candidate: ReclaimCandidate): boolean {
+  return freedRun(candidate) === candidate.placement.segmentBytes;
 }
 
 /** Farther predicted next use first; then nothing to copy out; then the least recently unpinned. */

@@ -365,6 +365,12 @@ describe('SpeculativePolicy', () => {
     expect(notTooSmall?.unpinnedAt, 'candidate 2 is too small').to.equal(3);
   });
 
+  it('takes the farthest next use even when that storage alone is smaller than the request, if reclaiming it frees its whole segment', () => {
+    const alone = (id: number, size: number, nextUse: number): ReclaimCandidate => ({ ...candidate(id, size, nextUse), placement: { ...placement(id * 4096, size), segmentBytes: size } as BlockPlacement });
+    const chosen = new SpeculativePolicy().chooseOne(request, [alone(1, 2048, 5), alone(2, 512, 50)]);
+    expect(chosen?.unpinnedAt, 'the 512-byte storage used last: its segment goes back to the budget').to.equal(2);
+  });
+
   it('breaks a tie of next use toward the storage that copies nothing, then the least recently unpinned', () => {
     const policy = new SpeculativePolicy();
     expect(policy.chooseOne(request, [candidate(1, 2048, 9), candidate(2, 2048, 9, { hasHostCopy: true })])?.unpinnedAt).to.equal(2);

@@ -355,6 +355,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const block = pool.lowerBound(r.stream, r.size);
     if (block === undefined) return undefined;
     if (!maySplitFor(block.size, r.size, this.options.maxSplitSize)) return undefined;
+    if (!this.options.splitBlocks && !block.segment.expandable && this.#shouldSplit(block, r.size)) return undefined;
     pool.remove(block);
     return block;
   }
@@ -418,7 +419,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     const small = block.small;
     const alreadySplit = block.isSplit;
     const expandable = block.segment.expandable;
-    if (this.#shouldSplit(block, r.size)) {
+    if ((expandable || this.options.splitBlocks) && this.#shouldSplit(block, r.size)) {
       // As in PyTorch, a new block takes the front; the remainder keeps its identity and stays in the pool.
       const front = new Block<H>(block.segment, block.address, r.size);
       front.prev = block.prev;

@@ -57,6 +57,15 @@ export interface CachingAllocatorOptions {
    */
   readonly deferCoalescing?: boolean;
   /**
+   * False: a block of a fixed segment is never split, so each allocation takes a whole block and a segment holds one
+   * allocation at a time (a cached block serves only a request it fits without a remainder worth splitting off).
+   * With `segmentSize: (r) => r` that is one segment per allocation for its whole life: a pinned allocation then
+   * never keeps free bytes beside it reserved, which a small budget under LMS needs (Note [Segments under a small
+   * budget] in example-train's lmsRun.ts); with larger segments, each allocation takes a whole one. Expandable
+   * segments always split. Default true.
+   */
+  readonly splitBlocks?: boolean;
+  /**
    * Called in order when the device is full after the engine released its own cache (IPC collect, then LMS
    * reclaim); the allocation is retried after each one that frees something.
    */
@@ -75,6 +84,7 @@ export interface ResolvedCachingOptions {
   readonly deferCoalescing: boolean;
   readonly segmentSize: ((roundedBytes: number, reservedBytes: number) => number) | undefined;
   readonly unifiedPools: boolean;
+  readonly splitBlocks: boolean;
   readonly reclaimers: () => readonly MemoryReclaimer[];
 }
 
@@ -90,6 +100,7 @@ export const CACHING_OPTION_KEYS: readonly (keyof CachingAllocatorOptions)[] = [
   'segmentSize',
   'unifiedPools',
   'deferCoalescing',
+  'splitBlocks',
   'reclaimers',
 ];
 
@@ -106,6 +117,7 @@ export function resolveCachingOptions(given: CachingAllocatorOptions | undefined
   const expandableSegments = checkBoolean('options.expandableSegments', options.expandableSegments);
   const deferCoalescing = checkBoolean('options.deferCoalescing', options.deferCoalescing);
   const unifiedPools = checkBoolean('options.unifiedPools', options.unifiedPools);
+  const splitBlocks = checkBoolean('options.splitBlocks', options.splitBlocks);
   let maxSplitSize = Number.MAX_SAFE_INTEGER;
   if (options.maxSplitSize !== undefined) {
     const bytes = parseBytes(options.maxSplitSize);
@@ -150,6 +162,7 @@ export function resolveCachingOptions(given: CachingAllocatorOptions | undefined
     deferCoalescing: deferCoalescing ?? preset === 'best',
     segmentSize: checkOptionalFunction('options.segmentSize', options.segmentSize),
     unifiedPools: unifiedPools ?? preset === 'best',
+    splitBlocks: splitBlocks ?? true,
     reclaimers: checkOptionalFunction('options.reclaimers', options.reclaimers) ?? NO_RECLAIMERS,
   };
 }

@@ -103,6 +103,11 @@ describe('CachingAllocator invariants under random programs', function () {
     fc.assert(fc.property(fc.array(op, { maxLength: 80 }), (ops) => runProgram(options, ops)), { numRuns: 100 });
   });
 
+  it('holds with unsplit blocks in segments of the request size under a limit (one segment per allocation)', () => {
+    const options: CachingAllocatorOptions = { preset: 'best', expandableSegments: false, splitBlocks: false, segmentSize: (n) => n, memoryLimit: '64MiB' };
+    fc.assert(fc.property(fc.array(op, { maxLength: 80 }), (ops) => runProgram(options, ops)), { numRuns: 100 });
+  });
+
   it('holds with a max split size, power-of-two divisions and garbage collection under a limit', () => {
     const options: CachingAllocatorOptions = {
       preset: 'pytorch',

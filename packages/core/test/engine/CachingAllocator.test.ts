@@ -641,6 +641,33 @@ describe('CachingAllocator segment sizing options', () => {
     allocator.assertInvariants();
   });
 
+  it('never splits a block with splitBlocks false: a cached block too large for a request stays whole, and a segment holds one allocation', () => {
+    const { allocator, backend } = engine({ preset: 'best', expandableSegments: false, splitBlocks: false, segmentSize: (n) => n, memoryLimit: 8 * MiB });
+    const big = allocator.allocate(4 * MiB);
+    big.release(); // cached: a whole 4 MiB segment
+    const small = allocator.allocate(2 * MiB);
+    expect(backend.mallocCount, 'a new segment for the smaller request, not half of the cached one').to.equal(2);
+    expect(blockOf(allocator, small).block.size).to.equal(2 * MiB);
+    const more = allocator.allocate(4 * MiB); // the cached 4 MiB block fits it exactly
+    expect(backend.mallocCount).to.equal(2);
+    for (const segment of allocator.snapshot().segments) expect(segment.blocks.length, `blocks of the segment at ${segment.address}`).to.equal(1);
+    // Under the budget (8 MiB, 6 MiB reserved), a 4 MiB request finds no cached block and no room until the cache
+    // is released: the engine releases whole free segments, which with no splits every free block is.
+    more.release();
+    const again = allocator.allocate(5 * MiB);
+    expect(again.byteLength).to.equal(5 * MiB);
+    expect(allocator.memoryStats()['reserved_bytes.all.current']).to.be.at.most(8 * MiB);
+    allocator.assertInvariants();
+  });
+
+  it('splits as before with splitBlocks true (the default)', () => {
+    const { allocator, backend } = engine({ preset: 'best', expandableSegments: false, segmentSize: (n) => n });
+    allocator.allocate(4 * MiB).release();
+    allocator.allocate(2 * MiB);
+    expect(backend.mallocCount, 'the cached 4 MiB block was split for the 2 MiB request').to.equal(1);
+    allocator.assertInvariants();
+  });
+
   // A custom segment size at or above the max split size must not leave a small request's segment unusable: split
   // for a request under the max split size, its remainder would be an oversize free block that no request under
   // the max split size may take and that, being split, no cache release returns, so every small request would
