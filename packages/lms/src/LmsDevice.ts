@@ -150,20 +150,21 @@ export class LmsDevice {
   /**
    * A reclaim step while a prefetch makes room (Note [Speculation]): the policy chooses among all candidates, as
    * it would for a demand allocation, and its choice is reclaimed only when every storage in it is used later than
-   * the prefetched one; otherwise, or when the storages used later cannot make the room, the prefetch is declined
-   * and nothing is reclaimed. So a prefetch changes when the policy's victims leave, never which.
+   * the prefetched one and is one the learned sequence reclaims anyway (`reclaimPredicted`); otherwise, or when
+   * such storages cannot make the room, the prefetch is declined and nothing is reclaimed. So a prefetch changes
+   * when the policy's victims leave, never which, and adds no page-out.
    */
   #reclaimForPrefetch(learner: Speculation, bytes: number, target: ReclaimTarget | undefined): number {
     const floor = learner.reclaimFloor!;
     const all = [...this.candidates(target)];
     let laterBytes = 0;
-    for (const candidate of all) if (candidate.nextUse! > floor) laterBytes += candidate.placement.size;
+    for (const candidate of all) if (candidate.nextUse! > floor && (candidate.storage.lms as LmsStorageImpl).reclaimPredicted) laterBytes += candidate.placement.size;
     learner.checkPrefetchRoom(bytes, laterBytes);
     const request: ReclaimRequest = { device: this.device, bytes };
     const policy = this.policy;
     const one = policy.chooseOne(request, all);
     const chosen = one !== undefined ? [one] : policy.chooseFragments(request, all);
-    if (chosen.length === 0 || chosen.some((c) => c.nextUse === undefined || c.nextUse <= floor)) learner.decline();
+    if (chosen.length === 0 || chosen.some((c) => c.nextUse === undefined || c.nextUse <= floor || !(c.storage.lms as LmsStorageImpl).reclaimPredicted)) learner.decline();
     return this.#reclaimChosen(one !== undefined ? 'reclaim_one' : 'reclaim_fragments', chosen);
   }
 

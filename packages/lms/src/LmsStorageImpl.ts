@@ -35,6 +35,12 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
   lastUnpin: AccessRecording<LearnedStorage> | null = null;
   /** @internal */
   lastUnpinIndex = 0;
+  /**
+   * True from an unpin after which the learned sequence reclaims the storage before its next pin (Note
+   * [Speculation]) until that pin or reclaim: a prefetch may take its room.
+   * @internal
+   */
+  reclaimPredicted = false;
   /** The device's unpin count at this storage's last unpin (for policies: larger is more recent). */
   unpinnedAt = 0;
   #state: LmsState = 'allocated';
@@ -109,6 +115,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
     device.list.remove(this);
     this.#state = 'active';
     this.#pins = 1;
+    this.reclaimPredicted = false;
     this.#pinnedBytes = this.storage.byteLength;
     device.stats.pin(this.#pinnedBytes);
     if (this.#prefetched) {
@@ -235,6 +242,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
       device.stats.speculativeHits++;
     }
     this.#dropPrefetch();
+    this.reclaimPredicted = false;
     device.list.remove(this);
     this.#state = 'reclaimed';
     device.rememberReclaimed(this);

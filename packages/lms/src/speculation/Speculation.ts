@@ -21,10 +21,12 @@ import type { SpeculationSettings } from './SpeculationOptions.js';
  *   unpinned at the end of one step and reclaimed in the next) are predicted too.
  * - Prefetch (IBM has none; `speculation.prefetch`): at each pin, the learned sequence's next `lookahead` events are
  *   scanned for pins of storages that are reclaimed now with their bytes on the host, and each is paged in (left
- *   inactive, at the reclaim list's most recent end) unless that needs the reclaim of a storage whose next use is
- *   no later than its own: room is made only from storages used later (Belady's rule), and when those are too few
- *   the prefetch stops there without reclaiming anything. The policy chooses the victims, as for any allocation; the
- *   prefetch only goes ahead when its choice is used later, so it changes when victims leave, never which.
+ *   inactive, at the reclaim list's most recent end) into free room, or into room the policy's victims give back
+ *   when each of them is used later than the prefetched storage (Belady's rule) and is reclaimed anyway by the
+ *   learned sequence (predicted at its unpin; a speculative page-out may have copied it already); the room the sequence allocates before that pin
+ *   stays free. Otherwise the prefetch stops there and reclaims nothing. So it changes when victims leave, never
+ *   which, and copies out nothing that would not be copied out anyway; what it can still cost is a page-in: a victim taken early is one a later
+ *   allocation (a tensor made before the pin, used later still) would have spared (measured in `pnpm bench:lms`).
  * - Victims by next use: `ReclaimCandidate.nextUse` (events until the next predicted pin) for the `speculative`
  *   policy, which asks for predictions even with speculation off.
  *
@@ -68,7 +70,8 @@ export class Speculation {
 
   onUnpin(lms: LmsStorageImpl): void {
     const index = this.history.record(AccessKind.Unpin, lms);
-    if (index >= 0 && this.settings.pageOut && this.history.predictsReclaimAfter(index)) lms.pageOutEarly();
+    lms.reclaimPredicted = index >= 0 && this.history.predictsReclaimAfter(index);
+    if (lms.reclaimPredicted && this.settings.pageOut) lms.pageOutEarly();
   }
 
   onRelease(lms: LmsStorageImpl): void {
