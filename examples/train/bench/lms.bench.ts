@@ -48,8 +48,8 @@
 // in the same order as the reference did under the same budget (agreesWithIbm). The real loop adds `speculative`
 // (farthest predicted next use) and speculation on with lru, best-fit and speculative (LOOP_EXTRA).
 //
-// Choices, for the real-device rows in about five minutes on a small machine (two shared cores here; about six at a
-// load of 6 to 7 from other work), the simulated-time rows' minutes aside:
+// Choices, for the real-device rows in about four minutes on a small machine (two shared cores here, at a load of
+// 3 to 4 from other work; about six at a load of 6 to 7), the simulated-time rows' minute aside:
 // - STEPS: 6 steps per run on the CPU (the loop aggregates iterations 3 to 5), 5 on WebGPU (iterations 3 and 4); CPU
 //   runs take a second or less each.
 // - Before each device's rows, unrecorded warm-up runs (`warmUp`): a baseline timed while the JIT still compiles
@@ -58,7 +58,7 @@
 //   3 to 6 s. It trains the two deep shapes at every budget (the targets are about them; about 3 minutes) and
 //   not the default shapes, whose refusals under P/2 and less the CPU rows already show. Both WebGPU workloads share
 //   one Dawn device, kept open to the end.
-// - `--quick` (about a minute on an idle machine): QUICK_STEPS (4: the loop's iteration 3 alone) on both devices,
+// - `--quick` (about a minute with the simulated-time rows, at a load of 3 to 4): QUICK_STEPS (4: the loop's iteration 3 alone) on both devices,
 //   the CPU rows as above, and on WebGPU the deep mlp only, under P/4 only; fitsAtEighthWithBestPolicy then covers
 //   the CPU alone.
 // Step times and WebGPU's waits on a shared machine vary by tens of percent between runs of the same configuration
