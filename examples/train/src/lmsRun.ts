@@ -33,9 +33,10 @@ import { createWebGpuOps } from './webgpu/webGpuOps.js';
 // within budget and bit-identical, but a partly filled segment serves a request only where LMS frees a long
 // enough run of neighbouring blocks, and they tie the engine's behaviour to the budget, where one segment per
 // allocation does not. The WebGPU plugin's own sizing (at least 2 MiB, an eighth of the budget) is as coarse as
-// the CPU's here, so WebGPU runs take one segment per allocation too. The README records the measurements. A cached block may still be split for a smaller request, and a pinned piece then
-// keeps its whole segment reserved: under a budget close to one op's working set that can end in
-// OutOfMemoryError even though the op's storages would fit on their own.
+// the CPU's here, so WebGPU runs take one segment per allocation too. The README records the measurements. And
+// `splitBlocks: false`: a cached block is never split for a smaller request, since a pinned piece would keep its
+// whole segment reserved and, under a budget close to one op's working set, end in OutOfMemoryError although the
+// op's storages fit on their own (the simulated-time traces of the bench failed that way at P/8 before).
 
 /** One segment per allocation (Note [Segments under a small budget]). */
 const segmentPerAllocation = (roundedBytes: number): number => roundedBytes;
@@ -130,10 +131,10 @@ export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult>
   }
   const limit = budgetBytes === undefined ? {} : { limit: budgetBytes };
   let devicePlugin: Plugin;
-  if (device === 'cpu') devicePlugin = cpu({ ...limit, segmentSize: segmentPerAllocation });
+  if (device === 'cpu') devicePlugin = cpu({ ...limit, segmentSize: segmentPerAllocation, splitBlocks: false });
   else if (device === 'webgpu') {
     if (gpu === undefined) throw new InvalidArgumentError('gpu', gpu, "the GPUDevice to train on, with device 'webgpu'");
-    devicePlugin = webgpu({ device: gpu, ...limit, segmentSize: segmentPerAllocation });
+    devicePlugin = webgpu({ device: gpu, ...limit, segmentSize: segmentPerAllocation, splitBlocks: false });
   } else throw new InvalidArgumentError('device', device, "'cpu' or 'webgpu'");
   const plugins = device === 'cpu' ? [devicePlugin, lms({ policy, speculation })] : [cpu(), devicePlugin, lms({ policy, speculation, devices: ['webgpu'] })];
   await using runtime = await createRuntime({ plugins });
@@ -160,6 +161,9 @@ export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult>
     steps,
     seed,
     lr,
+    // Making the model is not an iteration of the loop: LMS learns from the first step on (its sequence is the
+    // second's) and predicts from the second.
+    onStart: () => controller.endIteration(),
     onStep: (step, loss) => {
       controller.endIteration();
       const now = performance.now();

@@ -14,6 +14,8 @@ export type TrainOptions = {
    * blocks (plain SGD on a stack of blocks without a final layer norm diverges at the one-block rate).
    */
   readonly lr?: number;
+  /** Called once the model is made and its data uploaded, before the first step. */
+  readonly onStart?: () => void;
   /** Called after each step with its index and its loss (the loss before that step's update). */
   readonly onStep?: (step: number, loss: number) => void;
 } & ({ readonly model: 'mlp'; readonly sizes?: Partial<MlpSizes> } | { readonly model: 'transformer'; readonly sizes?: Partial<TransformerSizes> });
@@ -35,12 +37,13 @@ export const DEFAULT_LEARNING_RATES: Readonly<Record<ModelName, number>> = Objec
  * finite, or bad model options (see createModel); whatever an op throws (OutOfMemoryError, say)
  */
 export async function train(options: TrainOptions): Promise<TrainResult> {
-  const { ops, steps, onStep } = options;
+  const { ops, steps, onStart, onStep } = options;
   if (!Number.isSafeInteger(steps) || steps < 0) throw new InvalidArgumentError('steps', steps, 'a non-negative integer');
   if (!MODEL_NAMES.includes(options.model)) throw new InvalidArgumentError('model', options.model, `one of ${MODEL_NAMES.join(', ')}`);
   const lr = options.lr ?? defaultLearningRate(options);
   if (!Number.isFinite(lr)) throw new InvalidArgumentError('lr', lr, 'a finite number');
   using model = await createModel(ops, options);
+  onStart?.();
   const losses: number[] = [];
   for (let step = 0; step < steps; step++) {
     const { loss, gradients } = await model.lossAndGradients();
