@@ -2,7 +2,7 @@ import type { Plugin, Runtime } from '@stowage/core';
 import { cpu, createRuntime, InvalidArgumentError, resolve } from '@stowage/core';
 import { webgpu } from '@stowage/allocator-webgpu';
 import type { BuiltInPolicyName, LmsPolicy, SpeculationOptions } from '@stowage/lms';
-import { LMS_CONTROLLER, lms, pin, pinAsync } from '@stowage/lms';
+import { LMS_CONTROLLER, lms, PAGING_STAT_KEYS, pin, pinAsync, SPECULATION_STAT_KEYS } from '@stowage/lms';
 import { BudgetExceededError } from './BudgetExceededError.js';
 import { createCpuOps } from './cpuOps.js';
 import type { MlpSizes, TransformerSizes } from './models.js';
@@ -70,25 +70,7 @@ export interface LmsRunSettings {
 export type LmsRunOptions = LmsRunSettings & LmsRunModel;
 
 /** The counters of the allocator's `memoryStats()` that `LmsRunResult#stepStats` gives per step: paging and speculation. */
-export const STEP_STAT_KEYS = [
-  'page_out',
-  'page_out_bytes',
-  'page_in',
-  'page_in_bytes',
-  'transfer_wait_ms',
-  'speculative_page_out',
-  'speculative_page_out_bytes',
-  'speculative_hits',
-  'speculative_misses',
-  'speculative_wasted_bytes',
-  'prefetch',
-  'prefetch_bytes',
-  'prefetch_hits',
-  'prefetch_wasted_bytes',
-  'iterations',
-  'iterations_predicted',
-  'prediction_fallbacks',
-] as const;
+export const STEP_STAT_KEYS = [...PAGING_STAT_KEYS, 'transfer_wait_ms', ...SPECULATION_STAT_KEYS] as const;
 export type StepStatKey = (typeof STEP_STAT_KEYS)[number];
 
 export interface LmsRunResult {

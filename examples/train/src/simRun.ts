@@ -1,7 +1,7 @@
 import type { StorageImpl } from '@stowage/core';
 import { createRuntime, InvalidArgumentError, isOutOfMemoryError, resolve } from '@stowage/core';
 import type { BuiltInPolicyName, LinkName, LinkProfile, LmsPolicy, SimulatedDevice, SpeculationOptions, TimelineEntry } from '@stowage/lms';
-import { LMS_CONTROLLER, lms, pin, resolveLink, simulated, simulatedDeviceOf } from '@stowage/lms';
+import { LMS_CONTROLLER, lms, PAGING_STAT_KEYS, pin, resolveLink, simulated, simulatedDeviceOf, SPECULATION_STAT_KEYS } from '@stowage/lms';
 import { BudgetExceededError } from './BudgetExceededError.js';
 import type { ScheduleMark } from './ScheduleRecording.js';
 import { ScheduleRecording } from './ScheduleRecording.js';
@@ -91,22 +91,8 @@ export interface SimRunOptions {
 
 /** The LMS statistics keys whose change over an iteration a SimIteration reports. */
 export const SIM_STAT_KEYS = [
-  'page_out',
-  'page_out_bytes',
-  'page_in',
-  'page_in_bytes',
-  'speculative_page_out',
-  'speculative_page_out_bytes',
-  'speculative_hits',
-  'speculative_misses',
-  'speculative_wasted_bytes',
-  'prefetch',
-  'prefetch_bytes',
-  'prefetch_hits',
-  'prefetch_wasted_bytes',
-  'iterations',
-  'iterations_predicted',
-  'prediction_fallbacks',
+  ...PAGING_STAT_KEYS,
+  ...SPECULATION_STAT_KEYS,
   'reclaimed',
   'reclaimed_bytes',
   'alloc_distribution.reclaim_one',

@@ -3,7 +3,7 @@ import 'reflect-metadata';
 import type { Runtime, StorageImpl } from '@stowage/core';
 import { createRuntime, formatBytes, resolve } from '@stowage/core';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
-import { ALLOC_SOURCES, LMS_CONTROLLER, lms, PageInPendingError, pin, pinAsync } from '@stowage/lms';
+import { ALLOC_SOURCES, LMS_CONTROLLER, lms, PageInPendingError, pin, pinAsync, SPECULATION_STAT_KEYS } from '@stowage/lms';
 import type { LmsBrowserCheckReport, LmsCheckId, LmsCheckResult } from './LmsBrowserCheckReport.js';
 import { patternBytes } from '@stowage/core/testing';
 
@@ -193,18 +193,7 @@ const LMS_STAT_KEYS = [
   'page_in',
   'page_in_bytes',
   'transfer_wait_ms',
-  'speculative_page_out',
-  'speculative_page_out_bytes',
-  'speculative_hits',
-  'speculative_misses',
-  'speculative_wasted_bytes',
-  'prefetch',
-  'prefetch_bytes',
-  'prefetch_hits',
-  'prefetch_wasted_bytes',
-  'iterations',
-  'iterations_predicted',
-  'prediction_fallbacks',
+  ...SPECULATION_STAT_KEYS,
   ...ALLOC_SOURCES.map((source) => `alloc_distribution.${source}`),
 ];
 

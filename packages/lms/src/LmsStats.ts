@@ -3,6 +3,25 @@ export type AllocSource = 'freelist' | 'device_alloc' | 'reclaim_one' | 'reclaim
 
 export const ALLOC_SOURCES: readonly AllocSource[] = ['freelist', 'device_alloc', 'reclaim_one', 'reclaim_fragments', 'reclaim_all', 'device_alloc_retry'];
 
+/** The `memoryStats()` keys of paging: transfers started and their bytes. */
+export const PAGING_STAT_KEYS = ['page_out', 'page_out_bytes', 'page_in', 'page_in_bytes'] as const;
+
+/** The `memoryStats()` keys of speculation (see {@link LmsStats}): counters, 0 while speculation is off. */
+export const SPECULATION_STAT_KEYS = [
+  'speculative_page_out',
+  'speculative_page_out_bytes',
+  'speculative_hits',
+  'speculative_misses',
+  'speculative_wasted_bytes',
+  'prefetch',
+  'prefetch_bytes',
+  'prefetch_hits',
+  'prefetch_wasted_bytes',
+  'iterations',
+  'iterations_predicted',
+  'prediction_fallbacks',
+] as const;
+
 /**
  * LMS statistics of one device, under IBM LMS's keys where it has them, merged into the allocator's
  * `memoryStats()`:

@@ -10,7 +10,7 @@ export { LmsEmitter } from './LmsEvents.js';
 export type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 export { LMS_POLICY } from './LmsPolicy.js';
 export type { AllocSource } from './LmsStats.js';
-export { ALLOC_SOURCES, LmsStats } from './LmsStats.js';
+export { ALLOC_SOURCES, LmsStats, PAGING_STAT_KEYS, SPECULATION_STAT_KEYS } from './LmsStats.js';
 export { LmsStorageImpl } from './LmsStorageImpl.js';
 export type { BeladyEviction, BeladyMinResult } from './offline/beladyMin.js';
 export { beladyMin } from './offline/beladyMin.js';
