@@ -131,7 +131,7 @@ export class Speculation {
         if (kind === AccessKind.Create) before += predictor.sizes[i]!;
         if (kind !== AccessKind.Pin) continue;
         const lms = history.storageAt(i);
-        if (lms === undefined || lms.state !== 'reclaimed' || lms.lmsDevice !== this.device) continue;
+        if (lms === undefined || lms.isReleased || lms.state !== 'reclaimed' || lms.lmsDevice !== this.device) continue;
         if (!lms.hostCopyReady || !this.#prefetchOne(lms, i - from, before)) {
           this.#scannedTo = i; // look here again next time
           return;
