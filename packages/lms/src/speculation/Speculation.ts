@@ -40,7 +40,7 @@ export class Speculation {
   #floor: number | null = null;
   /** Bytes the current prefetch's reclaims freed so far. */
   #freedForPrefetch = 0;
-  /** Bytes the learned sequence allocates before the prefetched storage's pin (makes and page-ins): kept free. */
+  /** Bytes the learned sequence makes before the prefetched storage's pin: kept free for them. */
   #reserve = 0;
   #prefetching = false;
   /** Where the last prefetch scan ended, and the device's reclaim count then: events before it need no new look. */
