@@ -11,16 +11,14 @@ export interface TestDriver {
 
 /**
  * Opens the driver for a test file, or returns why it cannot (the caller skips with that message).
- * `STOWAGE_LIBCUDA` set: that library (hooks when it is the stand-in). Unset: a real libcuda if one loads,
+ * `STOWAGE_LIBCUDA` set: that library (hooks when it exports the stand-in's). Unset: a real libcuda if one loads,
  * otherwise the stand-in, built here.
  */
 export function openTestDriver(): TestDriver | string {
-  let driver: CudaDriver | null = null;
-  let hooksPath: string | null = null;
+  let driver: CudaDriver;
   const chosen = process.env['STOWAGE_LIBCUDA'];
   if (chosen !== undefined && chosen !== '') {
     driver = CudaDriver.open({ paths: [chosen] });
-    hooksPath = chosen.includes('native/build') ? chosen : null;
   } else {
     try {
       driver = CudaDriver.open({ paths: DEFAULT_LIBCUDA_PATHS });
@@ -28,11 +26,10 @@ export function openTestDriver(): TestDriver | string {
       const build = buildStandIn();
       if (build.path === null) return `the stand-in libcuda could not be built: ${build.reason}`;
       driver = CudaDriver.open({ paths: [build.path] });
-      hooksPath = build.path;
     }
   }
   driver.init();
   const context = driver.retainPrimaryContext(driver.device(0));
   driver.setCurrentContext(context);
-  return { driver, context, hooks: hooksPath === null ? null : new StandInHooks(hooksPath) };
+  return { driver, context, hooks: StandInHooks.open(driver.path) };
 }

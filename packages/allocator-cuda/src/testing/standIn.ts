@@ -59,7 +59,16 @@ export class StandInHooks {
   readonly #delayStream: (stream: unknown, microseconds: number) => number;
   readonly #setCapacity: (bytes: number) => void;
 
-  constructor(path: string) {
+  /** The hooks of the library at `path`, or null when it has none (a real libcuda). */
+  static open(path: string): StandInHooks | null {
+    try {
+      return new StandInHooks(path);
+    } catch {
+      return null;
+    }
+  }
+
+  private constructor(path: string) {
     const lib = koffi.load(path);
     this.#injectError = lib.func('standinInjectError', 'void', ['str', 'int', 'int']) as (call: string, result: number, countdown: number) => void;
     this.#delayStream = lib.func('standinDelayStream', 'int', ['void *', 'uint']) as (stream: unknown, microseconds: number) => number;
