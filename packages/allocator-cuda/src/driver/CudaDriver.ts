@@ -1,0 +1,374 @@
+import { BackendUnavailableError } from '@stowage/core';
+import type { LibraryHandle } from 'koffi';
+import koffi from 'koffi';
+
+import { CudaError } from './CudaError.js';
+import { CudaResult } from './CudaResult.js';
+
+/** An opaque driver handle; `handle` is koffi's pointer value and means nothing to JavaScript. */
+export interface CudaContext {
+  readonly kind: 'context';
+  readonly device: number;
+  readonly handle: unknown;
+}
+export interface CudaStream {
+  readonly kind: 'stream';
+  readonly handle: unknown;
+}
+export interface CudaEvent {
+  readonly kind: 'event';
+  readonly handle: unknown;
+}
+
+/** Pinned host memory from {@link CudaDriver.memHostAlloc}. */
+export interface PinnedHostMemory {
+  readonly address: bigint;
+  /** The memory itself (not a copy). */
+  readonly bytes: Uint8Array;
+}
+
+/** Where {@link CudaDriver.open} looks for libcuda. */
+export interface OpenCudaDriverOptions {
+  /**
+   * Paths (or bare names for the dynamic loader's search) tried in order. Default: `STOWAGE_LIBCUDA` alone when
+   * that variable is set, otherwise {@link DEFAULT_LIBCUDA_PATHS}.
+   */
+  readonly paths?: readonly string[];
+}
+
+/** The usual places of the driver library on Linux; a bare name goes through the dynamic loader's own search. */
+export const DEFAULT_LIBCUDA_PATHS: readonly string[] = [
+  'libcuda.so.1',
+  'libcuda.so',
+  '/usr/lib/x86_64-linux-gnu/libcuda.so.1',
+  '/usr/lib/aarch64-linux-gnu/libcuda.so.1',
+  '/usr/lib64/libcuda.so.1',
+  '/usr/lib/wsl/lib/libcuda.so.1',
+];
+
+/** The paths {@link CudaDriver.open} tries when given none. */
+export function libcudaSearchPaths(env: NodeJS.ProcessEnv = process.env): readonly string[] {
+  const override = env['STOWAGE_LIBCUDA'];
+  return override !== undefined && override !== '' ? [override] : DEFAULT_LIBCUDA_PATHS;
+}
+
+// Note [Pointers as integers]
+// Device pointers (`CUdeviceptr`) are 64-bit integers in the driver's ABI and bigints here. Host pointers the
+// asynchronous copies read or write after the call returns (pinned memory from cuMemHostAlloc) are also passed as
+// integers: the binding declares them `uintptr_t`, which has the ABI of `void *` on every platform the driver runs
+// on. Synchronous copies take a Uint8Array, which koffi passes by address for the duration of the call.
+
+const CUresult = 'int';
+const CUdevice = 'int';
+const CUdeviceptr = 'uint64_t';
+const CUcontext = koffi.pointer('CUcontext', koffi.opaque('CUctx_st'));
+const CUstream = koffi.pointer('CUstream', koffi.opaque('CUstream_st'));
+const CUevent = koffi.pointer('CUevent', koffi.opaque('CUevent_st'));
+
+type Fn = (...args: unknown[]) => number;
+/** A koffi type: a C type name or a type object (koffi does not export its own alias). */
+type TypeSpec = Parameters<typeof koffi.out>[0];
+
+function declare(lib: LibraryHandle) {
+  const f = (name: string, args: TypeSpec[]): Fn => lib.func(name, CUresult, args) as Fn;
+  const out = (t: TypeSpec) => koffi.out(koffi.pointer(t));
+  return {
+    cuInit: f('cuInit', ['uint']),
+    cuDriverGetVersion: f('cuDriverGetVersion', [out('int')]),
+    cuDeviceGetCount: f('cuDeviceGetCount', [out('int')]),
+    cuDeviceGet: f('cuDeviceGet', [out(CUdevice), 'int']),
+    cuDeviceGetAttribute: f('cuDeviceGetAttribute', [out('int'), 'int', CUdevice]),
+    cuDeviceGetName: f('cuDeviceGetName', [koffi.pointer('uint8_t'), 'int', CUdevice]),
+    cuDeviceTotalMem_v2: f('cuDeviceTotalMem_v2', [out('size_t'), CUdevice]),
+    cuDevicePrimaryCtxRetain: f('cuDevicePrimaryCtxRetain', [out(CUcontext), CUdevice]),
+    cuDevicePrimaryCtxRelease_v2: f('cuDevicePrimaryCtxRelease_v2', [CUdevice]),
+    cuCtxSetCurrent: f('cuCtxSetCurrent', [CUcontext]),
+    cuCtxGetCurrent: f('cuCtxGetCurrent', [out(CUcontext)]),
+    cuMemAlloc_v2: f('cuMemAlloc_v2', [out(CUdeviceptr), 'size_t']),
+    cuMemFree_v2: f('cuMemFree_v2', [CUdeviceptr]),
+    cuMemGetInfo_v2: f('cuMemGetInfo_v2', [out('size_t'), out('size_t')]),
+    cuMemHostAlloc: f('cuMemHostAlloc', [out('void *'), 'size_t', 'uint']),
+    cuMemFreeHost: f('cuMemFreeHost', ['uintptr_t']),
+    cuMemcpyHtoD_v2: f('cuMemcpyHtoD_v2', [CUdeviceptr, koffi.pointer('uint8_t'), 'size_t']),
+    cuMemcpyDtoH_v2: f('cuMemcpyDtoH_v2', [koffi.pointer('uint8_t'), CUdeviceptr, 'size_t']),
+    cuMemcpyDtoD_v2: f('cuMemcpyDtoD_v2', [CUdeviceptr, CUdeviceptr, 'size_t']),
+    cuMemcpyHtoDAsync_v2: f('cuMemcpyHtoDAsync_v2', [CUdeviceptr, 'uintptr_t', 'size_t', CUstream]),
+    cuMemcpyDtoHAsync_v2: f('cuMemcpyDtoHAsync_v2', ['uintptr_t', CUdeviceptr, 'size_t', CUstream]),
+    cuMemcpyDtoDAsync_v2: f('cuMemcpyDtoDAsync_v2', [CUdeviceptr, CUdeviceptr, 'size_t', CUstream]),
+    cuStreamCreate: f('cuStreamCreate', [out(CUstream), 'uint']),
+    cuStreamDestroy_v2: f('cuStreamDestroy_v2', [CUstream]),
+    cuStreamSynchronize: f('cuStreamSynchronize', [CUstream]),
+    cuStreamQuery: f('cuStreamQuery', [CUstream]),
+    cuStreamWaitEvent: f('cuStreamWaitEvent', [CUstream, CUevent, 'uint']),
+    cuEventCreate: f('cuEventCreate', [out(CUevent), 'uint']),
+    cuEventRecord: f('cuEventRecord', [CUevent, CUstream]),
+    cuEventQuery: f('cuEventQuery', [CUevent]),
+    cuEventSynchronize: f('cuEventSynchronize', [CUevent]),
+    cuEventDestroy_v2: f('cuEventDestroy_v2', [CUevent]),
+    cuGetErrorName: f('cuGetErrorName', [CUresult, out('const char *')]),
+    cuGetErrorString: f('cuGetErrorString', [CUresult, out('const char *')]),
+  };
+}
+
+type Calls = ReturnType<typeof declare>;
+type CallName = keyof Calls;
+
+/**
+ * The CUDA driver API subset Stowage uses, over a libcuda loaded at run time through koffi. Every method calls
+ * one driver entry point and throws {@link CudaError} for any result but `CUDA_SUCCESS` (the queries return
+ * `false` for `CUDA_ERROR_NOT_READY` instead). Pointers are bigints (Note [Pointers as integers]); streams, events
+ * and contexts are opaque handles. A `null` stream is the legacy default stream.
+ *
+ * Virtual memory management and IPC calls are not bound yet.
+ */
+export class CudaDriver {
+  /** The path or name libcuda was loaded from. */
+  readonly path: string;
+  readonly #lib: LibraryHandle;
+  readonly #calls: Calls;
+
+  private constructor(path: string, lib: LibraryHandle) {
+    this.path = path;
+    this.#lib = lib;
+    this.#calls = declare(lib);
+  }
+
+  /**
+   * Loads the first libcuda found (see {@link OpenCudaDriverOptions.paths}); does not call `cuInit`.
+   * Throws `BackendUnavailableError` naming every path tried and why each failed when none loads.
+   */
+  static open(options: OpenCudaDriverOptions = {}): CudaDriver {
+    const paths = options.paths ?? libcudaSearchPaths();
+    const failures: string[] = [];
+    for (const path of paths) {
+      let lib: LibraryHandle;
+      try {
+        lib = koffi.load(path);
+      } catch (error) {
+        failures.push(`${path}: ${error instanceof Error ? error.message : String(error)}`);
+        continue;
+      }
+      try {
+        return new CudaDriver(path, lib);
+      } catch (error) {
+        lib.unload();
+        failures.push(`${path}: not a CUDA driver (${error instanceof Error ? error.message : String(error)})`);
+      }
+    }
+    throw new BackendUnavailableError(
+      `No CUDA driver library (libcuda) could be loaded; tried ${paths.length} path(s) (set STOWAGE_LIBCUDA to choose one): ${failures.join('; ')}.`,
+    );
+  }
+
+  /** The raw driver function, for a bench or a test hook that needs the unchecked `CUresult`. */
+  raw<K extends CallName>(name: K): Calls[K] {
+    return this.#calls[name];
+  }
+
+  /** The driver's name for a `CUresult` (`cuGetErrorName`), or `CUDA_ERROR_<n>` when it has none. */
+  errorName(result: number): string {
+    const name: (string | null)[] = [null];
+    return this.#calls.cuGetErrorName(result, name) === CudaResult.SUCCESS && name[0] != null ? name[0] : `CUresult ${result}`;
+  }
+
+  /** The driver's description of a `CUresult` (`cuGetErrorString`). */
+  errorString(result: number): string {
+    const text: (string | null)[] = [null];
+    return this.#calls.cuGetErrorString(result, text) === CudaResult.SUCCESS && text[0] != null ? text[0] : 'unrecognized error code';
+  }
+
+  #check(call: CallName, result: number): void {
+    if (result !== CudaResult.SUCCESS) {
+      throw new CudaError({ call, result, driverName: this.errorName(result), driverMessage: this.errorString(result) });
+    }
+  }
+
+  #call(call: CallName, ...args: unknown[]): void {
+    this.#check(call, this.#calls[call](...args));
+  }
+
+  /** `cuInit(0)`; idempotent. Every other call but the error names fails with CUDA_ERROR_NOT_INITIALIZED before it. */
+  init(): void {
+    this.#call('cuInit', 0);
+  }
+
+  /** The driver's CUDA version, e.g. 12040 for 12.4. */
+  driverVersion(): number {
+    const v = [0];
+    this.#call('cuDriverGetVersion', v);
+    return v[0]!;
+  }
+
+  deviceCount(): number {
+    const n = [0];
+    this.#call('cuDeviceGetCount', n);
+    return n[0]!;
+  }
+
+  /** The `CUdevice` of an ordinal; CUDA_ERROR_INVALID_DEVICE when out of range. */
+  device(ordinal: number): number {
+    const d = [0];
+    this.#call('cuDeviceGet', d, ordinal);
+    return d[0]!;
+  }
+
+  /** A `CUdevice_attribute` (see `CudaDeviceAttribute`). */
+  deviceAttribute(device: number, attribute: number): number {
+    const v = [0];
+    this.#call('cuDeviceGetAttribute', v, attribute, device);
+    return v[0]!;
+  }
+
+  deviceName(device: number): string {
+    const buffer = new Uint8Array(256);
+    this.#call('cuDeviceGetName', buffer, buffer.length, device);
+    const end = buffer.indexOf(0);
+    return new TextDecoder().decode(buffer.subarray(0, end < 0 ? buffer.length : end));
+  }
+
+  deviceTotalBytes(device: number): number {
+    const v = [0];
+    this.#call('cuDeviceTotalMem_v2', v, device);
+    return Number(v[0]);
+  }
+
+  /** Retains the device's primary context; pair with {@link releasePrimaryContext}. */
+  retainPrimaryContext(device: number): CudaContext {
+    const ctx: unknown[] = [null];
+    this.#call('cuDevicePrimaryCtxRetain', ctx, device);
+    return { kind: 'context', device, handle: ctx[0] };
+  }
+
+  releasePrimaryContext(device: number): void {
+    this.#call('cuDevicePrimaryCtxRelease_v2', device);
+  }
+
+  /** Makes `context` current on the calling thread (`null`: none). */
+  setCurrentContext(context: CudaContext | null): void {
+    this.#call('cuCtxSetCurrent', context?.handle ?? null);
+  }
+
+  /** Whether some context is current on the calling thread. */
+  hasCurrentContext(): boolean {
+    const ctx: unknown[] = [null];
+    this.#call('cuCtxGetCurrent', ctx);
+    return ctx[0] !== null;
+  }
+
+  /** `cuMemAlloc_v2`: `bytes` > 0 of device memory; CUDA_ERROR_OUT_OF_MEMORY when the device has no room. */
+  memAlloc(bytes: number): bigint {
+    const p = [0];
+    this.#call('cuMemAlloc_v2', p, bytes);
+    return BigInt(p[0]!);
+  }
+
+  memFree(ptr: bigint): void {
+    this.#call('cuMemFree_v2', ptr);
+  }
+
+  /** Free and total bytes of the current context's device. */
+  memInfo(): { freeBytes: number; totalBytes: number } {
+    const free = [0];
+    const total = [0];
+    this.#call('cuMemGetInfo_v2', free, total);
+    return { freeBytes: Number(free[0]), totalBytes: Number(total[0]) };
+  }
+
+  /**
+   * Page-locked host memory: its address, for the asynchronous copies, and a view of its bytes. The view is valid
+   * until {@link memFreeHost}; touching it afterwards is undefined behaviour.
+   */
+  memHostAlloc(bytes: number, flags = 0): PinnedHostMemory {
+    const p: unknown[] = [null];
+    this.#call('cuMemHostAlloc', p, bytes, flags);
+    return { address: koffi.address(p[0]), bytes: new Uint8Array(koffi.view(p[0], bytes)) };
+  }
+
+  memFreeHost(ptr: bigint): void {
+    this.#call('cuMemFreeHost', ptr);
+  }
+
+  memcpyHtoD(dst: bigint, src: Uint8Array): void {
+    this.#call('cuMemcpyHtoD_v2', dst, src, src.byteLength);
+  }
+
+  memcpyDtoH(dst: Uint8Array, src: bigint): void {
+    this.#call('cuMemcpyDtoH_v2', dst, src, dst.byteLength);
+  }
+
+  memcpyDtoD(dst: bigint, src: bigint, bytes: number): void {
+    this.#call('cuMemcpyDtoD_v2', dst, src, bytes);
+  }
+
+  /** Queues a copy from host address `src` (pinned; it must stay valid until the copy runs). */
+  memcpyHtoDAsync(dst: bigint, src: bigint, bytes: number, stream: CudaStream | null): void {
+    this.#call('cuMemcpyHtoDAsync_v2', dst, src, bytes, stream?.handle ?? null);
+  }
+
+  memcpyDtoHAsync(dst: bigint, src: bigint, bytes: number, stream: CudaStream | null): void {
+    this.#call('cuMemcpyDtoHAsync_v2', dst, src, bytes, stream?.handle ?? null);
+  }
+
+  memcpyDtoDAsync(dst: bigint, src: bigint, bytes: number, stream: CudaStream | null): void {
+    this.#call('cuMemcpyDtoDAsync_v2', dst, src, bytes, stream?.handle ?? null);
+  }
+
+  /** `flags`: 0 (synchronizes with the default stream) or 1 (`CU_STREAM_NON_BLOCKING`). */
+  streamCreate(flags = 0): CudaStream {
+    const s: unknown[] = [null];
+    this.#call('cuStreamCreate', s, flags);
+    return { kind: 'stream', handle: s[0] };
+  }
+
+  streamDestroy(stream: CudaStream): void {
+    this.#call('cuStreamDestroy_v2', stream.handle);
+  }
+
+  streamSynchronize(stream: CudaStream | null): void {
+    this.#call('cuStreamSynchronize', stream?.handle ?? null);
+  }
+
+  /** True when all work queued on `stream` has completed; false for CUDA_ERROR_NOT_READY. */
+  streamQuery(stream: CudaStream | null): boolean {
+    return this.#ready('cuStreamQuery', this.#calls.cuStreamQuery(stream?.handle ?? null));
+  }
+
+  /** Work queued on `stream` after this call waits for the event's latest record to complete. */
+  streamWaitEvent(stream: CudaStream | null, event: CudaEvent): void {
+    this.#call('cuStreamWaitEvent', stream?.handle ?? null, event.handle, 0);
+  }
+
+  eventCreate(flags = 0): CudaEvent {
+    const e: unknown[] = [null];
+    this.#call('cuEventCreate', e, flags);
+    return { kind: 'event', handle: e[0] };
+  }
+
+  eventRecord(event: CudaEvent, stream: CudaStream | null): void {
+    this.#call('cuEventRecord', event.handle, stream?.handle ?? null);
+  }
+
+  /** True when the event's latest record has completed (or it was never recorded). */
+  eventQuery(event: CudaEvent): boolean {
+    return this.#ready('cuEventQuery', this.#calls.cuEventQuery(event.handle));
+  }
+
+  eventSynchronize(event: CudaEvent): void {
+    this.#call('cuEventSynchronize', event.handle);
+  }
+
+  eventDestroy(event: CudaEvent): void {
+    this.#call('cuEventDestroy_v2', event.handle);
+  }
+
+  #ready(call: CallName, result: number): boolean {
+    if (result === CudaResult.NOT_READY) return false;
+    this.#check(call, result);
+    return true;
+  }
+
+  /** Unloads the library; the driver must not be used afterwards. */
+  unload(): void {
+    this.#lib.unload();
+  }
+}

@@ -1,0 +1,35 @@
+import type { CudaContext } from '@stowage/allocator-cuda';
+import { CudaDriver, DEFAULT_LIBCUDA_PATHS } from '@stowage/allocator-cuda';
+import { buildStandIn, StandInHooks } from '@stowage/allocator-cuda/testing';
+
+/** The driver the tests run on: a real libcuda when one loads, else the stand-in; hooks only on the stand-in. */
+export interface TestDriver {
+  readonly driver: CudaDriver;
+  readonly context: CudaContext;
+  readonly hooks: StandInHooks | null;
+}
+
+/**
+ * Opens the driver for a test file, or returns why it cannot (the caller skips with that message).
+ * `STOWAGE_LIBCUDA` set: that library (hooks when it exports the stand-in's). Unset: a real libcuda if one loads,
+ * otherwise the stand-in, built here.
+ */
+export function openTestDriver(): TestDriver | string {
+  let driver: CudaDriver;
+  const chosen = process.env['STOWAGE_LIBCUDA'];
+  if (chosen !== undefined && chosen !== '') {
+    driver = CudaDriver.open({ paths: [chosen] });
+  } else {
+    try {
+      driver = CudaDriver.open({ paths: DEFAULT_LIBCUDA_PATHS });
+    } catch {
+      const build = buildStandIn();
+      if (build.path === null) return `the stand-in libcuda could not be built: ${build.reason}`;
+      driver = CudaDriver.open({ paths: [build.path] });
+    }
+  }
+  driver.init();
+  const context = driver.retainPrimaryContext(driver.device(0));
+  driver.setCurrentContext(context);
+  return { driver, context, hooks: StandInHooks.open(driver.path) };
+}
