@@ -46,11 +46,19 @@ export class BestFitPolicy implements LmsPolicy {
   }
 }
 
-/** The candidate whose freed run holds the request that `isBetter` ranks first; undefined when none holds it. */
-function bestHolding(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>, isBetter: (a: ReclaimCandidate, b: ReclaimCandidate) => boolean): ReclaimCandidate | undefined {
+/**
+ * The candidate that `isBetter` ranks first among those that make room for the request: whose freed run holds it,
+ * or, with `segmentRoom`, whose reclaim frees its whole segment; undefined when none does.
+ */
+function bestHolding(
+  request: ReclaimRequest,
+  candidates: Iterable<ReclaimCandidate>,
+  isBetter: (a: ReclaimCandidate, b: ReclaimCandidate) => boolean,
+  segmentRoom = false,
+): ReclaimCandidate | undefined {
   let best: ReclaimCandidate | undefined;
   for (const candidate of candidates) {
-    if (freedRun(candidate) < request.bytes) continue;
+    if (freedRun(candidate) < request.bytes && !(segmentRoom && freesSegment(candidate))) continue;
     if (best === undefined || isBetter(candidate, best)) best = candidate;
   }
   return best;
@@ -142,12 +150,7 @@ export class SpeculativePolicy implements LmsPolicy {
   chooseOne(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate | undefined {
     const all = [...candidates];
     if (all.some((c) => c.nextUse === undefined)) return this.#lru.chooseOne(request, all);
-    let best: ReclaimCandidate | undefined;
-    for (const candidate of all) {
-      if (freedRun(candidate) < request.bytes && !freesSegment(candidate)) continue;
-      if (best === undefined || fartherUse(candidate, best)) best = candidate;
-    }
-    return best;
+    return bestHolding(request, all, fartherUse, true);
   }
 
   chooseFragments(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): readonly ReclaimCandidate[] {
