@@ -3,3 +3,10 @@ export { CudaDriver, DEFAULT_LIBCUDA_PATHS, libcudaSearchPaths } from './driver/
 export type { CudaErrorDetails } from './driver/CudaError.js';
 export { CudaError, isCudaError } from './driver/CudaError.js';
 export { CudaDeviceAttribute, CudaResult } from './driver/CudaResult.js';
+export type { CudaMemoryBackendOptions } from './backend/CudaMemoryBackend.js';
+export { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
+export { CudaStreams } from './backend/CudaStreams.js';
+export type { CudaAllocatorSettings } from './CudaAllocator.js';
+export { CudaAllocator } from './CudaAllocator.js';
+export type { CudaOptions, OpenedCudaDriver } from './cuda.js';
+export { createCudaAllocator, cuda, openCudaDriver, registerCudaAllocator } from './cuda.js';

@@ -84,6 +84,12 @@ export interface MemoryBackend<H = unknown> {
    */
   outOfMemoryHint?(requestedBytes: number): string | undefined;
 
+  /**
+   * Free and total bytes of the device as its driver reports them, other processes' memory included (CUDA's
+   * cuMemGetInfo); absent when the device cannot say. An OutOfMemoryError then gives the driver's free figure.
+   */
+  memoryInfo?(): { readonly freeBytes: number; readonly totalBytes: number };
+
   dispose?(): void;
 }
 

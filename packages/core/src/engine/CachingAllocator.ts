@@ -397,13 +397,23 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
   #throwOutOfMemory(nbytes: number): never {
     this.#emitSegmentEvents(); // what the chain released goes out first: listeners then see whole state
     this.stats.num_ooms++;
-    const free = this.capacityBytes === undefined ? undefined : Math.max(0, this.capacityBytes - this.reservedBytes);
+    const deviceFreeBytes = this.#deviceFreeBytes();
+    const free = deviceFreeBytes ?? (this.capacityBytes === undefined ? undefined : Math.max(0, this.capacityBytes - this.reservedBytes));
     this.#state.history?.record('oom', 0, nbytes, this.backend.defaultStream, free === undefined ? undefined : { device_free: free });
     const stats = this.memoryStats();
     this.emitter.safeEmit('outOfMemory', { requestedBytes: nbytes, stats });
     const hint = this.backend.outOfMemoryHint?.(nbytes);
     const budgetBytes = Number.isFinite(this.#state.allowedBytes) ? this.#state.allowedBytes : undefined;
-    throw new OutOfMemoryError({ device: this.device, requestedBytes: nbytes, capacityBytes: this.capacityBytes, budgetBytes, stats, ...(hint === undefined ? {} : { hint }) });
+    throw new OutOfMemoryError({ device: this.device, requestedBytes: nbytes, capacityBytes: this.capacityBytes, budgetBytes, deviceFreeBytes, stats, ...(hint === undefined ? {} : { hint }) });
+  }
+
+  /** The device's free bytes as its driver reports them, when the backend can say (a failing query says nothing). */
+  #deviceFreeBytes(): number | undefined {
+    try {
+      return this.backend.memoryInfo?.().freeBytes;
+    } catch {
+      return undefined;
+    }
   }
 
   /** Asks the backend for a new segment (or expandable pages) for `r`; undefined when it has no room. */

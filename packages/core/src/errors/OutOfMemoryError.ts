@@ -21,6 +21,11 @@ export interface OutOfMemoryDetails {
    */
   readonly budgetUsedBytes?: number | undefined;
   readonly stats: AllocatorStats;
+  /**
+   * Free bytes of the device as its driver reported them when the allocator gave up (other processes' memory
+   * counted as used); undefined when the device cannot say, and the message then takes capacity minus reserved.
+   */
+  readonly deviceFreeBytes?: number | undefined;
   /** A sentence appended to the message, e.g. a device limit the request exceeds. */
   readonly hint?: string;
 }
@@ -59,7 +64,7 @@ function describeOutOfMemory(d: OutOfMemoryDetails): string {
       ? `the allocator's budget is ${formatBytes(d.budgetBytes)}, of which ${formatBytes(Math.max(0, d.budgetBytes - (d.budgetUsedBytes ?? reserved)))} is free`
       : d.capacityBytes === undefined
         ? "the device's capacity is unknown"
-        : `the device has ${formatBytes(d.capacityBytes)} total capacity, of which ${formatBytes(Math.max(0, d.capacityBytes - reserved))} is free`;
+        : `the device has ${formatBytes(d.capacityBytes)} total capacity, of which ${formatBytes(d.deviceFreeBytes ?? Math.max(0, d.capacityBytes - reserved))} is free${d.deviceFreeBytes === undefined ? '' : ' (as its driver reports, other processes included)'}`;
   let message =
     `Out of memory on ${formatDevice(d.device)}: tried to allocate ${formatBytes(d.requestedBytes)}; ${capacity}. ` +
     `${formatBytes(reserved)} is reserved by Stowage, of which ${formatBytes(allocated)} is allocated and ${formatBytes(cached)} is cached but unallocated.`;

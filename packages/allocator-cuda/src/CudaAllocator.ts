@@ -1,0 +1,94 @@
+import type { AllocateOptions, CachingAllocatorOptions, DataPtr, MemorySnapshot, StreamId } from '@stowage/core';
+import { CachingAllocator, DataPtr as DataPtrClass, ForwardingAllocator, InvalidArgumentError } from '@stowage/core';
+import type { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
+import type { CudaStream } from './driver/CudaDriver.js';
+
+export interface CudaAllocatorSettings {
+  /** The configuration string the engine options came from (`PYTORCH_CUDA_ALLOC_CONF`), for snapshots. */
+  readonly allocConf?: string;
+}
+
+/**
+ * The CUDA allocator: the caching engine over a CudaMemoryBackend (its upstream, `engine`), with the device's
+ * services beside it: streams by number (`createStream`, `adoptStream`, `streamOf`), the device pointer of a
+ * DataPtr (`devicePointer`) for kernels, and snapshots that carry the configuration string so that PyTorch's memory
+ * visualizer shows it.
+ */
+export class CudaAllocator extends ForwardingAllocator {
+  readonly engine: CachingAllocator<bigint>;
+  readonly backend: CudaMemoryBackend;
+  readonly #allocConf: string;
+
+  /** @throws InvalidArgumentError for a bad engine option */
+  constructor(backend: CudaMemoryBackend, options: CachingAllocatorOptions = {}, settings: CudaAllocatorSettings = {}) {
+    const engine = new CachingAllocator<bigint>(backend, options);
+    super(engine);
+    this.engine = engine;
+    this.backend = backend;
+    this.#allocConf = settings.allocConf ?? '';
+  }
+
+  /** Straight to the engine: this allocator adopts no pointers, and the hot path pays for no layer between them. */
+  override allocate(nbytes: number, options?: AllocateOptions): DataPtr<bigint> {
+    return this.engine.allocate(nbytes, options);
+  }
+
+  override free(ptr: DataPtr): void {
+    this.engine.free(ptr);
+  }
+
+  /**
+   * A new stream of this device, by number (for `allocate(n, { stream })` and `recordStream`); its driver handle is
+   * `streamOf(number)`. `nonBlocking`: it does not synchronize with the default stream. Destroyed with the allocator.
+   */
+  createStream(options: { readonly nonBlocking?: boolean } = {}): StreamId {
+    this.checkOpen('createStream');
+    this.backend.enter();
+    return this.backend.streams.create(this.backend.device.index, options.nonBlocking === true);
+  }
+
+  /** Numbers a stream the caller created on this device (the caller keeps and destroys it, after `forgetStream`). */
+  adoptStream(stream: CudaStream): StreamId {
+    this.checkOpen('adoptStream');
+    return this.backend.streams.adopt(this.backend.device.index, stream);
+  }
+
+  /** Destroys a stream from `createStream`, or forgets one from `adoptStream`. @throws InvalidArgumentError for an unknown number */
+  destroyStream(stream: StreamId): void {
+    this.checkOpen('destroyStream');
+    this.#checkOwnStream(stream);
+    this.backend.streams.destroy(stream);
+  }
+
+  /** The driver stream of a number (null: the legacy default stream), to launch work on. */
+  streamOf(stream: StreamId): CudaStream | null {
+    this.checkOpen('streamOf');
+    this.#checkOwnStream(stream);
+    return this.backend.streams.handle(stream);
+  }
+
+  /** The device address of a live pointer's first byte, for a kernel's arguments. */
+  devicePointer(ptr: DataPtr): bigint {
+    if (!(ptr instanceof DataPtrClass) || !this.owns(ptr)) throw new InvalidArgumentError('ptr', ptr, `a live DataPtr of ${this.backend.device.type}:${this.backend.device.index}'s allocator`);
+    return (ptr.handle as bigint) + BigInt(ptr.byteOffset);
+  }
+
+  override snapshot(): MemorySnapshot {
+    const snapshot = super.snapshot();
+    return { ...snapshot, allocator_settings: { ...snapshot.allocator_settings, PYTORCH_CUDA_ALLOC_CONF: this.#allocConf } };
+  }
+
+  /** Disposes the engine (its segments go back to the driver), then the backend's streams, events and context. Idempotent. */
+  override dispose(): void {
+    if (this.isDisposed) return;
+    super.dispose();
+    this.backend.dispose();
+  }
+
+  #checkOwnStream(stream: StreamId): void {
+    if (stream === 0 || this.backend.isStream(stream)) return;
+    const owner = this.backend.streams.deviceOf(stream);
+    const which = owner === undefined ? 'names no stream' : `is a stream of cuda:${owner}`;
+    throw new InvalidArgumentError('stream', stream, `a stream of cuda:${this.backend.device.index} (${which})`);
+  }
+}

@@ -1,0 +1,155 @@
+import type { BackendEvent, Device, MemoryBackend, MemoryBlock, PageMapping, StreamId } from '@stowage/core';
+import type { CudaContext, CudaDriver, CudaEvent } from '../driver/CudaDriver.js';
+import { isCudaError } from '../driver/CudaError.js';
+import type { CudaStreams } from './CudaStreams.js';
+
+export interface CudaMemoryBackendOptions {
+  readonly driver: CudaDriver;
+  /** `{ type: 'cuda', index }`: the device ordinal the backend serves. */
+  readonly device: Device;
+  /** The stream table shared by the driver's devices. */
+  readonly streams: CudaStreams;
+}
+
+/** An event of the engine's: a pooled driver event recorded on a stream; `cu` goes back to the pool once complete. */
+interface CudaBackendEvent extends BackendEvent {
+  cu: CudaEvent | null;
+}
+
+/** cuEventCreate's CU_EVENT_DISABLE_TIMING: events used only for ordering record faster. */
+const EVENT_DISABLE_TIMING = 2;
+
+/**
+ * The CUDA driver as a MemoryBackend: segments are cuMemAlloc_v2 allocations (handles and addresses are the device
+ * pointer), copies and writes go through the legacy default stream (stream 0), other streams are the
+ * {@link CudaStreams} table's, and events are pooled driver events, as PyTorch pools them. The backend keeps the
+ * device's primary context retained and makes it current before every call that needs one, so that several devices
+ * can share the JavaScript thread.
+ *
+ * The driver's CUDA_ERROR_OUT_OF_MEMORY is a `null` segment (the engine then runs its out-of-memory chain); every
+ * other failure is a CudaError out of the call.
+ *
+ * Invariants: every event handed out is either in flight (`cu` set) or back in the pool (`cu` null), never both.
+ */
+export class CudaMemoryBackend implements MemoryBackend<bigint> {
+  readonly device: Device;
+  /** cuMemAlloc_v2 aligns allocations to at least 256 bytes. */
+  readonly alignment = 256;
+  readonly capacityBytes: number;
+  readonly defaultStream: StreamId = 0;
+  readonly pageMapping: PageMapping<bigint> | undefined = undefined;
+  readonly driver: CudaDriver;
+  /** The device's `CUdevice`. */
+  readonly cuDevice: number;
+  readonly context: CudaContext;
+  readonly streams: CudaStreams;
+  readonly #eventPool: CudaEvent[] = [];
+  #disposed = false;
+
+  /** @throws CudaError for a device the driver does not have (CUDA_ERROR_INVALID_DEVICE) */
+  constructor(options: CudaMemoryBackendOptions) {
+    this.driver = options.driver;
+    this.device = options.device;
+    this.streams = options.streams;
+    this.cuDevice = this.driver.device(this.device.index);
+    this.context = this.driver.retainPrimaryContext(this.cuDevice);
+    try {
+      this.enter();
+      this.capacityBytes = this.driver.deviceTotalBytes(this.cuDevice);
+    } catch (error) {
+      this.driver.releasePrimaryContext(this.cuDevice);
+      throw error;
+    }
+  }
+
+  /** Makes this device's primary context current on the JavaScript thread. */
+  enter(): void {
+    this.driver.setCurrentContext(this.context);
+  }
+
+  malloc(byteLength: number): MemoryBlock<bigint> | null {
+    this.enter();
+    let ptr: bigint;
+    try {
+      ptr = this.driver.memAlloc(byteLength);
+    } catch (error) {
+      if (isCudaError(error, 'CUDA_ERROR_OUT_OF_MEMORY')) return null;
+      throw error;
+    }
+    return { handle: ptr, byteOffset: 0, address: Number(ptr), byteLength };
+  }
+
+  free(segment: MemoryBlock<bigint>): void {
+    this.enter();
+    this.driver.memFree(segment.handle);
+  }
+
+  copy(dst: bigint, dstOffset: number, src: bigint, srcOffset: number, byteLength: number): void {
+    this.enter();
+    this.driver.memcpyDtoDAsync(dst + BigInt(dstOffset), src + BigInt(srcOffset), byteLength, null);
+  }
+
+  write(dst: bigint, dstOffset: number, bytes: Uint8Array): void {
+    this.enter();
+    this.driver.memcpyHtoD(dst + BigInt(dstOffset), bytes);
+  }
+
+  /** A synchronous device-to-host copy, ordered after the default stream's work (the pager's copies do not block). */
+  read(src: bigint, srcOffset: number, byteLength: number): Promise<Uint8Array> {
+    this.enter();
+    const bytes = new Uint8Array(byteLength);
+    this.driver.memcpyDtoH(bytes, src + BigInt(srcOffset));
+    return Promise.resolve(bytes);
+  }
+
+  isStream(stream: StreamId): boolean {
+    return this.streams.isStreamOf(stream, this.device.index);
+  }
+
+  recordEvent(stream: StreamId): BackendEvent {
+    const cu = this.#eventPool.pop() ?? (this.enter(), this.driver.eventCreate(EVENT_DISABLE_TIMING));
+    try {
+      this.driver.eventRecord(cu, this.streams.handle(stream));
+    } catch (error) {
+      this.#eventPool.push(cu);
+      throw error;
+    }
+    const event: CudaBackendEvent = { stream, cu };
+    return event;
+  }
+
+  isEventComplete(event: BackendEvent): boolean {
+    const e = event as CudaBackendEvent;
+    if (e.cu === null) return true;
+    if (!this.driver.eventQuery(e.cu)) return false;
+    this.#recycle(e);
+    return true;
+  }
+
+  synchronizeEvent(event: BackendEvent): void {
+    const e = event as CudaBackendEvent;
+    if (e.cu === null) return;
+    this.driver.eventSynchronize(e.cu);
+    this.#recycle(e);
+  }
+
+  /** Free and total bytes of the device, as the driver reports them (other processes' memory included). */
+  memoryInfo(): { freeBytes: number; totalBytes: number } {
+    this.enter();
+    return this.driver.memInfo();
+  }
+
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    this.enter();
+    this.streams.destroyAll(this.device.index);
+    for (const cu of this.#eventPool.splice(0)) this.driver.eventDestroy(cu);
+    this.driver.releasePrimaryContext(this.cuDevice);
+  }
+
+  #recycle(e: CudaBackendEvent): void {
+    this.#eventPool.push(e.cu!);
+    e.cu = null;
+  }
+}

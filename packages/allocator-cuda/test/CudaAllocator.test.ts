@@ -1,0 +1,207 @@
+import { expect } from 'chai';
+import { BackendUnavailableError, createRuntime, DataPtr, DeviceError, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
+import { describeAllocatorContract } from '@stowage/core/testing';
+import type { CudaAllocator } from '@stowage/allocator-cuda';
+import { createCudaAllocator, cuda, CudaError, CudaResult } from '@stowage/allocator-cuda';
+import type { TestLibrary } from './cudaTestLibrary.js';
+import { testLibrary } from './cudaTestLibrary.js';
+
+const MiB = 2 ** 20;
+const GiB = 2 ** 30;
+
+const library = testLibrary();
+
+/** Skips a test that needs the stand-in's hooks (an injected fault, a delayed stream) on a real driver. */
+function needHooks(ctx: Mocha.Context, lib: TestLibrary): NonNullable<TestLibrary['hooks']> {
+  if (lib.hooks === null) {
+    console.log('    skipped: needs the stand-in libcuda\'s test hooks; running on a real driver');
+    ctx.skip();
+  }
+  return lib.hooks!;
+}
+
+function filled(byteLength: number, value: number): Uint8Array {
+  return new Uint8Array(byteLength).fill(value);
+}
+
+describe('CudaAllocator', function () {
+  this.timeout(120_000);
+  if (typeof library === 'string') {
+    it('runs on a libcuda (skipped: none could be loaded or built)', function () {
+      console.log(`    skipped: ${library}`);
+      this.skip();
+    });
+    return;
+  }
+  const lib = library;
+  const make = (options: Parameters<typeof createCudaAllocator>[0] = {}): CudaAllocator => createCudaAllocator({ libcuda: lib.path, ...options });
+
+  afterEach(() => {
+    lib.hooks?.clearInjectedError();
+    lib.hooks?.setCapacity(GiB);
+  });
+
+  describeAllocatorContract('CudaAllocator (fixed segments)', () => make({ expandableSegments: false }));
+
+  describe('streams', () => {
+    /**
+     * A reader on a non-blocking stream B is held back 100 ms, then copies `src` into `dst`. Meanwhile `src` is
+     * freed on the default stream and the same size allocated and overwritten. Returns what B read.
+     */
+    async function readWhileFreed(allocator: CudaAllocator, hooks: NonNullable<TestLibrary['hooks']>, recordStream: boolean): Promise<{ read: Uint8Array; reused: boolean }> {
+      const src = allocator.allocate(MiB);
+      allocator.writeBytes(src, filled(MiB, 0xaa));
+      const dst = allocator.allocate(MiB);
+      const b = allocator.createStream({ nonBlocking: true });
+      const stream = allocator.streamOf(b);
+      hooks.delayStream(stream!, 100_000);
+      allocator.backend.driver.memcpyDtoDAsync(allocator.devicePointer(dst), allocator.devicePointer(src), MiB, stream);
+      if (recordStream) allocator.recordStream(src, b);
+      const srcAddress = src.address;
+      allocator.free(src);
+      const next = allocator.allocate(MiB);
+      allocator.writeBytes(next, filled(MiB, 0xbb));
+      allocator.backend.driver.streamSynchronize(stream);
+      return { read: await allocator.readBytes(dst), reused: next.address === srcAddress };
+    }
+
+    it('does not reuse a block freed while another stream reads it until that stream passes the free (recordStream)', async function () {
+      const hooks = needHooks(this, lib);
+      using allocator = make({ expandableSegments: false });
+      const { read, reused } = await readWhileFreed(allocator, hooks, true);
+      expect(reused, 'the freed block was handed out again before the reader finished').to.equal(false);
+      expect(read.every((b) => b === 0xaa), 'the reader saw the bytes it was reading when the block was freed').to.equal(true);
+    });
+
+    it('shows the wrong answer when the other stream is not recorded: the block is reused and the reader sees the new owner\'s bytes', async function () {
+      const hooks = needHooks(this, lib);
+      using allocator = make({ expandableSegments: false });
+      const { read, reused } = await readWhileFreed(allocator, hooks, false);
+      expect(reused).to.equal(true);
+      expect(read.every((b) => b === 0xbb), 'the reader saw the new owner\'s bytes').to.equal(true);
+    });
+
+    it('returns the block once the reader\'s event completes', async function () {
+      const hooks = needHooks(this, lib);
+      using allocator = make({ expandableSegments: false });
+      const src = allocator.allocate(MiB);
+      const b = allocator.createStream({ nonBlocking: true });
+      hooks.delayStream(allocator.streamOf(b)!, 50_000);
+      allocator.recordStream(src, b);
+      const address = src.address;
+      allocator.free(src);
+      expect(allocator.memoryStats()['active_bytes.all.current'], 'pending free still active').to.be.greaterThan(0);
+      allocator.backend.driver.streamSynchronize(allocator.streamOf(b));
+      const again = allocator.allocate(MiB);
+      expect(again.address).to.equal(address);
+      expect(allocator.memoryStats()['active_bytes.all.current']).to.equal(again.byteLength >= MiB ? allocator.memoryStats()['active_bytes.all.current'] : -1);
+    });
+
+    it('allocates on a created stream from that stream\'s own pool', () => {
+      using allocator = make({ expandableSegments: false });
+      const s = allocator.createStream();
+      const a = allocator.allocate(MiB, { stream: s });
+      allocator.free(a);
+      const onDefault = allocator.allocate(MiB);
+      expect(onDefault.address, 'a block cached for stream s is not handed to the default stream').to.not.equal(a.address);
+      const onS = allocator.allocate(MiB, { stream: s });
+      expect(onS.address).to.equal(a.address);
+    });
+  });
+
+  describe('bad input and faults', () => {
+    it('refuses an unknown stream number and a stream of another allocator\'s table, naming the device', () => {
+      using allocator = make();
+      expect(() => allocator.allocate(16, { stream: 99 })).to.throw(InvalidArgumentError, /stream/);
+      expect(() => allocator.streamOf(99)).to.throw(InvalidArgumentError, /names no stream/);
+      const ptr = allocator.allocate(16);
+      expect(() => allocator.recordStream(ptr, 99)).to.throw(InvalidArgumentError);
+      allocator.free(ptr);
+    });
+
+    it('turns a driver error mid-allocation into a CudaError, leaks nothing, and serves the next allocation', function () {
+      const hooks = needHooks(this, lib);
+      using allocator = make({ expandableSegments: false });
+      const before = allocator.memoryStats();
+      hooks.injectError('cuMemAlloc_v2', CudaResult.UNKNOWN);
+      let thrown: unknown;
+      try {
+        allocator.allocate(4 * MiB);
+      } catch (error) {
+        thrown = error;
+      }
+      expect(thrown).to.be.instanceOf(CudaError);
+      expect(thrown).to.be.instanceOf(DeviceError);
+      expect((thrown as CudaError).driverName).to.equal('CUDA_ERROR_UNKNOWN');
+      expect((thrown as CudaError).code).to.equal('DEVICE_ERROR');
+      const after = allocator.memoryStats();
+      expect(after['reserved_bytes.all.current']).to.equal(before['reserved_bytes.all.current']);
+      expect(after['allocated_bytes.all.current']).to.equal(before['allocated_bytes.all.current']);
+      allocator.engine.assertInvariants();
+      const ptr = allocator.allocate(4 * MiB);
+      expect(ptr.byteLength).to.equal(4 * MiB);
+      allocator.free(ptr);
+    });
+
+    it('reports the driver\'s out-of-memory as OutOfMemoryError with the device\'s total and free memory and what it holds, after freeing its cache', function () {
+      const hooks = needHooks(this, lib);
+      hooks.setCapacity(64 * MiB);
+      using allocator = make({ expandableSegments: false });
+      const held = allocator.allocate(40 * MiB);
+      const cached = allocator.allocate(20 * MiB);
+      allocator.free(cached);
+      let thrown: unknown;
+      try {
+        allocator.allocate(30 * MiB);
+      } catch (error) {
+        thrown = error;
+      }
+      expect(thrown).to.be.instanceOf(OutOfMemoryError);
+      const message = (thrown as Error).message;
+      expect(message).to.match(/tried to allocate 30\.00 MiB/);
+      expect(message).to.match(/64\.00 MiB total capacity, of which \S+ MiB is free \(as its driver reports/);
+      expect(message).to.match(/40\.00 MiB is allocated/);
+      expect(allocator.memoryStats()['num_ooms']).to.equal(1);
+      expect(allocator.memoryStats()['reserved_bytes.all.current'], 'the cached 20 MiB segment was released first').to.equal(40 * MiB);
+      allocator.free(held);
+      const ok = allocator.allocate(30 * MiB);
+      allocator.free(ok);
+    });
+  });
+
+  describe('the cuda() plugin', () => {
+    it('serves cuda:0 in a runtime, under a fraction of the device\'s memory', async () => {
+      await using rt = await createRuntime({ plugins: [cuda({ libcuda: lib.path, limit: { fraction: 0.5 } })] });
+      const storage = rt.storage(1024, { device: 'cuda:0' });
+      rt.write(storage, filled(1024, 7));
+      expect((await rt.read(storage)).every((b) => b === 7)).to.equal(true);
+      expect(storage.data()).to.be.instanceOf(DataPtr);
+      const allocator = rt.allocator('cuda:0') as CudaAllocator;
+      const capacity = allocator.backend.capacityBytes;
+      expect(allocator.memoryStats()['reserved_bytes.all.current']).to.be.greaterThan(0);
+      expect(() => allocator.allocate(Math.floor(capacity * 0.6))).to.throw(OutOfMemoryError, /budget/);
+      storage.release();
+    });
+
+    it('refuses a device index the driver does not have, saying which exist', async () => {
+      await using rt = await createRuntime({ plugins: [cuda({ libcuda: lib.path })] });
+      expect(() => rt.allocator('cuda:7')).to.throw(BackendUnavailableError, /cuda:7 does not exist/);
+    });
+
+    it('composes a runtime without a libcuda, and says what it looked for on first use of a CUDA device', async () => {
+      await using rt = await createRuntime({ plugins: [cuda({ libcuda: ['/nonexistent/libcuda.so.1', '/also/missing/libcuda.so'] })] });
+      let thrown: unknown;
+      try {
+        rt.allocator('cuda:0');
+      } catch (error) {
+        thrown = error;
+      }
+      expect(thrown).to.be.instanceOf(BackendUnavailableError);
+      expect((thrown as Error).message).to.match(/\/nonexistent\/libcuda\.so\.1/).and.match(/\/also\/missing\/libcuda\.so/);
+    });
+
+    it('refuses a bad libcuda option at once', () => {
+      expect(() => cuda({ libcuda: [] })).to.throw(InvalidArgumentError, /options\.libcuda/);
+    });
+  });
+});

@@ -1,0 +1,71 @@
+import { expect } from 'chai';
+import { CachingAllocator } from '@stowage/core';
+import type { CachingAllocatorOptions } from '@stowage/core';
+import { findTraceRoot, listTraces, readPytorchReference, readTraceFile, replayTrace } from '@stowage/core/replay';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
+import { createCudaAllocator } from '@stowage/allocator-cuda';
+import { testLibrary } from './cudaTestLibrary.js';
+
+const GiB = 2 ** 30;
+
+/** What a replay left behind, for comparing two allocators on one trace. */
+function figures(stats: Record<string, number>) {
+  return {
+    segments: stats['segment.all.allocated'],
+    peakReservedBytes: stats['reserved_bytes.all.peak'],
+    peakAllocatedBytes: stats['allocated_bytes.all.peak'],
+  };
+}
+
+/**
+ * The CUDA allocator on the stand-in (or a real driver) makes the same decisions as the engine on the virtual
+ * backend, which core's TraceParity test holds to PyTorch's own figures: same segments, same peak reserved bytes.
+ * The stand-in's allocations are never touched, so traces reserving tens of GiB cost no memory.
+ */
+describe('CudaAllocator parity with the engine on recorded traces', function () {
+  this.timeout(300_000);
+  const lib = testLibrary();
+  const root = findTraceRoot();
+  const reference = root ? readPytorchReference(root) : new Map();
+  const traces = root ? listTraces(root).filter((t) => reference.get(t.name)?.mustMatch) : [];
+  const why = typeof lib === 'string' ? lib : !root || traces.length === 0 ? '../shared/traces (or $STOWAGE_TRACES) with its README reference table was not found' : null;
+  if (why !== null) {
+    it('replays the must-match traces (skipped)', function () {
+      console.log(`    skipped: ${why}`);
+      this.skip();
+    });
+    return;
+  }
+  const { path, hooks } = lib as Exclude<typeof lib, string>;
+
+  before(function () {
+    if (hooks === null) {
+      console.log('    skipped: on a real driver the device\'s memory bounds the replays; run them on the stand-in');
+      this.skip();
+    }
+    createCudaAllocator({ libcuda: path }).dispose(); // the stand-in reads its capacity at the first cuInit
+    hooks.setCapacity(96 * GiB);
+  });
+  after(() => hooks?.setCapacity(GiB));
+
+  async function replayBoth(name: string, options: CachingAllocatorOptions) {
+    const trace = traces.find((t) => t.name === name)!;
+    const events = await readTraceFile(trace);
+    using virtual = new CachingAllocator(new VirtualMemoryBackend({ storeData: false }), options);
+    const expected = replayTrace(virtual, events);
+    using cuda = createCudaAllocator({ libcuda: path, ...options });
+    const actual = replayTrace(cuda, events);
+    expect(actual.failedAt, `the CUDA replay completes (${String(actual.failedAt?.error)})`).to.equal(expected.failedAt);
+    return { expected: figures(virtual.memoryStats()), actual: figures(cuda.memoryStats()) };
+  }
+
+  for (const trace of traces) {
+    it(`reserves what the engine reserves on the virtual backend, and what PyTorch did, on ${trace.name} (pytorch preset)`, async () => {
+      const { expected, actual } = await replayBoth(trace.name, { preset: 'pytorch' });
+      expect(actual).to.deep.equal(expected);
+      const ref = reference.get(trace.name)!;
+      expect(actual.segments, 'PyTorch\'s segment count').to.equal(ref.segments);
+      expect((actual.peakReservedBytes! / GiB).toFixed(3), 'PyTorch\'s peak reserved GiB').to.equal(ref.peakReservedGiB.toFixed(3));
+    });
+  }
+});
