@@ -1,6 +1,7 @@
 import type { AllocateOptions, CachingAllocatorOptions, DataPtr, MemorySnapshot, StreamId } from '@stowage/core';
 import { CachingAllocator, DataPtr as DataPtrClass, ForwardingAllocator, InvalidArgumentError } from '@stowage/core';
 import type { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
+import { CudaPager } from './backend/CudaPager.js';
 import type { CudaStream } from './driver/CudaDriver.js';
 
 export interface CudaAllocatorSettings {
@@ -17,6 +18,8 @@ export interface CudaAllocatorSettings {
 export class CudaAllocator extends ForwardingAllocator {
   readonly engine: CachingAllocator<bigint>;
   readonly backend: CudaMemoryBackend;
+  /** Pages blocks out to pinned host memory and back on a stream of its own, for LMS. */
+  readonly cudaPager: CudaPager;
   readonly #allocConf: string;
 
   /** @throws InvalidArgumentError for a bad engine option */
@@ -25,6 +28,8 @@ export class CudaAllocator extends ForwardingAllocator {
     super(engine);
     this.engine = engine;
     this.backend = backend;
+    this.cudaPager = new CudaPager(backend, engine);
+    backend.pager = this.cudaPager;
     this.#allocConf = settings.allocConf ?? '';
   }
 
@@ -78,9 +83,10 @@ export class CudaAllocator extends ForwardingAllocator {
     return { ...snapshot, allocator_settings: { ...snapshot.allocator_settings, PYTORCH_CUDA_ALLOC_CONF: this.#allocConf } };
   }
 
-  /** Disposes the engine (its segments go back to the driver), then the backend's streams, events and context. Idempotent. */
+  /** Waits for the pager's copies, disposes the engine (its segments go back to the driver), then the backend's streams, events and context. Idempotent. */
   override dispose(): void {
     if (this.isDisposed) return;
+    this.cudaPager.dispose();
     super.dispose();
     this.backend.dispose();
   }

@@ -1,4 +1,4 @@
-import type { BackendEvent, Device, MemoryBackend, MemoryBlock, PageMapping, StreamId } from '@stowage/core';
+import type { BackendEvent, Device, MemoryBackend, MemoryBlock, PageMapping, Pager, StreamId } from '@stowage/core';
 import type { CudaContext, CudaDriver, CudaEvent } from '../driver/CudaDriver.js';
 import { isCudaError } from '../driver/CudaError.js';
 import type { CudaStreams } from './CudaStreams.js';
@@ -38,6 +38,8 @@ export class CudaMemoryBackend implements MemoryBackend<bigint> {
   readonly capacityBytes: number;
   readonly defaultStream: StreamId = 0;
   readonly pageMapping: PageMapping<bigint> | undefined = undefined;
+  /** LMS paging: set by the CudaAllocator, whose engine the pager records its stream with. */
+  pager: Pager | undefined = undefined;
   readonly driver: CudaDriver;
   /** The device's `CUdevice`. */
   readonly cuDevice: number;

@@ -1,0 +1,77 @@
+import { expect } from 'chai';
+import { patternBytes } from '@stowage/core/testing';
+import type { CudaAllocator } from '@stowage/allocator-cuda';
+import { createCudaAllocator } from '@stowage/allocator-cuda';
+import { testLibrary } from './cudaTestLibrary.js';
+
+const MiB = 2 ** 20;
+
+function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
+  return Buffer.from(a).equals(Buffer.from(b));
+}
+
+describe('CudaPager', function () {
+  this.timeout(60_000);
+  const lib = testLibrary();
+  if (typeof lib === 'string') {
+    it('pages through a libcuda (skipped: none could be loaded or built)', function () {
+      console.log(`    skipped: ${lib}`);
+      this.skip();
+    });
+    return;
+  }
+  const make = (): CudaAllocator => createCudaAllocator({ libcuda: lib.path, expandableSegments: false });
+
+  it('pages a block out to host memory and back, byte for byte', async () => {
+    using allocator = make();
+    const src = allocator.allocate(3 * MiB + 5);
+    const pattern = patternBytes(src.byteLength, 7);
+    allocator.writeBytes(src, pattern);
+    const out = allocator.cudaPager.pageOut(src);
+    allocator.free(src);
+    const bytes = await out.done;
+    expect(out.bytes).to.equal(bytes);
+    expect(equalBytes(bytes, pattern)).to.equal(true);
+    const dst = allocator.allocate(src.byteLength);
+    allocator.cudaPager.pageIn(bytes, dst);
+    expect(equalBytes(await allocator.readBytes(dst), pattern), 'work on the default stream after pageIn sees the bytes').to.equal(true);
+    allocator.free(dst);
+  });
+
+  it('returns from pageOut before the copy has run, and keeps the block from reuse until it has', async function () {
+    if (lib.hooks === null) {
+      console.log('    skipped: needs the stand-in\'s delayStream hook; running on a real driver');
+      this.skip();
+    }
+    using allocator = make();
+    const s = allocator.createStream();
+    const src = allocator.allocate(MiB, { stream: s });
+    const pattern = patternBytes(MiB, 3);
+    allocator.writeBytes(src, pattern);
+    lib.hooks!.delayStream(allocator.streamOf(s)!, 100_000); // the program's work on s is still running
+    const out = allocator.cudaPager.pageOut(src);
+    expect(out.bytes, 'bytes are not on the host when pageOut returns').to.equal(null);
+    const address = src.address;
+    allocator.free(src);
+    const next = allocator.allocate(MiB, { stream: s });
+    expect(next.address, 'the block is not handed out while the page-out may still read it').to.not.equal(address);
+    allocator.writeBytes(next, new Uint8Array(MiB).fill(0xee));
+    expect(equalBytes(await out.done, pattern)).to.equal(true);
+    allocator.free(next);
+  });
+
+  it('keeps pinned staging buffers in a pool: a second round of the same sizes allocates no more pinned memory', async () => {
+    using allocator = make();
+    const round = async (): Promise<void> => {
+      const ptrs = [MiB, 2 * MiB, MiB].map((n) => allocator.allocate(n));
+      const outs = ptrs.map((p) => allocator.cudaPager.pageOut(p));
+      for (const p of ptrs) allocator.free(p);
+      await Promise.all(outs.map((o) => o.done));
+    };
+    await round();
+    const pinned = allocator.cudaPager.pinnedBytes;
+    expect(pinned).to.be.greaterThan(0);
+    await round();
+    expect(allocator.cudaPager.pinnedBytes).to.equal(pinned);
+  });
+});
