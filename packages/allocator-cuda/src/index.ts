@@ -3,3 +3,17 @@ export { CudaDriver, DEFAULT_LIBCUDA_PATHS, libcudaSearchPaths } from './driver/
 export type { CudaErrorDetails } from './driver/CudaError.js';
 export { CudaError, isCudaError } from './driver/CudaError.js';
 export { CudaDeviceAttribute, CudaResult } from './driver/CudaResult.js';
+export type { AllocatorConf, AllocatorConfValues } from './config/AllocatorConf.js';
+export {
+  ALLOCATOR_CONF_VARIABLES,
+  DEFAULT_ALLOCATOR_CONF_VALUES,
+  formatAllocatorConf,
+  parseAllocatorConf,
+  readAllocatorConfFromEnv,
+  ROUNDUP_POWER2_INTERVALS,
+} from './config/AllocatorConf.js';
+export { AllocatorConfError, isAllocatorConfError } from './config/AllocatorConfError.js';
+export type { AllocatorConfKey } from './config/AllocatorConfKey.js';
+export { ALLOCATOR_CONF_KEYS } from './config/AllocatorConfKey.js';
+export type { NotAppliedKey } from './config/allocatorConfEngineOptions.js';
+export { allocatorConfEngineOptions } from './config/allocatorConfEngineOptions.js';
