@@ -1,9 +1,12 @@
 import type { DependencyContainer } from 'tsyringe';
-import type { DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin } from '@stowage/core';
+import type { CachingAllocatorOptions, DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin } from '@stowage/core';
 import { AllocatorFactory, BackendUnavailableError, createDeviceAllocator, InvalidArgumentError, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
 import { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
 import { CudaStreams } from './backend/CudaStreams.js';
 import { CudaAllocator } from './CudaAllocator.js';
+import type { AllocatorConf } from './config/AllocatorConf.js';
+import { parseAllocatorConf, readAllocatorConfFromEnv } from './config/AllocatorConf.js';
+import { allocatorConfEngineOptions } from './config/allocatorConfEngineOptions.js';
 import { CudaDriver } from './driver/CudaDriver.js';
 import { CudaError } from './driver/CudaError.js';
 
@@ -13,15 +16,35 @@ export interface CudaOptions extends DeviceAllocatorOptions {
    * the usual places (`DEFAULT_LIBCUDA_PATHS`).
    */
   readonly libcuda?: string | readonly string[];
+  /**
+   * The allocator's configuration as PyTorch takes it (`'expandable_segments:True,max_split_size_mb:128'`: same
+   * keys, defaults and error messages; see `parseAllocatorConf`). Default: `PYTORCH_ALLOC_CONF` or
+   * `PYTORCH_CUDA_ALLOC_CONF` from the environment. The engine options it sets sit under explicit options
+   * (`maxSplitSize`, `limit`, …), which win; keys the engine does not act on are reported once as a warning.
+   */
+  readonly allocConf?: string;
 }
 
-type CudaDeviceOption = 'libcuda';
+type CudaDeviceOption = 'libcuda' | 'allocConf';
+
+/** The configuration string's engine options, under the caller's; warns about keys the engine does not act on. */
+function confEngineOptions(text: string | undefined): { readonly conf: AllocatorConf; readonly engine: CachingAllocatorOptions } {
+  const conf = text === undefined ? readAllocatorConfFromEnv() : parseAllocatorConf(text);
+  for (const { key, reason } of conf.notApplied) {
+    process.emitWarning(`${key} in the CUDA allocator configuration is accepted but not acted on: ${reason}`, { code: 'STOWAGE_ALLOC_CONF' });
+  }
+  return { conf, engine: allocatorConfEngineOptions(conf) };
+}
 
 /** The option keys of the CUDA plugin, for checking options before the driver is loaded. */
 const CUDA_OPTIONS = {
   deviceType: 'cuda',
-  deviceOptions: ['libcuda'] as readonly CudaDeviceOption[],
+  deviceOptions: ['libcuda', 'allocConf'] as readonly CudaDeviceOption[],
   checkDeviceOptions: (own: Pick<CudaOptions, CudaDeviceOption>) => {
+    if (own.allocConf !== undefined && typeof own.allocConf !== 'string') {
+      throw new InvalidArgumentError('options.allocConf', own.allocConf, "a configuration string such as 'expandable_segments:True,max_split_size_mb:128'");
+    }
+    if (own.allocConf !== undefined) parseAllocatorConf(own.allocConf); // PyTorch's message for a bad key or value, now
     const paths = own.libcuda;
     if (paths === undefined) return;
     const list = typeof paths === 'string' ? [paths] : paths;
@@ -58,15 +81,16 @@ export function openCudaDriver(options: Pick<CudaOptions, 'libcuda'> = {}): Open
  * CUDA as a device plugin serves it: the driver's devices, `cuda:0` … `cuda:n-1`, sharing one stream table. Each
  * allocator is the caching engine over a CudaMemoryBackend.
  */
-function cudaDevice(opened: OpenedCudaDriver): DeviceAllocatorSpec<CudaOptions, CudaDeviceOption, CudaAllocator> {
+function cudaDevice(opened: OpenedCudaDriver, allocConf: string | undefined): DeviceAllocatorSpec<CudaOptions, CudaDeviceOption, CudaAllocator> {
   const streams = new CudaStreams(opened.driver);
+  const configured = confEngineOptions(allocConf);
   return {
     ...CUDA_OPTIONS,
     deviceCount: opened.deviceCount,
     create(device, engine) {
       const backend = new CudaMemoryBackend({ driver: opened.driver, device, streams });
       try {
-        return new CudaAllocator(backend, engine);
+        return new CudaAllocator(backend, { ...configured.engine, ...engine }, { allocConf: configured.conf.text });
       } catch (error) {
         backend.dispose();
         throw error;
@@ -82,7 +106,7 @@ function cudaDevice(opened: OpenedCudaDriver): DeviceAllocatorSpec<CudaOptions, 
  */
 export function createCudaAllocator(options: CudaOptions = {}, index = 0): CudaAllocator {
   const { own } = resolveDeviceOptions(CUDA_OPTIONS, options);
-  return createDeviceAllocator(cudaDevice(openCudaDriver(own)), options, index);
+  return createDeviceAllocator(cudaDevice(openCudaDriver(own), own.allocConf), options, index);
 }
 
 /**
@@ -107,7 +131,7 @@ export function registerCudaAllocator(container: DependencyContainer, options: C
     container.register(AllocatorFactory, { useValue: unavailable });
     return;
   }
-  registerDeviceAllocator(container, cudaDevice(opened), options);
+  registerDeviceAllocator(container, cudaDevice(opened, own.allocConf), options);
 }
 
 /**

@@ -10,3 +10,17 @@ export type { CudaAllocatorSettings } from './CudaAllocator.js';
 export { CudaAllocator } from './CudaAllocator.js';
 export type { CudaOptions, OpenedCudaDriver } from './cuda.js';
 export { createCudaAllocator, cuda, openCudaDriver, registerCudaAllocator } from './cuda.js';
+export type { AllocatorConf, AllocatorConfValues } from './config/AllocatorConf.js';
+export {
+  ALLOCATOR_CONF_VARIABLES,
+  DEFAULT_ALLOCATOR_CONF_VALUES,
+  formatAllocatorConf,
+  parseAllocatorConf,
+  readAllocatorConfFromEnv,
+  ROUNDUP_POWER2_INTERVALS,
+} from './config/AllocatorConf.js';
+export { AllocatorConfError, isAllocatorConfError } from './config/AllocatorConfError.js';
+export type { AllocatorConfKey } from './config/AllocatorConfKey.js';
+export { ALLOCATOR_CONF_KEYS } from './config/AllocatorConfKey.js';
+export type { NotAppliedKey } from './config/allocatorConfEngineOptions.js';
+export { allocatorConfEngineOptions } from './config/allocatorConfEngineOptions.js';

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { BackendUnavailableError, createRuntime, DataPtr, DeviceError, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
 import { describeAllocatorContract } from '@stowage/core/testing';
 import type { CudaAllocator } from '@stowage/allocator-cuda';
-import { createCudaAllocator, cuda, CudaError, CudaResult } from '@stowage/allocator-cuda';
+import { AllocatorConfError, createCudaAllocator, cuda, CudaError, CudaResult } from '@stowage/allocator-cuda';
 import type { TestLibrary } from './cudaTestLibrary.js';
 import { testLibrary } from './cudaTestLibrary.js';
 
@@ -198,6 +198,23 @@ describe('CudaAllocator', function () {
       }
       expect(thrown).to.be.instanceOf(BackendUnavailableError);
       expect((thrown as Error).message).to.match(/\/nonexistent\/libcuda\.so\.1/).and.match(/\/also\/missing\/libcuda\.so/);
+    });
+
+    it('takes PyTorch\'s configuration string, under explicit options, and shows it in snapshots', () => {
+      const conf = 'expandable_segments:False,max_split_size_mb:64,roundup_power2_divisions:4';
+      using allocator = make({ allocConf: conf });
+      expect(allocator.engine.options.maxSplitSize).to.equal(64 * MiB);
+      expect(allocator.engine.options.expandableSegments).to.equal(false);
+      expect(allocator.engine.options.roundupPower2Divisions[3]).to.equal(4);
+      expect(allocator.snapshot().allocator_settings['PYTORCH_CUDA_ALLOC_CONF']).to.equal(conf);
+      using overridden = make({ allocConf: conf, maxSplitSize: '128MiB' });
+      expect(overridden.engine.options.maxSplitSize, 'an explicit option wins over the string').to.equal(128 * MiB);
+    });
+
+    it('refuses a configuration string with an unknown key or a bad value at once, with PyTorch\'s message', () => {
+      expect(() => cuda({ allocConf: 'max_split_size:64' })).to.throw(AllocatorConfError, "Unrecognized key 'max_split_size' in CUDA allocator config. Did you mean 'max_split_size_mb'?");
+      expect(() => cuda({ allocConf: 'max_split_size_mb:8' })).to.throw(AllocatorConfError, 'CachingAllocator option max_split_size_mb too small, must be >= 20');
+      expect(() => createCudaAllocator({ libcuda: lib.path, allocConf: 'expandable_segments:Maybe' })).to.throw(AllocatorConfError);
     });
 
     it('refuses a bad libcuda option at once', () => {
