@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { ForeignPointerError } from '@stowage/core';
 import { patternBytes } from '@stowage/core/testing';
 import type { CudaAllocator } from '@stowage/allocator-cuda';
 import { createCudaAllocator } from '@stowage/allocator-cuda';
@@ -58,6 +59,15 @@ describe('CudaPager', function () {
     allocator.writeBytes(next, new Uint8Array(MiB).fill(0xee));
     expect(equalBytes(await out.done, pattern)).to.equal(true);
     allocator.free(next);
+  });
+
+  it('refuses to page out a pointer its allocator does not own, queuing nothing', () => {
+    using allocator = make();
+    using other = make();
+    const foreign = other.allocate(MiB);
+    expect(() => allocator.cudaPager.pageOut(foreign)).to.throw(ForeignPointerError);
+    expect(allocator.cudaPager.pinnedBytes, 'no staging buffer was taken').to.equal(0);
+    other.free(foreign);
   });
 
   it('keeps pinned staging buffers in a pool: a second round of the same sizes allocates no more pinned memory', async () => {

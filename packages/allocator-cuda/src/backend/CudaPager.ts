@@ -83,13 +83,15 @@ export class CudaPager implements Pager {
 
   pageOut(src: DataPtr): PageOut {
     const out = new CudaPageOut(src.byteLength);
-    const staging = this.#pinned.take(src.byteLength);
     const side = this.#sideStream();
+    // First, as it checks the pointer: once the copy is queued, its staging buffer must not go back to the pool
+    // before the copy has run.
+    this.#engine.recordStream(src, side);
+    const staging = this.#pinned.take(src.byteLength);
     const driver = this.#backend.driver;
     try {
       this.#waitFor(this.#streamOf(src));
       driver.memcpyDtoHAsync(staging.address, (src.handle as bigint) + BigInt(src.byteOffset), src.byteLength, this.#backend.streams.handle(side));
-      this.#engine.recordStream(src, side);
     } catch (error) {
       this.#pinned.give(staging);
       throw error;

@@ -27,6 +27,7 @@ import { DataPtr } from '../storage/DataPtr.js';
 import { formatDevice } from '../contracts/Device.js';
 import type { DeviceError } from '../errors/DeviceError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { ForeignPointerError } from '../errors/ForeignPointerError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
@@ -171,7 +172,10 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (ptr instanceof DataPtr && ptr.isReleased) {
       throw new UseAfterReleaseError(`Cannot record a stream on the ${ptr.byteLength}-byte allocation at 0x${ptr.address.toString(16)}: it was freed.`);
     }
-    this.checkPtr('ptr', ptr, true);
+    this.checkPtr('ptr', ptr); // a storage's pointer too: record_stream is called on tensors
+    if (!this.owns(ptr)) {
+      throw new ForeignPointerError(`Cannot record a stream on the allocation at 0x${ptr.address.toString(16)}: this ${formatDevice(this.device)} allocator did not allocate it.`);
+    }
     if (!this.backend.isStream(stream)) throw new InvalidArgumentError('stream', stream, `a stream of ${formatDevice(this.device)}`);
     const block = ptr.context as Block<H> | typeof ZERO_BYTES;
     if (block === ZERO_BYTES || stream === block.stream) return;

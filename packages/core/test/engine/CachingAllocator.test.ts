@@ -8,6 +8,7 @@ import {
   ForeignPointerError,
   InvalidArgumentError,
   OutOfMemoryError,
+  StorageImpl,
   UseAfterReleaseError,
 } from '@stowage/core';
 import { VirtualMemoryBackend, describeAllocatorContract } from '@stowage/core/testing';
@@ -227,6 +228,16 @@ describe('CachingAllocator#free', () => {
 });
 
 describe('CachingAllocator#recordStream', () => {
+  it('records a stream on a pointer a live storage holds (record_stream is called on tensors)', () => {
+    const { allocator, backend } = engine(undefined, { streams: 2 });
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(4 * KiB), allocator });
+    const address = storage.data().address;
+    allocator.recordStream(storage.data(), 1);
+    backend.holdStream(1);
+    storage.release();
+    expect(allocator.allocate(4 * KiB).address, 'not reused while stream 1 has work before the free').to.not.equal(address);
+  });
+
   it('holds a block used on another stream until that stream has done its work', () => {
     const { allocator, backend } = engine(undefined, { streams: 2 });
     const a = allocator.allocate(4 * KiB);
