@@ -7,10 +7,11 @@
  *   own primary context and its own capacity in bytes (STOWAGE_CUDA_STANDIN_CAPACITY, the same for every device;
  *   default 1 GiB). cuMemGetInfo_v2 reports the current context's device. Allocations past a device's capacity
  *   fail with CUDA_ERROR_OUT_OF_MEMORY.
- * - Device memory (cuMemAlloc_v2) is POSIX shared memory: shm_open of /stowage-cuda-<pid>-m<serial>, ftruncate,
- *   mmap MAP_SHARED|MAP_NORESERVE, close; cuMemFree_v2 unmaps and unlinks it. The name is what a legacy IPC handle
- *   carries (Note [Shared device memory]). Pages are lazy: untouched pages take no memory, so a capacity far above
- *   the machine's RAM works as long as the caller does not touch the bytes.
+ * - Device memory (cuMemAlloc_v2) is POSIX shared memory: blocks of one sparse object per process,
+ *   /stowage-cuda-<pid>-heap, mapped once MAP_SHARED|MAP_NORESERVE (Note [Shared device memory]); a legacy IPC
+ *   handle carries the pid, the block's offset and its size. Pages are lazy: untouched pages take no memory, so a
+ *   capacity far above the machine's RAM works as long as the caller does not touch the bytes; cuMemFree_v2 gives
+ *   the touched ones back (MADV_REMOVE).
  * - Virtual memory management: cuMemAddressReserve maps PROT_NONE|MAP_NORESERVE address space; cuMemCreate makes a
  *   physical allocation, a memfd (counted against its device's capacity); cuMemMap maps it MAP_SHARED|MAP_FIXED into
  *   a reservation, still PROT_NONE, so access faults until cuMemSetAccess makes it read-write, as on the driver;
@@ -23,7 +24,8 @@
  *   with CU_EVENT_INTERPROCESS keep their state (a process-shared mutex, condition and generation counters) in
  *   shared memory /stowage-cuda-<pid>-e<serial>, so a record in one process is seen by a query or wait in another.
  *   Opening either kind of handle in the process that exported it fails with CUDA_ERROR_INVALID_CONTEXT.
- * - cuInit removes /dev/shm names of this scheme whose process is gone (a crashed test leaves them behind).
+ * - cuInit removes /dev/shm names of this scheme whose process is gone (a crashed test leaves them behind); a
+ *   process unlinks its own heap when it exits normally.
  * - Each created stream owns one worker thread that runs its queued operations in order (copies, event records,
  *   event waits, test delays). The NULL stream is synchronous: its work first drains every blocking stream, then
  *   runs on the calling thread, as the legacy default stream orders itself against the others. Streams and events
@@ -58,11 +60,20 @@
 #include <unistd.h>
 
 // Note [Shared device memory]
-// Legacy IPC needs another process to map the same bytes, given only a 64-byte handle. Backing every cuMemAlloc_v2
-// allocation by a named POSIX shared memory object makes the handle just the name (pid + serial). The cost is three
-// system calls per allocation (shm_open, ftruncate, mmap; close is a fourth) and two per free (munmap, shm_unlink),
-// a few microseconds, where malloc took tens of nanoseconds. memfd_create would avoid the name but then the other
-// process would need the fd passed over a Unix socket, which the driver's IPC handle cannot carry.
+// Legacy IPC needs another process to map the same bytes, given only a 64-byte handle, so device memory is named
+// POSIX shared memory. One object per allocation (shm_open, ftruncate, mmap, close; munmap, shm_unlink) costs about
+// 27 us per cuMemAlloc_v2+cuMemFree_v2 pair on a 2-core VM, mostly the system calls and munmap's TLB shootdowns,
+// and the caching allocator's benchmarks time that pair. Instead each process creates one sparse object (up to
+// 16 TiB, never touched as a whole) at its first cuMemAlloc_v2 and maps it once; an allocation is a block of it:
+// - Block sizes are powers of two from 4 KiB; a block of 2^k bytes sits at an offset that is a multiple of 2^k,
+//   so the block holding an interior pointer is found by rounding its offset down to each class size and looking
+//   the result up (g_blocks, open addressing by base).
+// - Freed blocks go on a stack per class and are handed out again; the heap grows only when that stack is empty.
+//   Rounding wastes address space (at most half of each block), not memory.
+// - cuMemFree_v2 gives the pages back to the system with madvise(MADV_REMOVE) (about 1.5 us) when the block may
+//   have been touched: a copy went through it, or it was exported by cuIpcGetMemHandle. Otherwise, and always in
+//   cuMemAlloc_v2, no system call is made: the pair costs about 0.15 us in C (getpid, a system call on glibc, is
+//   not called either). The importing process maps [offset, offset + bytes) of /stowage-cuda-<pid>-heap.
 
 #define STANDIN_MAX_DEVICES 16
 #define STANDIN_DEFAULT_DEVICES 2
@@ -89,6 +100,7 @@ struct region {
   pid_t owner;        /* the process that allocated it (REGION_DEVICE: this one) */
   uint64_t serial;    /* with owner, the shared memory name */
   int opens;          /* REGION_IPC_OPENED: cuIpcOpenMemHandle_v2 calls not yet closed */
+  int touched;        /* REGION_DEVICE: 1 once a copy or an IPC handle may have brought its pages in */
   struct region *next;
 };
 
@@ -404,12 +416,167 @@ CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx) {
 
 /* ---- device memory (cuMemAlloc_v2), pinned host memory ---- */
 
+/* ---- the device heap: Note [Shared device memory] ---- */
+
+#define HEAP_MIN_CLASS 12     /* log2 of the smallest block (a page) */
+#define HEAP_CLASSES 48       /* block sizes 2^12 .. 2^47 bytes */
+#define HEAP_MAX_BYTES ((size_t)16 << 40)
+#define HEAP_MIN_BYTES ((size_t)64 << 30)
+#define PAGE_BYTES ((size_t)4096)
+
+struct offset_stack {
+  size_t *items;
+  size_t count, capacity;
+};
+
+static char *g_heap;                                  /* NULL until the first cuMemAlloc_v2 */
+static pid_t g_heap_pid;                              /* the process that created (and unlinks) it */
+static size_t g_heap_bytes;                           /* its (sparse) size */
+static size_t g_heap_top;                             /* offset past the highest block ever handed out */
+static struct offset_stack g_free_blocks[HEAP_CLASSES]; /* [k]: offsets of free blocks of 2^k bytes */
+static struct region **g_blocks;                      /* open addressing by base: the live cuMemAlloc_v2 blocks */
+static size_t g_block_slots, g_block_count;
+
+static void heap_name(char *out, size_t size, pid_t pid) {
+  snprintf(out, size, "/" SHM_PREFIX "%ld-heap", (long)pid);
+}
+
+/* Creates and maps this process's heap. Caller holds g_lock. */
+static int ensure_heap(void) {
+  if (g_heap != NULL) return 1;
+  char name[64];
+  heap_name(name, sizeof name, getpid());
+  shm_unlink(name); /* a leftover of an earlier process with this pid */
+  int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return 0;
+  for (size_t bytes = HEAP_MAX_BYTES; bytes >= HEAP_MIN_BYTES && g_heap == NULL; bytes /= 2) {
+    if (ftruncate(fd, (off_t)bytes) != 0) continue;
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    if (p == MAP_FAILED) continue;
+    g_heap = p;
+    g_heap_bytes = bytes;
+    g_heap_pid = getpid();
+  }
+  close(fd);
+  if (g_heap == NULL) shm_unlink(name);
+  return g_heap != NULL;
+}
+
+__attribute__((destructor)) static void unlink_heap(void) {
+  if (g_heap == NULL || g_heap_pid != getpid()) return;
+  char name[64];
+  heap_name(name, sizeof name, g_heap_pid);
+  shm_unlink(name);
+}
+
+static size_t block_slot(const char *base) {
+  uint64_t x = (uint64_t)(uintptr_t)base >> HEAP_MIN_CLASS;
+  return (size_t)((x * 0x9E3779B97F4A7C15ull) >> 20) & (g_block_slots - 1);
+}
+
+static struct region *block_at(const char *base) {
+  if (g_block_count == 0) return NULL;
+  for (size_t i = block_slot(base);; i = (i + 1) & (g_block_slots - 1)) {
+    if (g_blocks[i] == NULL) return NULL;
+    if (g_blocks[i]->base == base) return g_blocks[i];
+  }
+}
+
+static int add_block(struct region *r) {
+  if ((g_block_count + 1) * 2 > g_block_slots) {
+    size_t old_slots = g_block_slots;
+    struct region **old = g_blocks;
+    size_t slots = old_slots ? old_slots * 2 : 1024;
+    struct region **fresh = calloc(slots, sizeof *fresh);
+    if (fresh == NULL) return 0;
+    g_blocks = fresh;
+    g_block_slots = slots;
+    for (size_t i = 0; i < old_slots; i++)
+      if (old[i] != NULL) {
+        size_t j = block_slot(old[i]->base);
+        while (g_blocks[j] != NULL) j = (j + 1) & (slots - 1);
+        g_blocks[j] = old[i];
+      }
+    free(old);
+  }
+  size_t i = block_slot(r->base);
+  while (g_blocks[i] != NULL) i = (i + 1) & (g_block_slots - 1);
+  g_blocks[i] = r;
+  g_block_count++;
+  return 1;
+}
+
+/* Removes the block at `base` (present), shifting later entries of its probe run back. */
+static void remove_block(const char *base) {
+  size_t mask = g_block_slots - 1, i = block_slot(base);
+  while (g_blocks[i]->base != base) i = (i + 1) & mask;
+  g_blocks[i] = NULL;
+  g_block_count--;
+  for (size_t j = (i + 1) & mask; g_blocks[j] != NULL; j = (j + 1) & mask) {
+    size_t home = block_slot(g_blocks[j]->base);
+    int stays = i <= j ? (i < home && home <= j) : (i < home || home <= j);
+    if (stays) continue;
+    g_blocks[i] = g_blocks[j];
+    g_blocks[j] = NULL;
+    i = j;
+  }
+}
+
+/* The live block holding the byte at p. Blocks of 2^k bytes sit at offsets that are multiples of 2^k, so the
+   block holding p, if any, starts at p's offset rounded down to one of the class sizes. */
+static struct region *block_holding(const char *p) {
+  if (g_heap == NULL || p < g_heap || p >= g_heap + g_heap_top) return NULL;
+  size_t offset = (size_t)(p - g_heap);
+  for (int k = HEAP_MIN_CLASS; k < HEAP_CLASSES && ((size_t)1 << (k - 1)) <= g_heap_top; k++) {
+    size_t base = offset & ~(((size_t)1 << k) - 1);
+    struct region *r = block_at(g_heap + base);
+    if (r != NULL && offset < base + r->bytes) return r;
+  }
+  return NULL;
+}
+
+static int block_class(size_t bytes) {
+  int k = HEAP_MIN_CLASS;
+  while (k < HEAP_CLASSES && ((size_t)1 << k) < bytes) k++;
+  return k;
+}
+
+/* The offset of a free block of class k, or (size_t)-1 when the heap is full. Caller holds g_lock. */
+static size_t take_block(int k) {
+  struct offset_stack *free_blocks = &g_free_blocks[k];
+  if (free_blocks->count > 0) return free_blocks->items[--free_blocks->count];
+  size_t size = (size_t)1 << k;
+  size_t offset = (g_heap_top + size - 1) & ~(size - 1);
+  if (offset > g_heap_bytes || size > g_heap_bytes - offset) return (size_t)-1;
+  g_heap_top = offset + size;
+  return offset;
+}
+
+static int give_block(int k, size_t offset) {
+  struct offset_stack *free_blocks = &g_free_blocks[k];
+  if (free_blocks->count == free_blocks->capacity) {
+    size_t capacity = free_blocks->capacity ? free_blocks->capacity * 2 : 64;
+    size_t *items = realloc(free_blocks->items, capacity * sizeof *items);
+    if (items == NULL) return 0;
+    free_blocks->items = items;
+    free_blocks->capacity = capacity;
+  }
+  free_blocks->items[free_blocks->count++] = offset;
+  return 1;
+}
+
+/* ---- device memory (cuMemAlloc_v2), pinned host memory ---- */
+
 /* The region of one of `kinds` (a bit mask of 1 << kind) that holds [p, p + bytes) (the byte at p when bytes is 0),
    or NULL. Caller holds g_lock. */
 static struct region *find_region(const void *p, size_t bytes, unsigned kinds) {
   const char *c = p;
   if (bytes == 0) bytes = 1;
   if (c + bytes < c) return NULL;
+  if (kinds & (1u << REGION_DEVICE)) {
+    struct region *r = block_holding(c);
+    if (r != NULL && c + bytes <= r->base + r->bytes) return r;
+  }
   for (struct region *r = g_regions; r; r = r->next)
     if ((kinds & (1u << r->kind)) && c >= r->base && c + bytes <= r->base + r->bytes) return r;
   return NULL;
@@ -418,6 +585,7 @@ static struct region *find_region(const void *p, size_t bytes, unsigned kinds) {
 #define KIND(k) (1u << (k))
 #define DEVICE_KINDS (KIND(REGION_DEVICE) | KIND(REGION_IPC_OPENED))
 
+/* Pinned and IPC-opened regions live in a list; cuMemAlloc_v2 blocks in g_blocks. */
 static void link_region(struct region *r) {
   r->next = g_regions;
   g_regions = r;
@@ -432,8 +600,9 @@ static void unlink_region(struct region *r) {
     }
 }
 
-/* Maps `bytes` of the named shared memory object, creating it (sized `bytes`) when `create`. NULL on failure. */
-static void *map_shared(const char *name, size_t bytes, int create) {
+/* Maps [offset, offset + bytes) of the named shared memory object, creating it (sized `bytes`, offset 0) when
+   `create`. NULL on failure. */
+static void *map_shared(const char *name, size_t offset, size_t bytes, int create) {
   int fd = shm_open(name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
   if (fd < 0) return NULL;
   if (create && ftruncate(fd, (off_t)bytes) != 0) {
@@ -441,7 +610,7 @@ static void *map_shared(const char *name, size_t bytes, int create) {
     shm_unlink(name);
     return NULL;
   }
-  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, (off_t)offset);
   close(fd);
   if (p == MAP_FAILED) {
     if (create) shm_unlink(name);
@@ -458,28 +627,24 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
   struct region *r = malloc(sizeof *r);
   if (r == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   pthread_mutex_lock(&g_lock);
-  int room = take_capacity(device, bytesize);
-  uint64_t serial = ++g_serial;
-  pthread_mutex_unlock(&g_lock);
-  if (!room) {
+  int k = block_class(bytesize);
+  size_t offset = k < HEAP_CLASSES && ensure_heap() && take_capacity(device, bytesize) ? take_block(k) : (size_t)-2;
+  if (offset == (size_t)-1) g_devices[device].used_bytes -= bytesize; /* the heap is full */
+  if (offset >= (size_t)-2) {
+    pthread_mutex_unlock(&g_lock);
     free(r);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  char name[64];
-  shm_name(name, sizeof name, getpid(), 'm', serial);
-  void *base = map_shared(name, bytesize, 1);
-  if (base == NULL) {
-    pthread_mutex_lock(&g_lock);
+  *r = (struct region){.kind = REGION_DEVICE, .base = g_heap + offset, .bytes = bytesize, .device = device, .owner = g_heap_pid, .serial = ++g_serial};
+  if (!add_block(r)) {
+    give_block(k, offset);
     g_devices[device].used_bytes -= bytesize;
     pthread_mutex_unlock(&g_lock);
     free(r);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  *r = (struct region){.kind = REGION_DEVICE, .base = base, .bytes = bytesize, .device = device, .owner = getpid(), .serial = serial};
-  pthread_mutex_lock(&g_lock);
-  link_region(r);
   pthread_mutex_unlock(&g_lock);
-  *dptr = (CUdeviceptr)(uintptr_t)base;
+  *dptr = (CUdeviceptr)(uintptr_t)r->base;
   return CUDA_SUCCESS;
 }
 
@@ -487,19 +652,19 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   ENTER("cuMemFree_v2");
   REQUIRE_CONTEXT();
   if (dptr == 0) return CUDA_SUCCESS;
+  char *base = (char *)(uintptr_t)dptr;
   pthread_mutex_lock(&g_lock);
-  struct region *r = find_region((void *)(uintptr_t)dptr, 0, KIND(REGION_DEVICE));
-  if (r == NULL || r->base != (char *)(uintptr_t)dptr) {
+  struct region *r = block_at(base);
+  if (r == NULL) {
     pthread_mutex_unlock(&g_lock);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  unlink_region(r);
+  remove_block(base);
   g_devices[r->device].used_bytes -= r->bytes;
+  /* Gives the pages back before the block can be handed out again (Note [Shared device memory]). */
+  if (r->touched) madvise(base, (r->bytes + PAGE_BYTES - 1) & ~(PAGE_BYTES - 1), MADV_REMOVE);
+  give_block(block_class(r->bytes), (size_t)(base - g_heap));
   pthread_mutex_unlock(&g_lock);
-  char name[64];
-  shm_name(name, sizeof name, r->owner, 'm', r->serial);
-  munmap(r->base, r->bytes);
-  shm_unlink(name);
   free(r);
   return CUDA_SUCCESS;
 }
@@ -527,7 +692,7 @@ CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags) 
     free(base);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  *r = (struct region){.kind = REGION_PINNED, .base = base, .bytes = bytesize, .owner = getpid()};
+  *r = (struct region){.kind = REGION_PINNED, .base = base, .bytes = bytesize};
   pthread_mutex_lock(&g_lock);
   link_region(r);
   pthread_mutex_unlock(&g_lock);
@@ -885,7 +1050,9 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
 static int valid_device_range(CUdeviceptr p, size_t bytes) {
   const char *c = (const char *)(uintptr_t)p;
   pthread_mutex_lock(&g_lock);
-  int ok = find_region(c, bytes, DEVICE_KINDS) != NULL || accessible_mappings(c, bytes, PROT_READ | PROT_WRITE);
+  struct region *r = find_region(c, bytes, DEVICE_KINDS);
+  if (r != NULL) r->touched = 1;
+  int ok = r != NULL || accessible_mappings(c, bytes, PROT_READ | PROT_WRITE);
   pthread_mutex_unlock(&g_lock);
   return ok;
 }
@@ -897,6 +1064,7 @@ struct ipc_handle {
   uint32_t magic;
   int32_t pid;
   uint64_t serial;
+  uint64_t offset; /* memory: the allocation's offset in the exporter's heap */
   uint64_t bytes;
   int32_t device;
   int32_t unused; /* no padding: every byte of the handle is defined */
@@ -911,7 +1079,8 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
   pthread_mutex_lock(&g_lock);
   struct region *r = find_region((void *)(uintptr_t)dptr, 1, KIND(REGION_DEVICE));
   struct ipc_handle h = {0};
-  if (r != NULL) h = (struct ipc_handle){.magic = IPC_MEM_MAGIC, .pid = r->owner, .serial = r->serial, .bytes = r->bytes, .device = r->device};
+  if (r != NULL) r->touched = 1; /* another process may touch it */
+  if (r != NULL) h = (struct ipc_handle){.magic = IPC_MEM_MAGIC, .pid = r->owner, .serial = r->serial, .offset = (uint64_t)(r->base - g_heap), .bytes = r->bytes, .device = r->device};
   pthread_mutex_unlock(&g_lock);
   if (r == NULL) return CUDA_ERROR_INVALID_VALUE;
   memset(pHandle, 0, sizeof *pHandle);
@@ -944,9 +1113,9 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     }
   pthread_mutex_unlock(&g_lock);
   char name[64];
-  shm_name(name, sizeof name, h.pid, 'm', h.serial);
+  heap_name(name, sizeof name, h.pid);
   struct region *r = malloc(sizeof *r);
-  void *base = r != NULL ? map_shared(name, h.bytes, 0) : NULL;
+  void *base = r != NULL && h.offset % PAGE_BYTES == 0 ? map_shared(name, h.offset, h.bytes, 0) : NULL;
   if (base == NULL) {
     free(r);
     return CUDA_ERROR_INVALID_HANDLE;
@@ -1245,7 +1414,7 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int flags) {
     pthread_mutex_unlock(&g_lock);
     char name[64];
     shm_name(name, sizeof name, e->owner, 'e', e->serial);
-    e->state = map_shared(name, sizeof(struct event_state), 1);
+    e->state = map_shared(name, 0, sizeof(struct event_state), 1);
     if (e->state == NULL) {
       free(e);
       return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1347,7 +1516,7 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
   if (e == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   char name[64];
   shm_name(name, sizeof name, h.pid, 'e', h.serial);
-  e->state = map_shared(name, sizeof(struct event_state), 0);
+  e->state = map_shared(name, 0, sizeof(struct event_state), 0);
   if (e->state == NULL) {
     free(e);
     return CUDA_ERROR_INVALID_HANDLE;
