@@ -7,23 +7,25 @@
  *   own primary context and its own capacity in bytes (STOWAGE_CUDA_STANDIN_CAPACITY, the same for every device;
  *   default 1 GiB). cuMemGetInfo_v2 reports the current context's device. Allocations past a device's capacity
  *   fail with CUDA_ERROR_OUT_OF_MEMORY.
- * - Device memory (cuMemAlloc_v2) is POSIX shared memory: blocks of one sparse object per process,
- *   /stowage-cuda-<pid>-heap, mapped once MAP_SHARED|MAP_NORESERVE (Note [Shared device memory]); a legacy IPC
- *   handle carries the pid, the block's offset and its size. Pages are lazy: untouched pages take no memory, so a
- *   capacity far above the machine's RAM works as long as the caller does not touch the bytes; cuMemFree_v2 gives
- *   the touched ones back (MADV_REMOVE).
+ * - Device memory (cuMemAlloc_v2) is POSIX shared memory: blocks of one sparse object per process (and per copy of
+ *   this library in it), /stowage-cuda-<pid>-<instance>-heap, mapped once MAP_SHARED|MAP_NORESERVE (Note [Shared
+ *   device memory]); a legacy IPC handle carries the pid, the instance, the block's offset and its size. Pages are
+ *   lazy: untouched pages take no memory, so a capacity far above the machine's RAM works as long as the caller
+ *   does not touch the bytes; cuMemFree_v2 gives the touched ones back (MADV_REMOVE).
  * - Virtual memory management: cuMemAddressReserve maps PROT_NONE|MAP_NORESERVE address space; cuMemCreate makes a
  *   physical allocation, a memfd (counted against its device's capacity); cuMemMap maps it MAP_SHARED|MAP_FIXED into
  *   a reservation, still PROT_NONE, so access faults until cuMemSetAccess makes it read-write, as on the driver;
  *   cuMemUnmap puts the PROT_NONE reservation back; the memory returns to the capacity once the allocation is
  *   released (every handle) and no longer mapped. The granularity is 2 MiB (minimum and recommended). A POSIX file
  *   descriptor export is a dup of the memfd; an import of one, in any process, is a new handle to the same memory
- *   (not counted again).
+ *   (not counted again). cuMemRetainAllocationHandle gives one more handle to the allocation mapped at an address;
+ *   cuMemGetAddressRange_v2 gives the cuMemAlloc_v2 allocation, IPC-opened allocation or mapping holding a pointer.
  * - Legacy IPC: a CUipcMemHandle names a cuMemAlloc_v2 allocation's shared memory (the whole allocation: the driver
  *   gives the handle for the allocation's base); cuIpcOpenMemHandle_v2 maps it in another process. Events created
  *   with CU_EVENT_INTERPROCESS keep their state (a process-shared mutex, condition and generation counters) in
- *   shared memory /stowage-cuda-<pid>-e<serial>, so a record in one process is seen by a query or wait in another.
- *   Opening either kind of handle in the process that exported it fails with CUDA_ERROR_INVALID_CONTEXT.
+ *   shared memory /stowage-cuda-<pid>-<instance>-e<serial>, so a record in one process is seen by a query or wait
+ *   in another. Opening either kind of handle in the process that exported it fails with
+ *   CUDA_ERROR_INVALID_CONTEXT.
  * - cuInit removes /dev/shm names of this scheme whose process is gone (a crashed test leaves them behind); a
  *   process unlinks its own heap when it exits normally.
  * - Each created stream owns one worker thread that runs its queued operations in order (copies, event records,
@@ -73,7 +75,7 @@
 // - cuMemFree_v2 gives the pages back to the system with madvise(MADV_REMOVE) (about 1.5 us) when the block may
 //   have been touched: a copy went through it, or it was exported by cuIpcGetMemHandle. Otherwise, and always in
 //   cuMemAlloc_v2, no system call is made: the pair costs about 0.15 us in C (getpid, a system call on glibc, is
-//   not called either). The importing process maps [offset, offset + bytes) of /stowage-cuda-<pid>-heap.
+//   not called either). The importing process maps [offset, offset + bytes) of /stowage-cuda-<pid>-<instance>-heap.
 
 #define STANDIN_MAX_DEVICES 16
 #define STANDIN_DEFAULT_DEVICES 2
@@ -98,6 +100,7 @@ struct region {
   size_t bytes;
   int device;
   pid_t owner;        /* the process that allocated it (REGION_DEVICE: this one) */
+  uint64_t instance;  /* the library copy in `owner` that allocated it (library_instance there) */
   uint64_t serial;    /* with owner, the shared memory name */
   int opens;          /* REGION_IPC_OPENED: cuIpcOpenMemHandle_v2 calls not yet closed */
   int touched;        /* REGION_DEVICE: 1 once a copy or an IPC handle may have brought its pages in */
@@ -262,8 +265,13 @@ CUresult CUDAAPI cuGetErrorString(CUresult error, const char **pStr) {
 
 /* ---- shared memory names ---- */
 
-static void shm_name(char *out, size_t size, pid_t pid, char kind, uint64_t serial) {
-  snprintf(out, size, "/" SHM_PREFIX "%ld-%c%llu", (long)pid, kind, (unsigned long long)serial);
+/* This copy of the library (a process may load two, e.g. the stand-in built on either header): the address of one
+   of its statics. Shared memory names and IPC handles carry it with the pid, so two copies never share a name. */
+static uint64_t library_instance(void) { return (uint64_t)(uintptr_t)&g_lock; }
+
+/* /stowage-cuda-<pid>-<instance>-<kind><serial>: an interprocess event's state. */
+static void shm_name(char *out, size_t size, pid_t pid, uint64_t instance, char kind, uint64_t serial) {
+  snprintf(out, size, "/" SHM_PREFIX "%ld-%llx-%c%llu", (long)pid, (unsigned long long)instance, kind, (unsigned long long)serial);
 }
 
 /* Unlinks /dev/shm/stowage-cuda-<pid>-* of processes that no longer exist. */
@@ -437,15 +445,16 @@ static struct offset_stack g_free_blocks[HEAP_CLASSES]; /* [k]: offsets of free 
 static struct region **g_blocks;                      /* open addressing by base: the live cuMemAlloc_v2 blocks */
 static size_t g_block_slots, g_block_count;
 
-static void heap_name(char *out, size_t size, pid_t pid) {
-  snprintf(out, size, "/" SHM_PREFIX "%ld-heap", (long)pid);
+/* /stowage-cuda-<pid>-<instance>-heap: the device heap. */
+static void heap_name(char *out, size_t size, pid_t pid, uint64_t instance) {
+  snprintf(out, size, "/" SHM_PREFIX "%ld-%llx-heap", (long)pid, (unsigned long long)instance);
 }
 
 /* Creates and maps this process's heap. Caller holds g_lock. */
 static int ensure_heap(void) {
   if (g_heap != NULL) return 1;
-  char name[64];
-  heap_name(name, sizeof name, getpid());
+  char name[128];
+  heap_name(name, sizeof name, getpid(), library_instance());
   shm_unlink(name); /* a leftover of an earlier process with this pid */
   int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return 0;
@@ -464,8 +473,8 @@ static int ensure_heap(void) {
 
 __attribute__((destructor)) static void unlink_heap(void) {
   if (g_heap == NULL || g_heap_pid != getpid()) return;
-  char name[64];
-  heap_name(name, sizeof name, g_heap_pid);
+  char name[128];
+  heap_name(name, sizeof name, g_heap_pid, library_instance());
   shm_unlink(name);
 }
 
@@ -635,7 +644,8 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize) {
     free(r);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  *r = (struct region){.kind = REGION_DEVICE, .base = g_heap + offset, .bytes = bytesize, .device = device, .owner = g_heap_pid, .serial = ++g_serial};
+  *r = (struct region){.kind = REGION_DEVICE, .base = g_heap + offset, .bytes = bytesize, .device = device,
+                       .owner = g_heap_pid, .instance = library_instance(), .serial = ++g_serial};
   if (!add_block(r)) {
     give_block(k, offset);
     g_devices[device].used_bytes -= bytesize;
@@ -971,7 +981,8 @@ CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType handleType, unsigned long long flags) {
+CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle, CUmemGenericAllocationHandle handle,
+                                              CUmemAllocationHandleType handleType, unsigned long long flags) {
   ENTER("cuMemExportToShareableHandle");
   if (shareableHandle == NULL || flags != 0 || handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_INVALID_VALUE;
   pthread_mutex_lock(&g_lock);
@@ -1064,6 +1075,7 @@ struct ipc_handle {
   uint32_t magic;
   int32_t pid;
   uint64_t serial;
+  uint64_t instance; /* library_instance() in the exporting process */
   uint64_t offset; /* memory: the allocation's offset in the exporter's heap */
   uint64_t bytes;
   int32_t device;
@@ -1080,7 +1092,9 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr) {
   struct region *r = find_region((void *)(uintptr_t)dptr, 1, KIND(REGION_DEVICE));
   struct ipc_handle h = {0};
   if (r != NULL) r->touched = 1; /* another process may touch it */
-  if (r != NULL) h = (struct ipc_handle){.magic = IPC_MEM_MAGIC, .pid = r->owner, .serial = r->serial, .offset = (uint64_t)(r->base - g_heap), .bytes = r->bytes, .device = r->device};
+  if (r != NULL)
+    h = (struct ipc_handle){.magic = IPC_MEM_MAGIC, .pid = r->owner, .serial = r->serial, .instance = r->instance,
+                            .offset = (uint64_t)(r->base - g_heap), .bytes = r->bytes, .device = r->device};
   pthread_mutex_unlock(&g_lock);
   if (r == NULL) return CUDA_ERROR_INVALID_VALUE;
   memset(pHandle, 0, sizeof *pHandle);
@@ -1104,7 +1118,7 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
   if (h.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT; /* Note [Opening a handle in its own process] */
   pthread_mutex_lock(&g_lock);
   for (struct region *r = g_regions; r; r = r->next)
-    if (r->kind == REGION_IPC_OPENED && r->owner == h.pid && r->serial == h.serial) {
+    if (r->kind == REGION_IPC_OPENED && r->owner == h.pid && r->instance == h.instance && r->serial == h.serial) {
       /* As the driver does, a second open in the same context returns the same pointer and counts. */
       r->opens++;
       *pdptr = (CUdeviceptr)(uintptr_t)r->base;
@@ -1112,15 +1126,16 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
       return CUDA_SUCCESS;
     }
   pthread_mutex_unlock(&g_lock);
-  char name[64];
-  heap_name(name, sizeof name, h.pid);
+  char name[128];
+  heap_name(name, sizeof name, h.pid, h.instance);
   struct region *r = malloc(sizeof *r);
   void *base = r != NULL && h.offset % PAGE_BYTES == 0 ? map_shared(name, h.offset, h.bytes, 0) : NULL;
   if (base == NULL) {
     free(r);
     return CUDA_ERROR_INVALID_HANDLE;
   }
-  *r = (struct region){.kind = REGION_IPC_OPENED, .base = base, .bytes = h.bytes, .device = h.device, .owner = h.pid, .serial = h.serial, .opens = 1};
+  *r = (struct region){.kind = REGION_IPC_OPENED, .base = base, .bytes = h.bytes, .device = h.device, .owner = h.pid,
+                       .instance = h.instance, .serial = h.serial, .opens = 1};
   pthread_mutex_lock(&g_lock);
   link_region(r);
   pthread_mutex_unlock(&g_lock);
@@ -1168,6 +1183,7 @@ struct CUevent_st {
   struct event_state *state; /* &local, or a shared memory mapping */
   struct event_state local;
   pid_t owner;               /* interprocess: the process whose shared memory holds the state */
+  uint64_t instance;         /* and the library copy there */
   uint64_t serial;
   struct CUevent_st *next_live;
 };
@@ -1407,13 +1423,14 @@ CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int flags) {
   e->flags = flags;
   e->device = t_current->device;
   e->owner = getpid();
+  e->instance = library_instance();
   e->state = &e->local;
   if (flags & CU_EVENT_INTERPROCESS) {
     pthread_mutex_lock(&g_lock);
     e->serial = ++g_serial;
     pthread_mutex_unlock(&g_lock);
-    char name[64];
-    shm_name(name, sizeof name, e->owner, 'e', e->serial);
+    char name[128];
+    shm_name(name, sizeof name, e->owner, e->instance, 'e', e->serial);
     e->state = map_shared(name, 0, sizeof(struct event_state), 1);
     if (e->state == NULL) {
       free(e);
@@ -1441,8 +1458,8 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent) {
      kept (leaked) so a queued op never touches freed memory. The exporter's shared memory name goes now:
      processes that opened the event keep their mapping. */
   if ((hEvent->flags & CU_EVENT_INTERPROCESS) && hEvent->owner == getpid()) {
-    char name[64];
-    shm_name(name, sizeof name, hEvent->owner, 'e', hEvent->serial);
+    char name[128];
+    shm_name(name, sizeof name, hEvent->owner, hEvent->instance, 'e', hEvent->serial);
     shm_unlink(name);
   }
   hEvent->magic = 0;
@@ -1498,7 +1515,8 @@ CUresult CUDAAPI cuIpcGetEventHandle(CUipcEventHandle *pHandle, CUevent event) {
   if (pHandle == NULL) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_event(event)) return CUDA_ERROR_INVALID_HANDLE;
   if (!(event->flags & CU_EVENT_INTERPROCESS)) return CUDA_ERROR_INVALID_VALUE;
-  struct ipc_handle h = {.magic = IPC_EVENT_MAGIC, .pid = event->owner, .serial = event->serial, .bytes = sizeof(struct event_state), .device = event->device};
+  struct ipc_handle h = {.magic = IPC_EVENT_MAGIC, .pid = event->owner, .serial = event->serial,
+                         .instance = event->instance, .bytes = sizeof(struct event_state), .device = event->device};
   memset(pHandle, 0, sizeof *pHandle);
   memcpy(pHandle, &h, sizeof h);
   return CUDA_SUCCESS;
@@ -1514,8 +1532,8 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
   if (h.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT; /* Note [Opening a handle in its own process] */
   struct CUevent_st *e = calloc(1, sizeof *e);
   if (e == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
-  char name[64];
-  shm_name(name, sizeof name, h.pid, 'e', h.serial);
+  char name[128];
+  shm_name(name, sizeof name, h.pid, h.instance, 'e', h.serial);
   e->state = map_shared(name, 0, sizeof(struct event_state), 0);
   if (e->state == NULL) {
     free(e);
@@ -1525,6 +1543,7 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
   e->flags = CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING;
   e->device = t_current->device;
   e->owner = h.pid;
+  e->instance = h.instance;
   e->serial = h.serial;
   link_event(e);
   *phEvent = e;
