@@ -1,8 +1,7 @@
-export type { CudaContext, CudaEvent, CudaStream, OpenCudaDriverOptions, PinnedHostMemory } from './driver/CudaDriver.js';
+export type { CudaContext, CudaEvent, CudaMemHandle, CudaStream, OpenCudaDriverOptions, PinnedHostMemory } from './driver/CudaDriver.js';
 export { CudaDriver, DEFAULT_LIBCUDA_PATHS, libcudaSearchPaths } from './driver/CudaDriver.js';
 export type { CudaErrorDetails } from './driver/CudaError.js';
 export { CudaError, isCudaError } from './driver/CudaError.js';
-export { CudaDeviceAttribute, CudaResult } from './driver/CudaResult.js';
 export type { CudaMemoryBackendOptions } from './backend/CudaMemoryBackend.js';
 export { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
 export { CudaStreams } from './backend/CudaStreams.js';
@@ -24,3 +23,4 @@ export type { AllocatorConfKey } from './config/AllocatorConfKey.js';
 export { ALLOCATOR_CONF_KEYS } from './config/AllocatorConfKey.js';
 export type { NotAppliedKey } from './config/allocatorConfEngineOptions.js';
 export { allocatorConfEngineOptions } from './config/allocatorConfEngineOptions.js';
+export { CUDA_IPC_HANDLE_BYTES, CudaDeviceAttribute, CudaEventFlags, CudaResult } from './driver/CudaResult.js';

@@ -7,22 +7,9 @@ import type { StandInHooks } from '@stowage/allocator-cuda/testing';
 import { BackendUnavailableError, DeviceError, isStowageError } from '@stowage/core';
 
 import type { TestDriver } from './testDriver.js';
-import { openTestDriver } from './testDriver.js';
+import { openTestDriver, pattern, thrown } from './testDriver.js';
 
 const MiB = 1 << 20;
-
-function thrown(fn: () => unknown): unknown {
-  try {
-    fn();
-  } catch (error) {
-    return error;
-  }
-  throw new Error('expected the call to throw');
-}
-
-function pattern(bytes: number, seed: number): Uint8Array {
-  return Uint8Array.from({ length: bytes }, (_, i) => (i * 31 + seed) & 0xff);
-}
 
 describe('CudaDriver', function () {
   let t: TestDriver;
@@ -270,6 +257,61 @@ describe('CudaDriver', function () {
       driver.memFree(device);
       if (t.hooks !== null) expect(driver.memInfo().freeBytes).to.equal(before);
       driver.memFreeHost(p.address);
+    });
+  });
+
+  describe('devices and their contexts', function () {
+    it('gives each device its own capacity, and cuMemGetInfo_v2 reports the current context\'s device', function () {
+      const h = hooks(this);
+      expect(driver.deviceCount()).to.be.at.least(2);
+      const total = driver.deviceTotalBytes(0);
+      const other = driver.retainPrimaryContext(driver.device(1));
+      h.setDeviceCapacity(1, 256 * MiB);
+      try {
+        driver.setCurrentContext(other);
+        expect(driver.memInfo()).to.deep.equal({ freeBytes: 256 * MiB, totalBytes: 256 * MiB });
+        const ptr = driver.memAlloc(64 * MiB);
+        expect(driver.memInfo().freeBytes).to.equal(192 * MiB);
+        expect(thrown(() => driver.memAlloc(200 * MiB))).to.include({ driverName: 'CUDA_ERROR_OUT_OF_MEMORY' });
+        driver.setCurrentContext(t.context);
+        expect(driver.memInfo()).to.deep.equal({ freeBytes: total, totalBytes: total });
+        driver.setCurrentContext(other);
+        driver.memFree(ptr);
+      } finally {
+        driver.setCurrentContext(t.context);
+        h.setDeviceCapacity(1, total);
+        driver.releasePrimaryContext(1);
+      }
+    });
+
+    it('takes the device count from STOWAGE_CUDA_STANDIN_DEVICES (in a fresh process)', function () {
+      hooks(this);
+      const script = [
+        "import { CudaDriver } from '@stowage/allocator-cuda';",
+        'const driver = CudaDriver.open();',
+        'driver.init();',
+        'console.log(driver.deviceCount());',
+      ].join('\n');
+      const run = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+        cwd: fileURLToPath(new URL('..', import.meta.url)),
+        env: { ...process.env, STOWAGE_LIBCUDA: driver.path, STOWAGE_CUDA_STANDIN_DEVICES: '3' },
+        encoding: 'utf8',
+      });
+      expect(run.stderr).to.equal('');
+      expect(run.stdout.trim()).to.equal('3');
+    });
+  });
+
+  describe('#callCount', function () {
+    it('counts one per driver call made through a method, failed ones included, and none for the error texts', function () {
+      const before = driver.callCount;
+      driver.memFree(driver.memAlloc(1024));
+      driver.streamQuery(null);
+      thrown(() => driver.memAlloc(0));
+      expect(driver.callCount).to.equal(before + 4);
+      driver.errorName(CudaResult.OUT_OF_MEMORY);
+      driver.errorString(CudaResult.OUT_OF_MEMORY);
+      expect(driver.callCount).to.equal(before + 4);
     });
   });
 

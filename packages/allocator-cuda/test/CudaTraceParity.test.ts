@@ -8,12 +8,16 @@ import { testLibrary } from './cudaTestLibrary.js';
 
 const GiB = 2 ** 30;
 
-/** What a replay left behind, for comparing two allocators on one trace. */
+/**
+ * What a replay left behind, for comparing two allocators on one trace: the segments and the peak reserved bytes.
+ * Not the allocated bytes: best fit breaks ties between equal blocks by address, and the driver's addresses are in no
+ * particular order (the virtual backend's increase), so a request may take a different one of two equal-sized blocks
+ * and split it differently (one trace differs by 1 MiB of 778 MiB allocated at peak).
+ */
 function figures(stats: Record<string, number>) {
   return {
     segments: stats['segment.all.allocated'],
     peakReservedBytes: stats['reserved_bytes.all.peak'],
-    peakAllocatedBytes: stats['allocated_bytes.all.peak'],
   };
 }
 

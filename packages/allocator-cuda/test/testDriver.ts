@@ -33,3 +33,18 @@ export function openTestDriver(): TestDriver | string {
   driver.setCurrentContext(context);
   return { driver, context, hooks: StandInHooks.open(driver.path) };
 }
+
+/** What `fn` threw; fails the test when it returns normally. */
+export function thrown(fn: () => unknown): unknown {
+  try {
+    fn();
+  } catch (error) {
+    return error;
+  }
+  throw new Error('expected the call to throw');
+}
+
+/** `bytes` bytes of a pattern that differs with `seed`. */
+export function pattern(bytes: number, seed: number): Uint8Array {
+  return Uint8Array.from({ length: bytes }, (_, i) => (i * 31 + seed) & 0xff);
+}

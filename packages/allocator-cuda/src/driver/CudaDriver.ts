@@ -1,9 +1,9 @@
-import { BackendUnavailableError } from '@stowage/core';
+import { BackendUnavailableError, InvalidArgumentError } from '@stowage/core';
 import type { LibraryHandle } from 'koffi';
 import koffi from 'koffi';
 
 import { CudaError } from './CudaError.js';
-import { CudaResult } from './CudaResult.js';
+import { CUDA_IPC_HANDLE_BYTES, CudaResult } from './CudaResult.js';
 
 /** An opaque driver handle; `handle` is koffi's pointer value and means nothing to JavaScript. */
 export interface CudaContext {
@@ -18,6 +18,11 @@ export interface CudaStream {
 export interface CudaEvent {
   readonly kind: 'event';
   readonly handle: unknown;
+}
+/** A physical allocation from {@link CudaDriver.memCreate} or an import (`CUmemGenericAllocationHandle`). */
+export interface CudaMemHandle {
+  readonly kind: 'memory';
+  readonly handle: bigint;
 }
 
 /** Pinned host memory from {@link CudaDriver.memHostAlloc}. */
@@ -64,6 +69,34 @@ const CUdeviceptr = 'uint64_t';
 const CUcontext = koffi.pointer('CUcontext', koffi.opaque('CUctx_st'));
 const CUstream = koffi.pointer('CUstream', koffi.opaque('CUstream_st'));
 const CUevent = koffi.pointer('CUevent', koffi.opaque('CUevent_st'));
+const CUmemGenericAllocationHandle = 'uint64_t';
+const CUmemLocation = koffi.struct('CUmemLocation', { type: 'int', id: 'int' });
+const CUmemAllocationProp = koffi.struct('CUmemAllocationProp', {
+  type: 'int',
+  requestedHandleTypes: 'int',
+  location: CUmemLocation,
+  win32HandleMetaData: 'void *',
+  allocFlags: koffi.struct('CUmemAllocationPropFlags', {
+    compressionType: 'uint8_t',
+    gpuDirectRDMACapable: 'uint8_t',
+    usage: 'uint16_t',
+    reserved: koffi.array('uint8_t', 4),
+  }),
+});
+const CUmemAccessDesc = koffi.struct('CUmemAccessDesc', { location: CUmemLocation, flags: 'int' });
+// Passed by value: 64 opaque bytes.
+const CUipcHandle = koffi.struct('CUipcHandle', { reserved: koffi.array('uint8_t', CUDA_IPC_HANDLE_BYTES, 'Typed') });
+
+// cuda.h values the binding passes (CUmemAllocationType, CUmemLocationType, CUmemAllocationHandleType,
+// CUmemAccess_flags, CUmemAllocationGranularity_flags, CUipcMem_flags).
+const CU_MEM_ALLOCATION_TYPE_PINNED = 1;
+const CU_MEM_LOCATION_TYPE_DEVICE = 1;
+const CU_MEM_HANDLE_TYPE_NONE = 0;
+const CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1;
+const CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3;
+const CU_MEM_ALLOC_GRANULARITY_MINIMUM = 0;
+const CU_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1;
+const CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1;
 
 type Fn = (...args: unknown[]) => number;
 /** A koffi type: a C type name or a type object (koffi does not export its own alias). */
@@ -105,12 +138,47 @@ function declare(lib: LibraryHandle) {
     cuEventQuery: f('cuEventQuery', [CUevent]),
     cuEventSynchronize: f('cuEventSynchronize', [CUevent]),
     cuEventDestroy_v2: f('cuEventDestroy_v2', [CUevent]),
+    cuMemGetAllocationGranularity: f('cuMemGetAllocationGranularity', [out('size_t'), koffi.pointer(CUmemAllocationProp), 'int']),
+    cuMemAddressReserve: f('cuMemAddressReserve', [out(CUdeviceptr), 'size_t', 'size_t', CUdeviceptr, 'uint64_t']),
+    cuMemAddressFree: f('cuMemAddressFree', [CUdeviceptr, 'size_t']),
+    cuMemCreate: f('cuMemCreate', [out(CUmemGenericAllocationHandle), 'size_t', koffi.pointer(CUmemAllocationProp), 'uint64_t']),
+    cuMemRelease: f('cuMemRelease', [CUmemGenericAllocationHandle]),
+    cuMemMap: f('cuMemMap', [CUdeviceptr, 'size_t', 'size_t', CUmemGenericAllocationHandle, 'uint64_t']),
+    cuMemSetAccess: f('cuMemSetAccess', [CUdeviceptr, 'size_t', koffi.pointer(CUmemAccessDesc), 'size_t']),
+    cuMemUnmap: f('cuMemUnmap', [CUdeviceptr, 'size_t']),
+    cuMemExportToShareableHandle: f('cuMemExportToShareableHandle', [out('int'), CUmemGenericAllocationHandle, 'int', 'uint64_t']),
+    // osHandle is `void *`; a POSIX file descriptor travels as its value (Note [Pointers as integers]).
+    cuMemImportFromShareableHandle: f('cuMemImportFromShareableHandle', [out(CUmemGenericAllocationHandle), 'uintptr_t', 'int']),
+    cuMemGetAddressRange_v2: f('cuMemGetAddressRange_v2', [out(CUdeviceptr), out('size_t'), CUdeviceptr]),
+    cuIpcGetMemHandle: f('cuIpcGetMemHandle', [koffi.pointer('uint8_t'), CUdeviceptr]),
+    cuIpcOpenMemHandle_v2: f('cuIpcOpenMemHandle_v2', [out(CUdeviceptr), CUipcHandle, 'uint']),
+    cuIpcCloseMemHandle: f('cuIpcCloseMemHandle', [CUdeviceptr]),
+    cuIpcGetEventHandle: f('cuIpcGetEventHandle', [koffi.pointer('uint8_t'), CUevent]),
+    cuIpcOpenEventHandle: f('cuIpcOpenEventHandle', [out(CUevent), CUipcHandle]),
     cuGetErrorName: f('cuGetErrorName', [CUresult, out('const char *')]),
     cuGetErrorString: f('cuGetErrorString', [CUresult, out('const char *')]),
   };
 }
 
 type Calls = ReturnType<typeof declare>;
+
+/** A `CUmemAllocationProp` for pinned device memory on `device`. */
+function allocationProp(device: number, shareable: boolean) {
+  return {
+    type: CU_MEM_ALLOCATION_TYPE_PINNED,
+    requestedHandleTypes: shareable ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE,
+    location: { type: CU_MEM_LOCATION_TYPE_DEVICE, id: device },
+    win32HandleMetaData: null,
+    allocFlags: { compressionType: 0, gpuDirectRDMACapable: 0, usage: 0, reserved: [0, 0, 0, 0] },
+  };
+}
+
+function ipcHandleBytes(handle: Uint8Array): Uint8Array {
+  if (handle.byteLength !== CUDA_IPC_HANDLE_BYTES) {
+    throw new InvalidArgumentError('handle', handle, `a Uint8Array of ${CUDA_IPC_HANDLE_BYTES} bytes (an IPC handle)`);
+  }
+  return handle;
+}
 type CallName = keyof Calls;
 
 /**
@@ -118,14 +186,13 @@ type CallName = keyof Calls;
  * one driver entry point and throws {@link CudaError} for any result but `CUDA_SUCCESS` (the queries return
  * `false` for `CUDA_ERROR_NOT_READY` instead). Pointers are bigints (Note [Pointers as integers]); streams, events
  * and contexts are opaque handles. A `null` stream is the legacy default stream.
- *
- * Virtual memory management and IPC calls are not bound yet.
  */
 export class CudaDriver {
   /** The path or name libcuda was loaded from. */
   readonly path: string;
   readonly #lib: LibraryHandle;
   readonly #calls: Calls;
+  #callCount = 0;
 
   private constructor(path: string, lib: LibraryHandle) {
     this.path = path;
@@ -160,6 +227,14 @@ export class CudaDriver {
     );
   }
 
+  /**
+   * Driver entry points called through this binding's methods so far (`cuGetErrorName`/`cuGetErrorString`,
+   * which only describe a failure, and calls made through {@link raw} are not counted).
+   */
+  get callCount(): number {
+    return this.#callCount;
+  }
+
   /** The raw driver function, for a bench or a test hook that needs the unchecked `CUresult`. */
   raw<K extends CallName>(name: K): Calls[K] {
     return this.#calls[name];
@@ -184,6 +259,7 @@ export class CudaDriver {
   }
 
   #call(call: CallName, ...args: unknown[]): void {
+    this.#callCount++;
     this.#check(call, this.#calls[call](...args));
   }
 
@@ -330,6 +406,7 @@ export class CudaDriver {
 
   /** True when all work queued on `stream` has completed; false for CUDA_ERROR_NOT_READY. */
   streamQuery(stream: CudaStream | null): boolean {
+    this.#callCount++;
     return this.#ready('cuStreamQuery', this.#calls.cuStreamQuery(stream?.handle ?? null));
   }
 
@@ -350,6 +427,7 @@ export class CudaDriver {
 
   /** True when the event's latest record has completed (or it was never recorded). */
   eventQuery(event: CudaEvent): boolean {
+    this.#callCount++;
     return this.#ready('cuEventQuery', this.#calls.cuEventQuery(event.handle));
   }
 
@@ -359,6 +437,128 @@ export class CudaDriver {
 
   eventDestroy(event: CudaEvent): void {
     this.#call('cuEventDestroy_v2', event.handle);
+  }
+
+  // ---- virtual memory management ----
+
+  /**
+   * The granularity in bytes that sizes, offsets and addresses of {@link memCreate}, {@link memMap} and
+   * {@link memAddressReserve} must be multiples of on `device` (`recommended`: the size the driver suggests).
+   */
+  memGetAllocationGranularity(device: number, recommended = false): number {
+    const g = [0];
+    const option = recommended ? CU_MEM_ALLOC_GRANULARITY_RECOMMENDED : CU_MEM_ALLOC_GRANULARITY_MINIMUM;
+    this.#call('cuMemGetAllocationGranularity', g, allocationProp(device, false), option);
+    return Number(g[0]);
+  }
+
+  /**
+   * Reserves `bytes` (a multiple of the granularity) of device address space, aligned to `alignment` (a power of
+   * two; 0: the granularity). Nothing is mapped there until {@link memMap}. Free with {@link memAddressFree}.
+   */
+  memAddressReserve(bytes: number, alignment = 0): bigint {
+    const p = [0];
+    this.#call('cuMemAddressReserve', p, bytes, alignment, 0n, 0n);
+    return BigInt(p[0]!);
+  }
+
+  /** Gives back a whole reservation: `ptr` and `bytes` exactly as reserved; unmap its mappings first. */
+  memAddressFree(ptr: bigint, bytes: number): void {
+    this.#call('cuMemAddressFree', ptr, bytes);
+  }
+
+  /**
+   * Creates `bytes` (a multiple of the granularity) of physical memory on `device`, counted against it until
+   * released and unmapped. `shareable`: it can be exported as a POSIX file descriptor
+   * ({@link memExportToShareableHandle}). CUDA_ERROR_OUT_OF_MEMORY when the device has no room.
+   */
+  memCreate(bytes: number, device: number, options: { shareable?: boolean } = {}): CudaMemHandle {
+    const h = [0];
+    this.#call('cuMemCreate', h, bytes, allocationProp(device, options.shareable ?? false), 0n);
+    return { kind: 'memory', handle: BigInt(h[0]!) };
+  }
+
+  /** Releases the handle; the memory goes back to the device once every mapping of it is unmapped too. */
+  memRelease(handle: CudaMemHandle): void {
+    this.#call('cuMemRelease', handle.handle);
+  }
+
+  /**
+   * Maps `bytes` of the physical allocation, from `offset`, at `ptr` inside a reservation. All three multiples of
+   * the granularity (else CUDA_ERROR_INVALID_VALUE). The range is not accessible until {@link memSetAccess}.
+   */
+  memMap(ptr: bigint, bytes: number, handle: CudaMemHandle, offset = 0): void {
+    this.#call('cuMemMap', ptr, bytes, offset, handle.handle, 0n);
+  }
+
+  /** Makes mapped `[ptr, ptr + bytes)` readable and writable from `device`. */
+  memSetAccess(ptr: bigint, bytes: number, device: number): void {
+    const desc = { location: { type: CU_MEM_LOCATION_TYPE_DEVICE, id: device }, flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+    this.#call('cuMemSetAccess', ptr, bytes, [desc], 1);
+  }
+
+  /** Unmaps whole mappings covering exactly `[ptr, ptr + bytes)`; the address space stays reserved. */
+  memUnmap(ptr: bigint, bytes: number): void {
+    this.#call('cuMemUnmap', ptr, bytes);
+  }
+
+  /** A new file descriptor (the caller closes it) for a physical allocation created `shareable`. */
+  memExportToShareableHandle(handle: CudaMemHandle): number {
+    const fd = [0];
+    this.#call('cuMemExportToShareableHandle', fd, handle.handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0n);
+    return fd[0]!;
+  }
+
+  /** A new handle to the memory behind an exported file descriptor (from this or another process); `fd` stays the caller's. */
+  memImportFromShareableHandle(fd: number): CudaMemHandle {
+    const h = [0];
+    this.#call('cuMemImportFromShareableHandle', h, fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    return { kind: 'memory', handle: BigInt(h[0]!) };
+  }
+
+  /** Base and size of the allocation (or mapping) holding `ptr`; CUDA_ERROR_NOT_FOUND for memory the driver did not give. */
+  memGetAddressRange(ptr: bigint): { base: bigint; bytes: number } {
+    const base = [0];
+    const bytes = [0];
+    this.#call('cuMemGetAddressRange_v2', base, bytes, ptr);
+    return { base: BigInt(base[0]!), bytes: Number(bytes[0]) };
+  }
+
+  // ---- legacy IPC ----
+
+  /** The 64-byte handle of the {@link memAlloc} allocation holding `ptr` (for its base: send the offset along). */
+  ipcGetMemHandle(ptr: bigint): Uint8Array {
+    const handle = new Uint8Array(CUDA_IPC_HANDLE_BYTES);
+    this.#call('cuIpcGetMemHandle', handle, ptr);
+    return handle;
+  }
+
+  /**
+   * Maps another process's allocation here and returns its base; close with {@link ipcCloseMemHandle}. Opening a
+   * handle in the process that made it fails (CUDA_ERROR_INVALID_CONTEXT).
+   */
+  ipcOpenMemHandle(handle: Uint8Array): bigint {
+    const p = [0];
+    this.#call('cuIpcOpenMemHandle_v2', p, { reserved: ipcHandleBytes(handle) }, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    return BigInt(p[0]!);
+  }
+
+  ipcCloseMemHandle(ptr: bigint): void {
+    this.#call('cuIpcCloseMemHandle', ptr);
+  }
+
+  /** The 64-byte handle of an event created with `INTERPROCESS | DISABLE_TIMING` (`CudaEventFlags`). */
+  ipcGetEventHandle(event: CudaEvent): Uint8Array {
+    const handle = new Uint8Array(CUDA_IPC_HANDLE_BYTES);
+    this.#call('cuIpcGetEventHandle', handle, event.handle);
+    return handle;
+  }
+
+  /** Another process's interprocess event: queries and waits here see its records there. */
+  ipcOpenEventHandle(handle: Uint8Array): CudaEvent {
+    const e: unknown[] = [null];
+    this.#call('cuIpcOpenEventHandle', e, { reserved: ipcHandleBytes(handle) });
+    return { kind: 'event', handle: e[0] };
   }
 
   #ready(call: CallName, result: number): boolean {

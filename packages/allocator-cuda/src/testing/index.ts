@@ -1,2 +1,12 @@
-export type { StandInBuild } from './standIn.js';
-export { buildStandIn, STAND_IN_LIBRARY, STAND_IN_SOURCE, StandInHooks } from './standIn.js';
+export type { BuildStandInOptions, StandInBuild } from './standIn.js';
+export {
+  buildStandIn,
+  cudaIncludeDir,
+  STAND_IN_ABI_CHECK_SOURCE,
+  STAND_IN_FALLBACK_HEADER,
+  STAND_IN_FALLBACK_LIBRARY,
+  STAND_IN_LIBRARY,
+  STAND_IN_SOURCE,
+  StandInHooks,
+  standInAbiFacts,
+} from './standIn.js';
