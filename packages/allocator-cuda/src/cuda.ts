@@ -1,6 +1,6 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { CachingAllocatorOptions, DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin } from '@stowage/core';
-import { AllocatorFactory, BackendUnavailableError, createDeviceAllocator, InvalidArgumentError, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
+import { AllocatorFactory, BackendUnavailableError, checkBoolean, createDeviceAllocator, InvalidArgumentError, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
 import { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
 import { CudaStreams } from './backend/CudaStreams.js';
 import { CudaAllocator } from './CudaAllocator.js';
@@ -23,9 +23,15 @@ export interface CudaOptions extends DeviceAllocatorOptions {
    * (`maxSplitSize`, `limit`, …), which win; keys the engine does not act on are reported once as a warning.
    */
   readonly allocConf?: string;
+  /**
+   * Create expandable segments' memory exportable as POSIX file descriptors, so that any block can be sent to
+   * another process (`exportIpc`). Default true; false where the driver refuses that handle type (some containers)
+   * or nothing is shared (on the stand-in libcuda it then needs no file descriptor per 2 MiB page).
+   */
+  readonly shareableSegments?: boolean;
 }
 
-type CudaDeviceOption = 'libcuda' | 'allocConf';
+type CudaDeviceOption = 'libcuda' | 'allocConf' | 'shareableSegments';
 
 /** The configuration string's engine options, under the caller's; warns about keys the engine does not act on. */
 function confEngineOptions(text: string | undefined): { readonly conf: AllocatorConf; readonly engine: CachingAllocatorOptions } {
@@ -39,8 +45,9 @@ function confEngineOptions(text: string | undefined): { readonly conf: Allocator
 /** The option keys of the CUDA plugin, for checking options before the driver is loaded. */
 const CUDA_OPTIONS = {
   deviceType: 'cuda',
-  deviceOptions: ['libcuda', 'allocConf'] as readonly CudaDeviceOption[],
+  deviceOptions: ['libcuda', 'allocConf', 'shareableSegments'] as readonly CudaDeviceOption[],
   checkDeviceOptions: (own: Pick<CudaOptions, CudaDeviceOption>) => {
+    checkBoolean('options.shareableSegments', own.shareableSegments);
     if (own.allocConf !== undefined && typeof own.allocConf !== 'string') {
       throw new InvalidArgumentError('options.allocConf', own.allocConf, "a configuration string such as 'expandable_segments:True,max_split_size_mb:128'");
     }
@@ -87,8 +94,8 @@ function cudaDevice(opened: OpenedCudaDriver, allocConf: string | undefined): De
   return {
     ...CUDA_OPTIONS,
     deviceCount: opened.deviceCount,
-    create(device, engine) {
-      const backend = new CudaMemoryBackend({ driver: opened.driver, device, streams });
+    create(device, engine, own) {
+      const backend = new CudaMemoryBackend({ driver: opened.driver, device, streams, ...(own.shareableSegments === undefined ? {} : { shareableSegments: own.shareableSegments }) });
       try {
         return new CudaAllocator(backend, { ...configured.engine, ...engine }, { allocConf: configured.conf.text });
       } catch (error) {

@@ -42,6 +42,59 @@ describe('CudaAllocator', function () {
   });
 
   describeAllocatorContract('CudaAllocator (fixed segments)', () => make({ expandableSegments: false }));
+  describeAllocatorContract('CudaAllocator (expandable segments)', () => make());
+
+  describe('expandable segments', () => {
+    it('grows one segment by mapping granularity-sized pages, and unmaps them on emptyCache, the memory going back to the device', () => {
+      using allocator = make();
+      const mapping = allocator.backend.pageMapping!;
+      expect(mapping.pageBytes).to.equal(allocator.backend.driver.memGetAllocationGranularity(allocator.backend.cuDevice));
+      const free0 = allocator.backend.memoryInfo().freeBytes;
+      const a = allocator.allocate(5 * MiB);
+      const b = allocator.allocate(3 * MiB);
+      const snapshot = allocator.snapshot();
+      expect(snapshot.segments.length, 'one segment for both').to.equal(1);
+      expect(snapshot.segments[0]!.is_expandable).to.equal(true);
+      const reserved = allocator.memoryStats()['reserved_bytes.all.current'];
+      expect(reserved % mapping.pageBytes).to.equal(0);
+      expect(reserved).to.be.at.least(8 * MiB);
+      expect(free0 - allocator.backend.memoryInfo().freeBytes, 'mapped pages are what the device lost').to.equal(reserved);
+      expect(b.address - a.address, 'b follows a in the same range').to.equal(5 * MiB);
+      allocator.writeBytes(b, filled(3 * MiB, 9));
+      allocator.free(a);
+      allocator.free(b);
+      allocator.emptyCache();
+      expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(0);
+      expect(allocator.backend.memoryInfo().freeBytes).to.equal(free0);
+    });
+
+    it('gives back every page when the device runs out partway through growing a segment, and reports OutOfMemoryError', function () {
+      const hooks = needHooks(this, lib);
+      hooks.setCapacity(16 * MiB);
+      using allocator = make();
+      const held = allocator.allocate(10 * MiB);
+      expect(() => allocator.allocate(10 * MiB)).to.throw(OutOfMemoryError);
+      expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(10 * MiB);
+      expect(allocator.backend.memoryInfo().freeBytes, 'no page of the failed growth stays mapped').to.equal(6 * MiB);
+      allocator.engine.assertInvariants();
+      const small = allocator.allocate(4 * MiB);
+      allocator.free(small);
+      allocator.free(held);
+    });
+
+    it('turns a driver error while mapping into a CudaError, leaking no page', function () {
+      const hooks = needHooks(this, lib);
+      using allocator = make();
+      const free0 = allocator.backend.memoryInfo().freeBytes;
+      hooks.injectError('cuMemMap', CudaResult.UNKNOWN, 1); // the second page of the growth
+      expect(() => allocator.allocate(6 * MiB)).to.throw(CudaError, /cuMemMap/);
+      expect(allocator.backend.memoryInfo().freeBytes).to.equal(free0);
+      expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(0);
+      allocator.engine.assertInvariants();
+      const ok = allocator.allocate(6 * MiB);
+      allocator.free(ok);
+    });
+  });
 
   describe('streams', () => {
     /**

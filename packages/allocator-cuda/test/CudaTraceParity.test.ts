@@ -52,18 +52,25 @@ describe('CudaAllocator parity with the engine on recorded traces', function () 
   });
   after(() => hooks?.setCapacity(GiB));
 
-  async function replayBoth(name: string, options: CachingAllocatorOptions) {
+  /** `device`: the CUDA plugin's own options (unshareable pages: the stand-in then needs no descriptor per page). */
+  async function replayBoth(name: string, options: CachingAllocatorOptions, device: { shareableSegments?: boolean } = {}) {
     const trace = traces.find((t) => t.name === name)!;
     const events = await readTraceFile(trace);
     using virtual = new CachingAllocator(new VirtualMemoryBackend({ storeData: false }), options);
     const expected = replayTrace(virtual, events);
-    using cuda = createCudaAllocator({ libcuda: path, ...options });
+    using cuda = createCudaAllocator({ libcuda: path, ...device, ...options });
+    expect(cuda.backend.pageMapping !== undefined, 'the stand-in offers the virtual memory calls').to.equal(true);
     const actual = replayTrace(cuda, events);
     expect(actual.failedAt, `the CUDA replay completes (${String(actual.failedAt?.error)})`).to.equal(expected.failedAt);
     return { expected: figures(virtual.memoryStats()), actual: figures(cuda.memoryStats()) };
   }
 
   for (const trace of traces) {
+    it(`maps and unmaps expandable segments on the virtual memory calls as the engine does on the virtual backend, on ${trace.name} (best preset)`, async () => {
+      const { expected, actual } = await replayBoth(trace.name, { preset: 'best' }, { shareableSegments: false });
+      expect(actual).to.deep.equal(expected);
+    });
+
     it(`reserves what the engine reserves on the virtual backend, and what PyTorch did, on ${trace.name} (pytorch preset)`, async () => {
       const { expected, actual } = await replayBoth(trace.name, { preset: 'pytorch' });
       expect(actual).to.deep.equal(expected);

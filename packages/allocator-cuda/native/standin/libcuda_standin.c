@@ -13,7 +13,8 @@
  *   lazy: untouched pages take no memory, so a capacity far above the machine's RAM works as long as the caller
  *   does not touch the bytes; cuMemFree_v2 gives the touched ones back (MADV_REMOVE).
  * - Virtual memory management: cuMemAddressReserve maps PROT_NONE|MAP_NORESERVE address space; cuMemCreate makes a
- *   physical allocation, a memfd (counted against its device's capacity); cuMemMap maps it MAP_SHARED|MAP_FIXED into
+ *   physical allocation (counted against its device's capacity): a memfd of its own when it may be exported as a
+ *   POSIX file descriptor, else a range of one pooled memfd (Note [Physical pool]); cuMemMap maps it MAP_SHARED|MAP_FIXED into
  *   a reservation, still PROT_NONE, so access faults until cuMemSetAccess makes it read-write, as on the driver;
  *   cuMemUnmap puts the PROT_NONE reservation back; the memory returns to the capacity once the allocation is
  *   released (every handle) and no longer mapped. The granularity is 2 MiB (minimum and recommended). A POSIX file
@@ -109,7 +110,8 @@ struct region {
 
 /* A physical allocation (cuMemCreate or an import). Freed when handles == 0 and mappings == 0. */
 struct physical {
-  int fd;             /* memfd holding the bytes */
+  int fd;             /* memfd holding the bytes; -1 for one in the physical pool (Note [Physical pool]) */
+  size_t pool_offset; /* where its bytes start in the pool, when fd is -1 */
   size_t bytes;
   int device;
   int counted;        /* 1 when its bytes count against the device's capacity (made here by cuMemCreate) */
@@ -737,6 +739,51 @@ static struct physical *find_physical(CUmemGenericAllocationHandle handle) {
 }
 
 /* Frees `p` once nothing refers to it. Caller holds g_lock. */
+/*
+ * Note [Physical pool]: a physical allocation made without CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR cannot be exported,
+ * so it needs no file of its own: it is a range of one sparse memfd per process (the pool), kept open, mapped at the
+ * range's offset. One memfd per allocation would hold one file descriptor each for its whole life, and a process
+ * mapping tens of GiB in 2 MiB pages would run out of descriptors (20 000 on these machines: 39 GiB). Freed ranges
+ * are punched out of the file (their pages go back to the host) and kept in per-size lists for reuse.
+ */
+static int g_pool_fd = -1;
+static size_t g_pool_top;
+struct pool_range {
+  size_t offset;
+  size_t bytes;
+  struct pool_range *next;
+};
+static struct pool_range *g_pool_free;
+
+/* A range of `bytes` in the pool, or (size_t)-1. Caller holds g_lock. */
+static size_t pool_take(size_t bytes) {
+  for (struct pool_range **link = &g_pool_free; *link; link = &(*link)->next)
+    if ((*link)->bytes == bytes) {
+      struct pool_range *r = *link;
+      size_t offset = r->offset;
+      *link = r->next;
+      free(r);
+      return offset;
+    }
+  if (g_pool_fd < 0) {
+    g_pool_fd = memfd_create(SHM_PREFIX "pool", MFD_CLOEXEC);
+    if (g_pool_fd < 0) return (size_t)-1;
+  }
+  if (ftruncate(g_pool_fd, (off_t)(g_pool_top + bytes)) != 0) return (size_t)-1;
+  size_t offset = g_pool_top;
+  g_pool_top += bytes;
+  return offset;
+}
+
+/* Returns a range to the pool, its pages to the host. Caller holds g_lock. */
+static void pool_give(size_t offset, size_t bytes) {
+  fallocate(g_pool_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)offset, (off_t)bytes);
+  struct pool_range *r = malloc(sizeof *r);
+  if (r == NULL) return; /* the range is lost to reuse, nothing else */
+  *r = (struct pool_range){.offset = offset, .bytes = bytes, .next = g_pool_free};
+  g_pool_free = r;
+}
+
 static void drop_physical_if_unused(struct physical *p) {
   if (p->handles > 0 || p->mappings > 0) return;
   for (struct physical **link = &g_physicals; *link; link = &(*link)->next)
@@ -745,7 +792,8 @@ static void drop_physical_if_unused(struct physical *p) {
       break;
     }
   if (p->counted) g_devices[p->device].used_bytes -= p->bytes;
-  close(p->fd);
+  if (p->fd >= 0) close(p->fd);
+  else pool_give(p->pool_offset, p->bytes);
   free(p);
 }
 
@@ -874,16 +922,28 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, 
     free(p);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  int fd = memfd_create(SHM_PREFIX "vmm", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
-    if (fd >= 0) close(fd);
+  int exportable = prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  size_t pool_offset = 0;
+  int fd = -1;
+  if (exportable) {
+    fd = memfd_create(SHM_PREFIX "vmm", MFD_CLOEXEC);
+    if (fd >= 0 && ftruncate(fd, (off_t)size) != 0) {
+      close(fd);
+      fd = -1;
+    }
+  } else {
+    pthread_mutex_lock(&g_lock);
+    pool_offset = pool_take(size);
+    pthread_mutex_unlock(&g_lock);
+  }
+  if (exportable ? fd < 0 : pool_offset == (size_t)-1) {
     pthread_mutex_lock(&g_lock);
     g_devices[device].used_bytes -= size;
     pthread_mutex_unlock(&g_lock);
     free(p);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  *p = (struct physical){.fd = fd, .bytes = size, .device = device, .counted = 1,
+  *p = (struct physical){.fd = fd, .pool_offset = pool_offset, .bytes = size, .device = device, .counted = 1,
                          .exportable = prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, .handles = 1};
   pthread_mutex_lock(&g_lock);
   p->next = g_physicals;
@@ -922,7 +982,9 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGene
     free(m);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  if (mmap(base, size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd, (off_t)offset) == MAP_FAILED) {
+  int fd = p->fd >= 0 ? p->fd : g_pool_fd;
+  off_t at = (off_t)(p->fd >= 0 ? offset : p->pool_offset + offset);
+  if (mmap(base, size, PROT_NONE, MAP_SHARED | MAP_FIXED, fd, at) == MAP_FAILED) {
     pthread_mutex_unlock(&g_lock);
     free(m);
     return CUDA_ERROR_OUT_OF_MEMORY;

@@ -1,6 +1,8 @@
 import type { BackendEvent, Device, MemoryBackend, MemoryBlock, PageMapping, Pager, StreamId } from '@stowage/core';
 import type { CudaContext, CudaDriver, CudaEvent } from '../driver/CudaDriver.js';
 import { isCudaError } from '../driver/CudaError.js';
+import { CudaDeviceAttribute } from '../driver/CudaResult.js';
+import { CudaPageMapping } from './CudaPageMapping.js';
 import type { CudaStreams } from './CudaStreams.js';
 
 export interface CudaMemoryBackendOptions {
@@ -9,6 +11,13 @@ export interface CudaMemoryBackendOptions {
   readonly device: Device;
   /** The stream table shared by the driver's devices. */
   readonly streams: CudaStreams;
+  /**
+   * Offer page mapping (expandable segments) on the virtual memory management calls. Default: when the device
+   * supports them (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED).
+   */
+  readonly pageMapping?: boolean;
+  /** Expandable segments' pages are exportable to other processes (see CudaPageMappingOptions). Default true. */
+  readonly shareableSegments?: boolean;
 }
 
 /** An event of the engine's: a pooled driver event recorded on a stream; `cu` goes back to the pool once complete. */
@@ -20,8 +29,8 @@ interface CudaBackendEvent extends BackendEvent {
 const EVENT_DISABLE_TIMING = 2;
 
 /**
- * The CUDA driver as a MemoryBackend: segments are cuMemAlloc_v2 allocations (handles and addresses are the device
- * pointer), copies and writes go through the legacy default stream (stream 0), other streams are the
+ * The CUDA driver as a MemoryBackend: fixed segments are cuMemAlloc_v2 allocations (handles and addresses are the
+ * device pointer), expandable segments address ranges of the virtual memory management API (CudaPageMapping), copies and writes go through the legacy default stream (stream 0), other streams are the
  * {@link CudaStreams} table's, and events are pooled driver events, as PyTorch pools them. The backend keeps the
  * device's primary context retained and makes it current before every call that needs one, so that several devices
  * can share the JavaScript thread.
@@ -37,7 +46,9 @@ export class CudaMemoryBackend implements MemoryBackend<bigint> {
   readonly alignment = 256;
   readonly capacityBytes: number;
   readonly defaultStream: StreamId = 0;
-  readonly pageMapping: PageMapping<bigint> | undefined = undefined;
+  readonly pageMapping: PageMapping<bigint> | undefined;
+  /** The same object as `pageMapping`, with what IPC export needs of it. */
+  readonly cudaPageMapping: CudaPageMapping | undefined;
   /** LMS paging: set by the CudaAllocator, whose engine the pager records its stream with. */
   pager: Pager | undefined = undefined;
   readonly driver: CudaDriver;
@@ -58,6 +69,9 @@ export class CudaMemoryBackend implements MemoryBackend<bigint> {
     try {
       this.enter();
       this.capacityBytes = this.driver.deviceTotalBytes(this.cuDevice);
+      const vmm = options.pageMapping ?? this.driver.deviceAttribute(this.cuDevice, CudaDeviceAttribute.VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) === 1;
+      this.cudaPageMapping = vmm ? new CudaPageMapping(this, { shareable: options.shareableSegments ?? true }) : undefined;
+      this.pageMapping = this.cudaPageMapping;
     } catch (error) {
       this.driver.releasePrimaryContext(this.cuDevice);
       throw error;
