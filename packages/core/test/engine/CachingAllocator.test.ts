@@ -8,6 +8,7 @@ import {
   ForeignPointerError,
   InvalidArgumentError,
   OutOfMemoryError,
+  StorageImpl,
   UseAfterReleaseError,
 } from '@stowage/core';
 import { VirtualMemoryBackend, describeAllocatorContract } from '@stowage/core/testing';
@@ -244,6 +245,19 @@ describe('CachingAllocator#recordStream', () => {
     expect(c.address, 'reused once the event completed').to.equal(a.address);
     s = allocator.memoryStats();
     expect(s['active_bytes.all.current']).to.equal(8 * KiB);
+    allocator.assertInvariants();
+  });
+
+  it('records a stream on a pointer a live storage holds, whose block then waits for that stream once the storage is released', () => {
+    const { allocator, backend } = engine(undefined, { streams: 2 });
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(4 * KiB), allocator });
+    const address = storage.data().address;
+    allocator.recordStream(storage.data(), 1);
+    backend.holdStream(1);
+    storage.release();
+    expect(allocator.allocate(4 * KiB).address, 'the block waits for stream 1').to.not.equal(address);
+    backend.completeStream(1);
+    expect(allocator.allocate(4 * KiB).address, 'reused once stream 1 is done').to.equal(address);
     allocator.assertInvariants();
   });
 
