@@ -1,10 +1,12 @@
 import type { Plugin, Runtime } from '@stowage/core';
 import { cpu, createRuntime, InvalidArgumentError, resolve } from '@stowage/core';
+import { cuda } from '@stowage/allocator-cuda';
 import { webgpu } from '@stowage/allocator-webgpu';
 import type { BuiltInPolicyName, LmsPolicy, SpeculationOptions } from '@stowage/lms';
 import { LMS_CONTROLLER, lms, PAGING_STAT_KEYS, pin, pinAsync, SPECULATION_STAT_KEYS } from '@stowage/lms';
 import { BudgetExceededError } from './BudgetExceededError.js';
 import { createCpuOps } from './cpuOps.js';
+import { createCudaHostOps } from './cuda/cudaHostOps.js';
 import type { MlpSizes, TransformerSizes } from './models.js';
 import type { Ops } from './Ops.js';
 import { train } from './train.js';
@@ -13,8 +15,9 @@ import { createWebGpuOps } from './webgpu/webGpuOps.js';
 // The training loop under Large Model Support: one runtime per run (the device's plugin under a budget, and lms()),
 // the ops pinning through LMS, and a probe after every op that the allocator stays within the budget.
 //
-// - CPU ops pin with `pin`; WebGPU ops with `pinAsync`, which waits for a page-in whose bytes are still on their
-//   way to the host instead of throwing.
+// - CPU ops pin with `pin`; WebGPU and CUDA ops with `pinAsync`, which waits for a page-in whose bytes are still on
+//   their way to the host instead of throwing. CUDA ops compute on the host, over device storages (Note [Host
+//   compute on CUDA] in cuda/cudaHostOps.ts).
 // - The device allocator's `limit` is the budget; LMS adds none of its own. Segments are one per allocation
 //   (Note [Segments under a small budget]), with or without a budget, so that a run's peak and a budget under it
 //   measure the same thing.
@@ -33,7 +36,8 @@ import { createWebGpuOps } from './webgpu/webGpuOps.js';
 // within budget and bit-identical, but a partly filled segment serves a request only where LMS frees a long
 // enough run of neighbouring blocks, and they tie the engine's behaviour to the budget, where one segment per
 // allocation does not. The WebGPU plugin's own sizing (at least 2 MiB, an eighth of the budget) is as coarse as
-// the CPU's here, so WebGPU runs take one segment per allocation too. The README records the measurements. And
+// the CPU's here, so WebGPU runs take one segment per allocation too, and so do CUDA runs, with expandable segments
+// off (one segment growing by pages is not one segment per allocation). The README records the measurements. And
 // `splitBlocks: false`: a cached block is never split for a smaller request, since a pinned piece would keep its
 // whole segment reserved and, under a budget close to one op's working set, end in OutOfMemoryError although the
 // op's storages fit on their own (the simulated-time traces of the bench failed that way at P/8 before).
@@ -46,10 +50,13 @@ export type LmsRunModel = { readonly model: 'mlp'; readonly sizes?: Partial<MlpS
 
 export interface LmsRunSettings {
   /** The device the model trains on. */
-  readonly device: 'cpu' | 'webgpu';
+  readonly device: 'cpu' | 'webgpu' | 'cuda';
   /** Optimizer steps (see `train`). */
   readonly steps: number;
-  /** The device allocator's budget in bytes; absent, no budget on the CPU and the WebGPU plugin's default (2 GiB). */
+  /**
+   * The device allocator's budget in bytes; absent, no budget on the CPU, the WebGPU plugin's default (2 GiB), and
+   * the CUDA device's memory.
+   */
   readonly budgetBytes?: number;
   /** LMS's reclaim policy, by name or as an object (as `lms({ policy })` takes it); 'lru' when absent. */
   readonly policy?: BuiltInPolicyName | LmsPolicy;
@@ -57,6 +64,8 @@ export interface LmsRunSettings {
   readonly speculation?: boolean | SpeculationOptions;
   /** With device 'webgpu': the GPUDevice to run on (the caller owns it; the run leaves it open). */
   readonly gpu?: GPUDevice;
+  /** With device 'cuda': where to load libcuda from (as `cuda({ libcuda })` takes it); the plugin's default when absent. */
+  readonly libcuda?: string;
   /** Seeds the data and the initial weights; 1 when absent. */
   readonly seed?: number;
   /** SGD learning rate; `train`'s default when absent. */
@@ -101,13 +110,14 @@ export interface LmsRunResult {
 /**
  * Trains a seeded model on the device under LMS, in a runtime of its own (disposed before it returns), checking
  * after every op that the allocator's reserved bytes are within `budgetBytes`.
- * @throws InvalidArgumentError for a budget that is not a positive integer, a device other than 'cpu' and
- * 'webgpu', device 'webgpu' without `gpu`, or bad training options (see `train`); BudgetExceededError when reserved
+ * @throws InvalidArgumentError for a budget that is not a positive integer, a device other than 'cpu', 'webgpu' and
+ * 'cuda', device 'webgpu' without `gpu`, or bad training options (see `train`); BackendUnavailableError with device
+ * 'cuda' when no libcuda can be loaded or it has no device; BudgetExceededError when reserved
  * bytes exceed the budget after an op; OutOfMemoryError when an op's storages cannot be made resident together
  * within the budget (a budget under the pinned peak, say)
  */
 export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult> {
-  const { device, budgetBytes, policy = 'lru', speculation, gpu, onStep, onRuntime, steps, seed, lr } = options;
+  const { device, budgetBytes, policy = 'lru', speculation, gpu, libcuda, onStep, onRuntime, steps, seed, lr } = options;
   if (budgetBytes !== undefined && (!Number.isSafeInteger(budgetBytes) || budgetBytes <= 0)) {
     throw new InvalidArgumentError('budgetBytes', budgetBytes, 'a positive whole number of bytes');
   }
@@ -117,8 +127,12 @@ export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult>
   else if (device === 'webgpu') {
     if (gpu === undefined) throw new InvalidArgumentError('gpu', gpu, "the GPUDevice to train on, with device 'webgpu'");
     devicePlugin = webgpu({ device: gpu, ...limit, segmentSize: segmentPerAllocation, splitBlocks: false });
-  } else throw new InvalidArgumentError('device', device, "'cpu' or 'webgpu'");
-  const plugins = device === 'cpu' ? [devicePlugin, lms({ policy, speculation })] : [cpu(), devicePlugin, lms({ policy, speculation, devices: ['webgpu'] })];
+  } else if (device === 'cuda') {
+    // allocConf '': the run's engine options are these alone, whatever PYTORCH_CUDA_ALLOC_CONF says.
+    const library = libcuda === undefined ? {} : { libcuda };
+    devicePlugin = cuda({ ...library, allocConf: '', ...limit, segmentSize: segmentPerAllocation, splitBlocks: false, expandableSegments: false });
+  } else throw new InvalidArgumentError('device', device, "'cpu', 'webgpu' or 'cuda'");
+  const plugins = device === 'cpu' ? [devicePlugin, lms({ policy, speculation })] : [cpu(), devicePlugin, lms({ policy, speculation, devices: [device] })];
   await using runtime = await createRuntime({ plugins });
   onRuntime?.(runtime);
   const allocator = runtime.allocator(device);
@@ -131,7 +145,12 @@ export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult>
     maxReservedBytes = Math.max(maxReservedBytes, reservedBytes);
     if (budgetBytes !== undefined && reservedBytes > budgetBytes) throw new BudgetExceededError(opCount, reservedBytes, budgetBytes);
   };
-  const ops: Ops = device === 'cpu' ? createCpuOps(runtime, { pin, afterOp }) : createWebGpuOps(runtime, { gpu: gpu!, pin: pinAsync, afterOp });
+  const ops: Ops =
+    device === 'cpu'
+      ? createCpuOps(runtime, { pin, afterOp })
+      : device === 'webgpu'
+        ? createWebGpuOps(runtime, { gpu: gpu!, pin: pinAsync, afterOp })
+        : createCudaHostOps(runtime, { pin: pinAsync, afterOp });
   const stepMs: number[] = [];
   const stepStats: Record<StepStatKey, number>[] = [];
   let countersBefore = countersOf(allocator.memoryStats());

@@ -3,7 +3,7 @@ import type { Allocator } from '@stowage/core';
 import { InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
 import type { LmsRunModel, LmsRunResult, StepStatKey } from '@stowage/example-train';
 import { runUnderLms, STEP_STAT_KEYS, unconstrainedPeak } from '@stowage/example-train';
-import { deviceOrSkip, rejectionOf } from './testSupport.js';
+import { deviceOrSkip, libcudaOrSkip, rejectionOf } from './testSupport.js';
 
 // The training loop under LMS, against the same loop without a budget. The deep shapes are the ones whose largest
 // op pins well under an eighth of the loop's peak (Note [Depth and LMS] in models.ts); the README lists their
@@ -201,6 +201,73 @@ describe('runUnderLms on WebGPU', function () {
         expectWithinBudget(run, budgetBytes, `with ${policy}`);
         expect(run.stats.page_out, `page-outs with ${policy}`).to.be.greaterThan(0);
       }
+    });
+  }
+});
+
+// On CUDA every tensor lives in device memory and moves through the driver, while the ops compute on the host
+// (Note [Host compute on CUDA] in cuda/cudaHostOps.ts): with the CPU's arithmetic, a run must give the
+// unconstrained CPU run's bits. Without a GPU the driver is the stand-in libcuda, whose copies run on threads of
+// its own, so page-outs complete asynchronously as on a GPU. The budgets are fractions of the unconstrained CUDA
+// run's peak (reserved bytes round to cuMemAlloc's 256-byte alignment). With speculation on: under a quarter of
+// the peak only, for CUDA_SPECULATION_STEPS steps, as on WebGPU.
+
+/** Steps of the CUDA runs with speculation on. */
+const CUDA_SPECULATION_STEPS = 4;
+
+describe('runUnderLms on CUDA', function () {
+  this.timeout(120_000);
+
+  let libcuda: string;
+  before(function () {
+    libcuda = libcudaOrSkip(this);
+  });
+
+  for (const shape of [DEEP_MLP, DEEP_TRANSFORMER]) {
+    describe(`a deep ${shape.model} (${JSON.stringify(shape.sizes)})`, () => {
+      let onCpu: LmsRunResult;
+      let unconstrained: LmsRunResult;
+      before(async () => {
+        onCpu = await runUnderLms({ device: 'cpu', ...shape, steps: STEPS });
+        unconstrained = await runUnderLms({ device: 'cuda', libcuda, ...shape, steps: STEPS });
+      });
+
+      it("trains without a budget to the CPU run's losses and weights, bit for bit, pinning at most an eighth of its peak", () => {
+        expectSameTraining(unconstrained, onCpu);
+        expect(unconstrained.stats.page_out ?? 0, 'page-outs').to.equal(0);
+        expect(unconstrained.pinnedPeakBytes).to.be.greaterThan(0);
+        expect(unconstrained.pinnedPeakBytes).to.be.at.most(peakOf(unconstrained) / 8);
+      });
+
+      for (const divisor of BUDGET_DIVISORS) {
+        for (const policy of POLICIES) {
+          it(`trains under ${100 / divisor} % of that peak with ${policy} to the CPU run's losses and weights, bit for bit, paging and within the budget after every op`, async () => {
+            const budgetBytes = Math.floor(peakOf(unconstrained) / divisor);
+            const run = await runUnderLms({ device: 'cuda', libcuda, ...shape, steps: STEPS, budgetBytes, policy });
+            expectSameTraining(run, onCpu);
+            expectWithinBudget(run, budgetBytes);
+            expect(run.stats.page_out, 'page-outs').to.be.greaterThan(0);
+            expect(run.stats.page_in, 'page-ins').to.be.greaterThan(0);
+          });
+        }
+      }
+
+      describe('with speculation on', () => {
+        let onCpuLonger: LmsRunResult;
+        before(async () => {
+          onCpuLonger = await runUnderLms({ device: 'cpu', ...shape, steps: CUDA_SPECULATION_STEPS });
+        });
+
+        for (const policy of ['lru', 'speculative'] as const) {
+          it(`trains under 25 % of its peak with ${policy} to the CPU run's losses and weights, bit for bit, paging and within the budget after every op`, async () => {
+            const budgetBytes = Math.floor(peakOf(unconstrained) / 4);
+            const run = await runUnderLms({ device: 'cuda', libcuda, ...shape, steps: CUDA_SPECULATION_STEPS, budgetBytes, policy, speculation: true });
+            expectSameTraining(run, onCpuLonger);
+            expectWithinBudget(run, budgetBytes);
+            expect(run.stats.page_out, 'page-outs').to.be.greaterThan(0);
+          });
+        }
+      });
     });
   }
 });

@@ -26,8 +26,8 @@ import type { AllocateOptions } from '../contracts/Allocator.js';
 import { DataPtr } from '../storage/DataPtr.js';
 import { formatDevice } from '../contracts/Device.js';
 import type { DeviceError } from '../errors/DeviceError.js';
-import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { ForeignPointerError } from '../errors/ForeignPointerError.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
@@ -172,9 +172,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     if (ptr instanceof DataPtr && ptr.isReleased) {
       throw new UseAfterReleaseError(`Cannot record a stream on the ${ptr.byteLength}-byte allocation at 0x${ptr.address.toString(16)}: it was freed.`);
     }
-    this.checkPtr('ptr', ptr); // a storage's pointer too: record_stream is called on tensors
-    if (!this.owns(ptr)) {
-      throw new ForeignPointerError(`Cannot record a stream on the allocation at 0x${ptr.address.toString(16)}: this ${formatDevice(this.device)} allocator did not allocate it.`);
+    // Not checkPtr's `owned`, whose holder test is free's: a live storage's pointer is the usual one to record a
+    // stream on (PyTorch's `tensor.record_stream`; LMS's page-out of a storage's block).
+    this.checkPtr('ptr', ptr);
+    if (ptr.deleter !== this.deleter) {
+      throw new ForeignPointerError(`Cannot record a stream on the allocation at 0x${ptr.address.toString(16)}: this ${formatDevice(this.device)} allocator did not allocate it, or COW/IPC now owns it.`);
     }
     if (!this.backend.isStream(stream)) throw new InvalidArgumentError('stream', stream, `a stream of ${formatDevice(this.device)}`);
     const block = ptr.context as Block<H> | typeof ZERO_BYTES;

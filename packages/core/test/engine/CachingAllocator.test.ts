@@ -228,16 +228,6 @@ describe('CachingAllocator#free', () => {
 });
 
 describe('CachingAllocator#recordStream', () => {
-  it('records a stream on a pointer a live storage holds (record_stream is called on tensors)', () => {
-    const { allocator, backend } = engine(undefined, { streams: 2 });
-    const storage = new StorageImpl({ dataPtr: allocator.allocate(4 * KiB), allocator });
-    const address = storage.data().address;
-    allocator.recordStream(storage.data(), 1);
-    backend.holdStream(1);
-    storage.release();
-    expect(allocator.allocate(4 * KiB).address, 'not reused while stream 1 has work before the free').to.not.equal(address);
-  });
-
   it('holds a block used on another stream until that stream has done its work', () => {
     const { allocator, backend } = engine(undefined, { streams: 2 });
     const a = allocator.allocate(4 * KiB);
@@ -255,6 +245,19 @@ describe('CachingAllocator#recordStream', () => {
     expect(c.address, 'reused once the event completed').to.equal(a.address);
     s = allocator.memoryStats();
     expect(s['active_bytes.all.current']).to.equal(8 * KiB);
+    allocator.assertInvariants();
+  });
+
+  it('records a stream on a pointer a live storage holds, whose block then waits for that stream once the storage is released', () => {
+    const { allocator, backend } = engine(undefined, { streams: 2 });
+    const storage = new StorageImpl({ dataPtr: allocator.allocate(4 * KiB), allocator });
+    const address = storage.data().address;
+    allocator.recordStream(storage.data(), 1);
+    backend.holdStream(1);
+    storage.release();
+    expect(allocator.allocate(4 * KiB).address, 'the block waits for stream 1').to.not.equal(address);
+    backend.completeStream(1);
+    expect(allocator.allocate(4 * KiB).address, 'reused once stream 1 is done').to.equal(address);
     allocator.assertInvariants();
   });
 
