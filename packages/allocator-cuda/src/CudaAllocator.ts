@@ -2,6 +2,8 @@ import type { AllocateOptions, CachingAllocatorOptions, DataPtr, MemorySnapshot,
 import { CachingAllocator, DataPtr as DataPtrClass, ForwardingAllocator, InvalidArgumentError } from '@stowage/core';
 import type { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
 import { CudaPager } from './backend/CudaPager.js';
+import type { CudaIpcExport } from './ipc/CudaIpc.js';
+import { CudaIpc } from './ipc/CudaIpc.js';
 import type { CudaStream } from './driver/CudaDriver.js';
 
 export interface CudaAllocatorSettings {
@@ -20,6 +22,7 @@ export class CudaAllocator extends ForwardingAllocator {
   readonly backend: CudaMemoryBackend;
   /** Pages blocks out to pinned host memory and back on a stream of its own, for LMS. */
   readonly cudaPager: CudaPager;
+  readonly #ipc: CudaIpc;
   readonly #allocConf: string;
 
   /** @throws InvalidArgumentError for a bad engine option */
@@ -30,6 +33,7 @@ export class CudaAllocator extends ForwardingAllocator {
     this.backend = backend;
     this.cudaPager = new CudaPager(backend, engine);
     backend.pager = this.cudaPager;
+    this.#ipc = new CudaIpc(backend);
     this.#allocConf = settings.allocConf ?? '';
   }
 
@@ -76,6 +80,36 @@ export class CudaAllocator extends ForwardingAllocator {
   devicePointer(ptr: DataPtr): bigint {
     if (!(ptr instanceof DataPtrClass) || !this.owns(ptr)) throw new InvalidArgumentError('ptr', ptr, `a live DataPtr of ${this.backend.device.type}:${this.backend.device.index}'s allocator`);
     return (ptr.handle as bigint) + BigInt(ptr.byteOffset);
+  }
+
+  /**
+   * Describes a live pointer's memory so that another process can open it (`openIpc` there): the legacy IPC handle of
+   * its segment and its offset for a fixed segment, as PyTorch sends a tensor; the POSIX file descriptors of the
+   * physical pages under it for an expandable segment (Note [Sharing expandable segments] in CudaIpc.ts), which the
+   * caller sends (SCM_RIGHTS, pidfd_getfd, a child's stdio) and then closes. Only plain data and descriptors: the
+   * memory stays this allocator's, and freeing the pointer while another process uses it is the caller's to prevent
+   * (`@stowage/ipc` counts references).
+   * @throws InvalidArgumentError for a pointer this allocator did not allocate, a released or zero-byte one, or one in
+   * an expandable segment made with `shareableSegments: false`; CudaError from the driver
+   */
+  exportIpc(ptr: DataPtr): CudaIpcExport {
+    this.checkOpen('exportIpc');
+    if (!(ptr instanceof DataPtrClass) || ptr.isReleased || !this.owns(ptr) || ptr.byteLength === 0) {
+      throw new InvalidArgumentError('ptr', ptr, `a live, non-empty DataPtr of this cuda:${this.backend.device.index} allocator`);
+    }
+    return this.#ipc.export(ptr);
+  }
+
+  /**
+   * Opens another process's `exportIpc` on this device: a pointer to the same memory, owned by no allocator (`owns`
+   * is false); releasing it closes what was opened, and the exporter's memory stays the exporter's. Closes the
+   * descriptors of an expandable segment's export. Wrap it in a storage with `runtime.adopt(ptr)`.
+   * @throws InvalidArgumentError for something that is not an export; CudaError from the driver (an export of this
+   * same process: CUDA_ERROR_INVALID_CONTEXT for a legacy handle)
+   */
+  openIpc(exported: CudaIpcExport): DataPtr<bigint> {
+    this.checkOpen('openIpc');
+    return this.#ipc.open(exported);
   }
 
   override snapshot(): MemorySnapshot {

@@ -24,3 +24,7 @@ export { ALLOCATOR_CONF_KEYS } from './config/AllocatorConfKey.js';
 export type { NotAppliedKey } from './config/allocatorConfEngineOptions.js';
 export { allocatorConfEngineOptions } from './config/allocatorConfEngineOptions.js';
 export { CUDA_IPC_HANDLE_BYTES, CudaDeviceAttribute, CudaEventFlags, CudaResult } from './driver/CudaResult.js';
+export type { CudaIpcExport, CudaLegacyIpcExport, CudaShareableIpcExport } from './ipc/CudaIpc.js';
+export type { CudaPageMappingOptions } from './backend/CudaPageMapping.js';
+export { CudaPageMapping } from './backend/CudaPageMapping.js';
+export { CudaPager } from './backend/CudaPager.js';

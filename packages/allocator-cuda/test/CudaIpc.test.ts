@@ -1,0 +1,135 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+import { expect } from 'chai';
+import { DataPtr, InvalidArgumentError } from '@stowage/core';
+import { patternBytes } from '@stowage/core/testing';
+import type { CudaAllocator, CudaIpcExport } from '@stowage/allocator-cuda';
+import { createCudaAllocator, CudaError } from '@stowage/allocator-cuda';
+import { testLibrary } from './cudaTestLibrary.js';
+
+const MiB = 2 ** 20;
+
+interface ChildResult {
+  readonly ok: boolean;
+  readonly matched?: boolean;
+  readonly pointerOwned?: boolean;
+  readonly error?: string;
+  readonly driverName?: string;
+}
+
+/** Runs CudaIpcChild.js on `exported`; an expandable segment's descriptors go to the child as fds 3, 4, …. */
+function openInChild(libraryPath: string, exported: CudaIpcExport, readSeed: number, writeSeed: number): Promise<ChildResult> {
+  const script = fileURLToPath(new URL('./CudaIpcChild.js', import.meta.url));
+  const fds = exported.kind === 'shareable' ? exported.fds : [];
+  const sent = exported.kind === 'shareable' ? { ...exported, fds: fds.map((_, i) => 3 + i) } : { ...exported, handle: [...exported.handle] };
+  const child = spawn(process.execPath, [script, JSON.stringify(sent), String(readSeed), String(writeSeed)], {
+    env: { ...process.env, STOWAGE_LIBCUDA: libraryPath },
+    stdio: ['ignore', 'pipe', 'inherit', ...fds],
+  });
+  let out = '';
+  child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+  return new Promise((resolve, reject) => {
+    child.once('error', reject);
+    child.once('exit', (code) => {
+      try {
+        resolve(JSON.parse(out) as ChildResult);
+      } catch {
+        reject(new Error(`the IPC child exited with ${code} and printed ${JSON.stringify(out)}`));
+      }
+    });
+  });
+}
+
+describe('CUDA IPC export', function () {
+  this.timeout(60_000);
+  const lib = testLibrary();
+  if (typeof lib === 'string') {
+    it('shares memory through a libcuda (skipped: none could be loaded or built)', function () {
+      console.log(`    skipped: ${lib}`);
+      this.skip();
+    });
+    return;
+  }
+  const make = (options: Parameters<typeof createCudaAllocator>[0] = {}): CudaAllocator => createCudaAllocator({ libcuda: lib.path, allocConf: '', ...options });
+
+  /** Allocates `before` bytes, then the shared block of `bytes` (so it does not start its segment), filled with seed 1. */
+  function sharedBlock(allocator: CudaAllocator, bytes: number, before = 3 * MiB + 512): { ptr: DataPtr<bigint>; spacer: DataPtr<bigint> } {
+    const spacer = allocator.allocate(before);
+    const ptr = allocator.allocate(bytes);
+    allocator.writeBytes(ptr, patternBytes(bytes, 1));
+    return { ptr, spacer };
+  }
+
+  it('sends a block of a fixed segment as its segment\'s legacy handle and offset; another process reads and writes it', async () => {
+    using allocator = make({ expandableSegments: false, maxSplitSize: '64MiB', preset: 'pytorch' });
+    const { ptr, spacer } = sharedBlock(allocator, 1 * MiB, 512 * 1024);
+    const exported = allocator.exportIpc(ptr);
+    expect(exported.kind).to.equal('legacy');
+    if (exported.kind !== 'legacy') return;
+    expect(exported.handle.byteLength).to.equal(64);
+    expect(exported.offset, 'the block sits after the spacer in one 20 MiB segment').to.equal(512 * 1024);
+    const result = await openInChild(lib.path, exported, 1, 2);
+    expect(result).to.deep.equal({ ok: true, matched: true, pointerOwned: false });
+    expect(Buffer.from(await allocator.readBytes(ptr)).equals(Buffer.from(patternBytes(MiB, 2))), 'the child\'s write is seen here').to.equal(true);
+    allocator.free(ptr);
+    allocator.free(spacer);
+  });
+
+  it('sends a block of an expandable segment as the descriptors of the pages under it, mapped by the receiver into a range of just those pages', async () => {
+    using allocator = make();
+    const { ptr, spacer } = sharedBlock(allocator, 3 * MiB);
+    const exported = allocator.exportIpc(ptr);
+    expect(exported.kind).to.equal('shareable');
+    if (exported.kind !== 'shareable') return;
+    const page = allocator.backend.pageMapping!.pageBytes;
+    expect(exported.pageBytes).to.equal(page);
+    // The block starts 3.5 MiB + 512 into the segment: in its second page, running into its fourth.
+    expect(exported.offset).to.equal((3 * MiB + 512) % page);
+    expect(exported.fds.length).to.equal(Math.ceil((exported.offset + 3 * MiB) / page));
+    const result = await openInChild(lib.path, exported, 1, 3);
+    expect(result).to.deep.equal({ ok: true, matched: true, pointerOwned: false });
+    expect(Buffer.from(await allocator.readBytes(ptr)).equals(Buffer.from(patternBytes(3 * MiB, 3)))).to.equal(true);
+    allocator.free(ptr);
+    allocator.free(spacer);
+  });
+
+  it('opens an export in the same process only where the driver allows it: a legacy handle is the driver\'s error', () => {
+    using allocator = make({ expandableSegments: false });
+    const ptr = allocator.allocate(MiB);
+    const exported = allocator.exportIpc(ptr);
+    expect(() => allocator.openIpc(exported)).to.throw(CudaError);
+    allocator.free(ptr);
+  });
+
+  it('opens an expandable segment\'s export in the same process as a second mapping of the same memory, unmapped on release', async () => {
+    using allocator = make();
+    const ptr = allocator.allocate(2 * MiB);
+    allocator.writeBytes(ptr, patternBytes(2 * MiB, 4));
+    const opened = allocator.openIpc(allocator.exportIpc(ptr));
+    expect(opened).to.be.instanceOf(DataPtr);
+    expect(allocator.owns(opened)).to.equal(false);
+    expect(opened.address).to.not.equal(ptr.address);
+    expect(Buffer.from(await allocator.readBytes(opened)).equals(Buffer.from(patternBytes(2 * MiB, 4)))).to.equal(true);
+    allocator.writeBytes(opened, patternBytes(2 * MiB, 5));
+    expect(Buffer.from(await allocator.readBytes(ptr)).equals(Buffer.from(patternBytes(2 * MiB, 5)))).to.equal(true);
+    const free = allocator.backend.memoryInfo().freeBytes;
+    opened.release();
+    expect(allocator.backend.memoryInfo().freeBytes, 'closing an import gives back nothing of the exporter\'s memory').to.equal(free);
+    allocator.free(ptr);
+  });
+
+  it('refuses to export what cannot be shared, and to open what is not an export', () => {
+    using allocator = make({ shareableSegments: false });
+    const ptr = allocator.allocate(MiB);
+    expect(() => allocator.exportIpc(ptr)).to.throw(InvalidArgumentError, /shareableSegments/);
+    using other = make();
+    const foreign = other.allocate(MiB);
+    expect(() => allocator.exportIpc(foreign)).to.throw(InvalidArgumentError);
+    expect(() => allocator.exportIpc(allocator.allocate(0))).to.throw(InvalidArgumentError);
+    expect(() => allocator.openIpc({ kind: 'legacy', device: 0, handle: new Uint8Array(3), offset: 0, byteLength: 1 })).to.throw(InvalidArgumentError);
+    expect(() => allocator.openIpc({ kind: 'shareable', device: 0, pageBytes: 2 * MiB, fds: [], offset: 0, byteLength: 1 })).to.throw(InvalidArgumentError);
+    allocator.free(ptr);
+    other.free(foreign);
+  });
+});
