@@ -68,6 +68,20 @@ describe('CudaAllocator', function () {
       expect(allocator.backend.memoryInfo().freeBytes).to.equal(free0);
     });
 
+    it('maps pages of segmentPageBytes, one physical allocation each, and refuses a size that is not a power-of-two multiple of the granularity', () => {
+      using allocator = make({ segmentPageBytes: '16MiB' });
+      expect(allocator.backend.pageMapping!.pageBytes).to.equal(16 * MiB);
+      const driver = allocator.backend.driver;
+      const calls = driver.callCount;
+      const ptr = allocator.allocate(20 * MiB);
+      expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(32 * MiB);
+      // cuMemAddressReserve, then per page cuMemCreate and cuMemMap, then one cuMemSetAccess
+      expect(driver.callCount - calls).to.equal(1 + 2 * 2 + 1);
+      allocator.free(ptr);
+      expect(() => cuda({ segmentPageBytes: '20MiB' })).to.throw(InvalidArgumentError, /options\.segmentPageBytes/);
+      expect(() => cuda({ segmentPageBytes: 1 << 20 })).to.throw(InvalidArgumentError, /at least 2 MiB/);
+    });
+
     it('gives back every page when the device runs out partway through growing a segment, and reports OutOfMemoryError', function () {
       const hooks = needHooks(this, lib);
       hooks.setCapacity(16 * MiB);
@@ -234,6 +248,38 @@ describe('CudaAllocator', function () {
       expect(allocator.memoryStats()['reserved_bytes.all.current']).to.be.greaterThan(0);
       expect(() => allocator.allocate(Math.floor(capacity * 0.6))).to.throw(OutOfMemoryError, /budget/);
       storage.release();
+    });
+
+    it('serves two devices from one runtime, each allocation on its own device, switching contexts only between devices', async function () {
+      await using rt = await createRuntime({ plugins: [cuda({ libcuda: lib.path, expandableSegments: false })] });
+      const a0 = rt.allocator('cuda:0') as CudaAllocator;
+      let a1: CudaAllocator;
+      try {
+        a1 = rt.allocator('cuda:1') as CudaAllocator;
+      } catch (error) {
+        if (!(error instanceof BackendUnavailableError)) throw error;
+        console.log('    skipped: the driver has one device');
+        return this.skip();
+      }
+      const free0 = a0.backend.memoryInfo().freeBytes;
+      const free1 = a1.backend.memoryInfo().freeBytes;
+      const driver = a0.backend.driver;
+      const calls = driver.callCount;
+      // Each over 10 MiB: a segment of its own, one cuMemAlloc_v2 each.
+      const p0 = a0.allocate(12 * MiB);
+      const p1 = a1.allocate(14 * MiB);
+      const q0 = a0.allocate(16 * MiB);
+      expect(driver.callCount - calls, 'three cuMemAlloc_v2 and a context switch before each device\'s turn').to.equal(6);
+      const again = driver.callCount;
+      const r0 = a0.allocate(18 * MiB);
+      expect(driver.callCount - again, 'no switch while the same device allocates again').to.equal(1);
+      expect(free0 - a0.backend.memoryInfo().freeBytes).to.equal(a0.memoryStats()['reserved_bytes.all.current']);
+      expect(free1 - a1.backend.memoryInfo().freeBytes).to.equal(a1.memoryStats()['reserved_bytes.all.current']);
+      const s1 = a1.createStream();
+      expect(() => a0.allocate(16, { stream: s1 })).to.throw(InvalidArgumentError, /stream/);
+      expect(() => a0.streamOf(s1)).to.throw(InvalidArgumentError, /is a stream of cuda:1/);
+      for (const p of [p0, q0, r0]) a0.free(p);
+      a1.free(p1);
     });
 
     it('refuses a device index the driver does not have, saying which exist', async () => {

@@ -3,6 +3,7 @@ import type { CudaContext, CudaDriver, CudaEvent } from '../driver/CudaDriver.js
 import { isCudaError } from '../driver/CudaError.js';
 import { CudaDeviceAttribute } from '../driver/CudaResult.js';
 import { CudaPageMapping } from './CudaPageMapping.js';
+import { CudaCurrentContext } from './CudaCurrentContext.js';
 import type { CudaStreams } from './CudaStreams.js';
 
 export interface CudaMemoryBackendOptions {
@@ -11,6 +12,8 @@ export interface CudaMemoryBackendOptions {
   readonly device: Device;
   /** The stream table shared by the driver's devices. */
   readonly streams: CudaStreams;
+  /** Which context is current on the JavaScript thread, shared by the driver's devices. Default: one of its own. */
+  readonly currentContext?: CudaCurrentContext;
   /**
    * Offer page mapping (expandable segments) on the virtual memory management calls. Default: when the device
    * supports them (CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED).
@@ -18,6 +21,8 @@ export interface CudaMemoryBackendOptions {
   readonly pageMapping?: boolean;
   /** Expandable segments' pages are exportable to other processes (see CudaPageMappingOptions). Default true. */
   readonly shareableSegments?: boolean;
+  /** Bytes per page of expandable segments (see CudaPageMappingOptions.pageBytes). Default the driver's granularity. */
+  readonly segmentPageBytes?: number;
 }
 
 /** An event of the engine's: a pooled driver event recorded on a stream; `cu` goes back to the pool once complete. */
@@ -56,6 +61,7 @@ export class CudaMemoryBackend implements MemoryBackend<bigint> {
   readonly cuDevice: number;
   readonly context: CudaContext;
   readonly streams: CudaStreams;
+  readonly currentContext: CudaCurrentContext;
   readonly #eventPool: CudaEvent[] = [];
   #disposed = false;
 
@@ -64,13 +70,14 @@ export class CudaMemoryBackend implements MemoryBackend<bigint> {
     this.driver = options.driver;
     this.device = options.device;
     this.streams = options.streams;
+    this.currentContext = options.currentContext ?? new CudaCurrentContext(this.driver);
     this.cuDevice = this.driver.device(this.device.index);
     this.context = this.driver.retainPrimaryContext(this.cuDevice);
     try {
       this.enter();
       this.capacityBytes = this.driver.deviceTotalBytes(this.cuDevice);
       const vmm = options.pageMapping ?? this.driver.deviceAttribute(this.cuDevice, CudaDeviceAttribute.VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) === 1;
-      this.cudaPageMapping = vmm ? new CudaPageMapping(this, { shareable: options.shareableSegments ?? true }) : undefined;
+      this.cudaPageMapping = vmm ? new CudaPageMapping(this, { shareable: options.shareableSegments ?? true, ...(options.segmentPageBytes === undefined ? {} : { pageBytes: options.segmentPageBytes }) }) : undefined;
       this.pageMapping = this.cudaPageMapping;
     } catch (error) {
       this.driver.releasePrimaryContext(this.cuDevice);
@@ -78,9 +85,9 @@ export class CudaMemoryBackend implements MemoryBackend<bigint> {
     }
   }
 
-  /** Makes this device's primary context current on the JavaScript thread. */
+  /** Makes this device's primary context current on the JavaScript thread (Note [One current context]). */
   enter(): void {
-    this.driver.setCurrentContext(this.context);
+    this.currentContext.use(this.context);
   }
 
   malloc(byteLength: number): MemoryBlock<bigint> | null {
@@ -161,6 +168,7 @@ export class CudaMemoryBackend implements MemoryBackend<bigint> {
     this.enter();
     this.streams.destroyAll(this.device.index);
     for (const cu of this.#eventPool.splice(0)) this.driver.eventDestroy(cu);
+    this.currentContext.forget(); // the context may be destroyed with its last release
     this.driver.releasePrimaryContext(this.cuDevice);
   }
 

@@ -1,4 +1,5 @@
 import type { MemoryBlock, PageMapping } from '@stowage/core';
+import { InvalidArgumentError } from '@stowage/core';
 import type { CudaDriver, CudaMemHandle } from '../driver/CudaDriver.js';
 import { isCudaError } from '../driver/CudaError.js';
 
@@ -16,6 +17,12 @@ export interface CudaPageMappingOptions {
    * segments can be sent to another process (Note [Sharing expandable segments] in CudaIpc.ts). Default true.
    */
   readonly shareable?: boolean;
+  /**
+   * Bytes per page: each is one physical allocation, mapped and returned whole. A multiple of the driver's
+   * granularity (2 MiB); default the granularity. Larger pages make fewer driver calls and return memory in larger
+   * pieces (PyTorch's expandable segments map 20 MiB at a time in the large pool).
+   */
+  readonly pageBytes?: number;
 }
 
 /**
@@ -41,7 +48,12 @@ export class CudaPageMapping implements PageMapping<bigint> {
     this.#device = device;
     this.shareable = options.shareable ?? true;
     device.enter();
-    this.pageBytes = device.driver.memGetAllocationGranularity(device.cuDevice);
+    const granularity = device.driver.memGetAllocationGranularity(device.cuDevice);
+    const pageBytes = options.pageBytes ?? granularity;
+    if (!Number.isSafeInteger(pageBytes) || pageBytes <= 0 || pageBytes % granularity !== 0 || (pageBytes & (pageBytes - 1)) !== 0) {
+      throw new InvalidArgumentError('pageBytes', pageBytes, `a power-of-two multiple of the driver's allocation granularity (${granularity} bytes)`);
+    }
+    this.pageBytes = pageBytes;
   }
 
   reserve(byteLength: number): MemoryBlock<bigint> | null {
