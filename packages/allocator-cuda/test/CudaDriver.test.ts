@@ -232,6 +232,20 @@ describe('CudaDriver', function () {
       driver.streamDestroy(stream);
     });
 
+    it('finds a stream idle as soon as the event recorded last on it has completed, every time', function () {
+      const stream = driver.streamCreate(1);
+      const event = driver.eventCreate(2);
+      let busy = 0;
+      for (let i = 0; i < 500; i++) {
+        driver.eventRecord(event, stream);
+        driver.eventSynchronize(event);
+        if (!driver.streamQuery(stream)) busy++;
+      }
+      expect(busy, 'queries that found the stream busy after its last event completed').to.equal(0);
+      driver.eventDestroy(event);
+      driver.streamDestroy(stream);
+    });
+
     it('turns a destroyed stream or event into CUDA_ERROR_INVALID_HANDLE', function () {
       hooks(this); // the real driver's behaviour on a destroyed handle is undefined
       const stream = driver.streamCreate();

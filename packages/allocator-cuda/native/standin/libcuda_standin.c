@@ -1331,6 +1331,15 @@ static void *stream_worker(void *arg) {
     struct op *o = s->head;
     s->head = o->next;
     if (s->head == NULL) s->tail = NULL;
+    if (o->kind == OP_RECORD) {
+      /* Completed under the stream's lock, so that a query of the stream after the event completed finds it idle
+         when nothing followed the record, as on the driver. (Lock order: stream, then event; nothing takes them
+         the other way round.) */
+      run_op(o);
+      free(o);
+      pthread_cond_broadcast(&s->changed);
+      continue;
+    }
     s->running = 1;
     pthread_mutex_unlock(&s->lock);
     run_op(o);
