@@ -1,7 +1,6 @@
 import { expect } from 'chai';
 import type { Runtime } from '@stowage/core';
-import { CudaDriver, DEFAULT_LIBCUDA_PATHS } from '@stowage/allocator-cuda';
-import { buildStandIn } from '@stowage/allocator-cuda/testing';
+import { testLibcuda } from '@stowage/allocator-cuda/testing';
 
 export { deviceOrSkip } from '@stowage/allocator-webgpu/testing';
 
@@ -25,14 +24,8 @@ export async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
  * Skips the calling test or hook, saying why, only when none can be had.
  */
 export function libcudaOrSkip(context: Mocha.Context): string {
-  const chosen = process.env['STOWAGE_LIBCUDA'];
-  if (chosen !== undefined && chosen !== '') return chosen;
-  try {
-    return CudaDriver.open({ paths: DEFAULT_LIBCUDA_PATHS }).path;
-  } catch {
-    const build = buildStandIn();
-    if (build.path !== null) return build.path;
-    console.log(`    skipped: no libcuda could be loaded, and the stand-in could not be built: ${build.reason}`);
-    return context.skip();
-  }
+  const lib = testLibcuda();
+  if (typeof lib !== 'string') return lib.path;
+  console.log(`    skipped: ${lib}`);
+  return context.skip();
 }

@@ -22,17 +22,15 @@ import { findTraceRoot, listTraces, readPytorchReference, readTraceFile, replayT
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 import type { CudaAllocator, CudaDriver } from '@stowage/allocator-cuda';
 import { createCudaAllocator } from '@stowage/allocator-cuda';
-import { buildStandIn, StandInHooks } from '@stowage/allocator-cuda/testing';
+import { StandInHooks, testLibcuda } from '@stowage/allocator-cuda/testing';
 import { BenchReporter, median, runBench, timePerCall } from '@stowage/bench-kit';
 
 const GiB = 2 ** 30;
 
 function libcudaPath(): string {
-  const chosen = process.env['STOWAGE_LIBCUDA'];
-  if (chosen !== undefined && chosen !== '') return chosen;
-  const build = buildStandIn();
-  if (build.path === null) throw new Error(`the stand-in libcuda could not be built: ${build.reason}`);
-  return build.path;
+  const lib = testLibcuda();
+  if (typeof lib === 'string') throw new Error(lib);
+  return lib.path;
 }
 
 /** Accumulates the time spent inside a backend's driver-facing calls (segments and pages). */

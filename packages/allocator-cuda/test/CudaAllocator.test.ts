@@ -1,18 +1,18 @@
 import { expect } from 'chai';
-import { BackendUnavailableError, createRuntime, DataPtr, DeviceError, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
-import { describeAllocatorContract } from '@stowage/core/testing';
+import { BackendUnavailableError, CachingAllocator, createRuntime, DataPtr, DeviceError, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
+import { describeAllocatorContract, VirtualMemoryBackend } from '@stowage/core/testing';
 import type { CudaAllocator } from '@stowage/allocator-cuda';
 import { AllocatorConfError, createCudaAllocator, cuda, CudaError, CudaResult } from '@stowage/allocator-cuda';
-import type { TestLibrary } from './cudaTestLibrary.js';
-import { testLibrary } from './cudaTestLibrary.js';
+import type { TestLibcuda } from '@stowage/allocator-cuda/testing';
+import { testLibcuda } from '@stowage/allocator-cuda/testing';
 
 const MiB = 2 ** 20;
 const GiB = 2 ** 30;
 
-const library = testLibrary();
+const library = testLibcuda();
 
 /** Skips a test that needs the stand-in's hooks (an injected fault, a delayed stream) on a real driver. */
-function needHooks(ctx: Mocha.Context, lib: TestLibrary): NonNullable<TestLibrary['hooks']> {
+function needHooks(ctx: Mocha.Context, lib: TestLibcuda): NonNullable<TestLibcuda['hooks']> {
   if (lib.hooks === null) {
     console.log('    skipped: needs the stand-in libcuda\'s test hooks; running on a real driver');
     ctx.skip();
@@ -115,7 +115,7 @@ describe('CudaAllocator', function () {
      * A reader on a non-blocking stream B is held back 100 ms, then copies `src` into `dst`. Meanwhile `src` is
      * freed on the default stream and the same size allocated and overwritten. Returns what B read.
      */
-    async function readWhileFreed(allocator: CudaAllocator, hooks: NonNullable<TestLibrary['hooks']>, recordStream: boolean): Promise<{ read: Uint8Array; reused: boolean }> {
+    async function readWhileFreed(allocator: CudaAllocator, hooks: NonNullable<TestLibcuda['hooks']>, recordStream: boolean): Promise<{ read: Uint8Array; reused: boolean }> {
       const src = allocator.allocate(MiB);
       allocator.writeBytes(src, filled(MiB, 0xaa));
       const dst = allocator.allocate(MiB);
@@ -173,6 +173,35 @@ describe('CudaAllocator', function () {
       expect(onDefault.address, 'a block cached for stream s is not handed to the default stream').to.not.equal(a.address);
       const onS = allocator.allocate(MiB, { stream: s });
       expect(onS.address).to.equal(a.address);
+    });
+  });
+
+  describe('snapshots', () => {
+    /** The JSON types of an object's keys, as PyTorch's memory visualizer reads them. */
+    function shape(value: object): Record<string, string> {
+      return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, Array.isArray(v) ? 'array' : v === null ? 'null' : typeof v]));
+    }
+
+    it('has the structure of the engine\'s snapshot (PyTorch\'s, checked against a recorded pickle in core), with device addresses and the configuration string', () => {
+      using allocator = make({ allocConf: 'max_split_size_mb:64' });
+      allocator.engine.recordHistory();
+      const a = allocator.allocate(3 * MiB);
+      const b = allocator.allocate(1000);
+      allocator.free(a);
+      const ours = JSON.parse(JSON.stringify(allocator.snapshot())) as Record<string, unknown> & { segments: Record<string, unknown>[]; allocator_settings: Record<string, unknown> };
+      using reference = new CachingAllocator(new VirtualMemoryBackend({ storeData: false }), { maxSplitSize: 64 * MiB });
+      reference.recordHistory();
+      reference.free(reference.allocate(3 * MiB));
+      reference.allocate(1000);
+      const theirs = JSON.parse(JSON.stringify(reference.snapshot())) as typeof ours;
+      expect(Object.keys(ours).sort()).to.deep.equal(Object.keys(theirs).sort());
+      expect(shape(ours.segments[0]!)).to.deep.equal(shape(theirs.segments[0]!));
+      expect(shape((ours.segments[0]!.blocks as object[])[0]!)).to.deep.equal(shape((theirs.segments[0]!.blocks as object[])[0]!));
+      expect(b.address, 'a pointer\'s address is its device address').to.equal(Number(allocator.devicePointer(b)));
+      expect(ours.segments.some((s) => (s.address as number) <= b.address && b.address < (s.address as number) + (s.total_size as number))).to.equal(true);
+      expect(ours.allocator_settings['PYTORCH_CUDA_ALLOC_CONF']).to.equal('max_split_size_mb:64');
+      expect(ours.allocator_settings['max_split_size']).to.equal(64 * MiB);
+      allocator.free(b);
     });
   });
 

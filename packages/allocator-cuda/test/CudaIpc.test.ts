@@ -6,7 +6,7 @@ import { DataPtr, InvalidArgumentError } from '@stowage/core';
 import { patternBytes } from '@stowage/core/testing';
 import type { CudaAllocator, CudaIpcExport } from '@stowage/allocator-cuda';
 import { createCudaAllocator, CudaError } from '@stowage/allocator-cuda';
-import { testLibrary } from './cudaTestLibrary.js';
+import { testLibcuda } from '@stowage/allocator-cuda/testing';
 
 const MiB = 2 ** 20;
 
@@ -43,7 +43,7 @@ function openInChild(libraryPath: string, exported: CudaIpcExport, readSeed: num
 
 describe('CUDA IPC export', function () {
   this.timeout(60_000);
-  const lib = testLibrary();
+  const lib = testLibcuda();
   if (typeof lib === 'string') {
     it('shares memory through a libcuda (skipped: none could be loaded or built)', function () {
       console.log(`    skipped: ${lib}`);

@@ -3,7 +3,7 @@ import { ForeignPointerError } from '@stowage/core';
 import { patternBytes } from '@stowage/core/testing';
 import type { CudaAllocator } from '@stowage/allocator-cuda';
 import { createCudaAllocator } from '@stowage/allocator-cuda';
-import { testLibrary } from './cudaTestLibrary.js';
+import { testLibcuda } from '@stowage/allocator-cuda/testing';
 
 const MiB = 2 ** 20;
 
@@ -13,7 +13,7 @@ function equalBytes(a: Uint8Array, b: Uint8Array): boolean {
 
 describe('CudaPager', function () {
   this.timeout(60_000);
-  const lib = testLibrary();
+  const lib = testLibcuda();
   if (typeof lib === 'string') {
     it('pages through a libcuda (skipped: none could be loaded or built)', function () {
       console.log(`    skipped: ${lib}`);

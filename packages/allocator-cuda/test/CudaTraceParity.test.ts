@@ -4,7 +4,7 @@ import type { CachingAllocatorOptions } from '@stowage/core';
 import { findTraceRoot, listTraces, readPytorchReference, readTraceFile, replayTrace } from '@stowage/core/replay';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 import { createCudaAllocator } from '@stowage/allocator-cuda';
-import { testLibrary } from './cudaTestLibrary.js';
+import { testLibcuda } from '@stowage/allocator-cuda/testing';
 
 const GiB = 2 ** 30;
 
@@ -28,7 +28,7 @@ function figures(stats: Record<string, number>) {
  */
 describe('CudaAllocator parity with the engine on recorded traces', function () {
   this.timeout(300_000);
-  const lib = testLibrary();
+  const lib = testLibcuda();
   const root = findTraceRoot();
   const reference = root ? readPytorchReference(root) : new Map();
   const traces = root ? listTraces(root).filter((t) => reference.get(t.name)?.mustMatch) : [];

@@ -88,5 +88,5 @@ export type { StatisticsAllocatorOptions, StatisticsCounter, StatisticsCounters 
 export { StatisticsAllocator } from './adaptors/StatisticsAllocator.js';
 export type { TrackedAllocation, TrackingAllocatorOptions } from './adaptors/TrackingAllocator.js';
 export { TrackingAllocator } from './adaptors/TrackingAllocator.js';
-export { checkBoolean, checkByteCount, checkCount, checkEnum, checkFunction, checkOptions, checkReturned } from './validation/validate.js';
+export { checkBoolean, checkByteCount, checkCount, checkEnum, checkFunction, checkOptions, checkReturned, nearestName } from './validation/validate.js';
 export { describeValue } from './validation/describeValue.js';

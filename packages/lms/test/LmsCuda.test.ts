@@ -3,25 +3,13 @@ import type { AllocatorStats, Runtime, StorageImpl } from '@stowage/core';
 import { cpu, createRuntime, resolve } from '@stowage/core';
 import { patternBytes } from '@stowage/core/testing';
 import type { CudaAllocator } from '@stowage/allocator-cuda';
-import { cuda, CudaDriver, DEFAULT_LIBCUDA_PATHS } from '@stowage/allocator-cuda';
-import { buildStandIn } from '@stowage/allocator-cuda/testing';
+import { cuda } from '@stowage/allocator-cuda';
+import { testLibcuda } from '@stowage/allocator-cuda/testing';
 import { LMS_CONTROLLER, lms, LmsStorageImpl, PageInPendingError, pin, pinAsync } from '@stowage/lms';
 
 const MiB = 1 << 20;
 /** Four 1 MiB storages fill the budget (one segment per allocation); a fifth reclaims one. */
 const BUDGET = 4 * MiB;
-
-/** STOWAGE_LIBCUDA, a real libcuda, or the stand-in built here; a string says why none can be had. */
-function libcudaPath(): string | { readonly reason: string } {
-  const chosen = process.env['STOWAGE_LIBCUDA'];
-  if (chosen !== undefined && chosen !== '') return chosen;
-  try {
-    return CudaDriver.open({ paths: DEFAULT_LIBCUDA_PATHS }).path;
-  } catch {
-    const build = buildStandIn();
-    return build.path ?? { reason: build.reason };
-  }
-}
 
 function lmsOf(storage: StorageImpl): LmsStorageImpl {
   expect(storage.lms).to.be.instanceOf(LmsStorageImpl);
@@ -39,17 +27,18 @@ async function expectBytes(rt: Runtime, storage: StorageImpl, seed: number): Pro
 
 describe('LMS on CUDA', function () {
   this.timeout(60_000);
-  const path = libcudaPath();
-  if (typeof path !== 'string') {
+  const lib = testLibcuda();
+  if (typeof lib === 'string') {
     it('pages through a libcuda (skipped: none could be loaded or built)', function () {
-      console.log(`    skipped: the stand-in libcuda could not be built: ${path.reason}`);
+      console.log(`    skipped: ${lib}`);
       this.skip();
     });
     return;
   }
+  const path = lib.path;
 
   function lmsRuntime(): Promise<Runtime> {
-    return createRuntime({ plugins: [cpu(), cuda({ libcuda: path as string, limit: BUDGET, segmentSize: (r) => r, splitBlocks: false, expandableSegments: false }), lms({ devices: ['cuda'] })] });
+    return createRuntime({ plugins: [cpu(), cuda({ libcuda: path, limit: BUDGET, segmentSize: (r) => r, splitBlocks: false, expandableSegments: false }), lms({ devices: ['cuda'] })] });
   }
 
   function inactiveStorage(rt: Runtime, seed: number): StorageImpl {

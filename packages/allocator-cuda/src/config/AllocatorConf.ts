@@ -24,6 +24,7 @@
  *   out of bounds in ConfigTokenizer" when it ends right after a value inside the list).
  * An unknown key gets PyTorch's sentence, then " Did you mean '<key>'?" when one key is near.
  */
+import { nearestName } from '@stowage/core';
 import type { NotAppliedKey } from './allocatorConfEngineOptions.js';
 import { notAppliedKeys } from './allocatorConfEngineOptions.js';
 import type { AllocatorConfKey } from './AllocatorConfKey.js';
@@ -124,7 +125,7 @@ export function parseAllocatorConf(text: string): AllocatorConf {
     const written = tokens[i]!;
     const key = ALIASES[written] ?? (ALLOCATOR_CONF_KEYS.includes(written as AllocatorConfKey) ? (written as AllocatorConfKey) : undefined);
     if (key === undefined) {
-      const near = nearestKey(written);
+      const near = nearestName(written.toLowerCase(), ALLOCATOR_CONF_KEYS, 3);
       const hint = near === undefined ? '' : ` Did you mean '${near}'?`;
       throw new AllocatorConfError(written, written, `Unrecognized key '${written}' in CUDA allocator config.${hint}`);
     }
@@ -299,34 +300,6 @@ function sizeMbToBytes(token: string, written: string): number {
 
 function isPowerOfTwo(n: bigint): boolean {
   return n > 0n && (n & (n - 1n)) === 0n;
-}
-
-/** The known key nearest to `key`: the same ignoring case, a prefix either way, or at most 3 edits away. */
-function nearestKey(key: string): AllocatorConfKey | undefined {
-  const lower = key.toLowerCase();
-  let best: AllocatorConfKey | undefined;
-  let bestDistance = 4;
-  for (const known of ALLOCATOR_CONF_KEYS) {
-    const d = lower === known ? 0 : lower.length >= 4 && (known.startsWith(lower) || lower.startsWith(known)) ? 1 : editDistance(lower, known);
-    if (d < bestDistance) {
-      best = known;
-      bestDistance = d;
-    }
-  }
-  return best;
-}
-
-/** Levenshtein distance (short strings only: key names). */
-function editDistance(a: string, b: string): number {
-  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const current = [i];
-    for (let j = 1; j <= b.length; j++) {
-      current[j] = Math.min(previous[j]! + 1, current[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-    }
-    previous = current;
-  }
-  return previous[b.length]!;
 }
 
 /**

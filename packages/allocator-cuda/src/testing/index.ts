@@ -10,3 +10,5 @@ export {
   StandInHooks,
   standInAbiFacts,
 } from './standIn.js';
+export type { TestLibcuda } from './testLibcuda.js';
+export { testLibcuda } from './testLibcuda.js';

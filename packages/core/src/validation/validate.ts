@@ -52,7 +52,7 @@ export function checkOptions<T extends object>(argument: string, value: T | unde
   if (knownKeys) {
     for (const key of Object.keys(value)) {
       if (knownKeys.includes(key) || (value as Record<string, unknown>)[key] === undefined) continue;
-      const near = nearestKey(key, knownKeys);
+      const near = nearestName(key, knownKeys);
       const hint = near === undefined ? '' : ` (did you mean ${near}?)`;
       throw new InvalidArgumentError(`${argument}.${key}`, (value as Record<string, unknown>)[key], `left out: it is not an option here${hint}; known options are ${knownKeys.join(', ')}`);
     }
@@ -88,12 +88,17 @@ export function checkReturned<T>(source: string, value: unknown, isValid: (value
   throw new InvalidArgumentError(`the value ${source} returned`, value, expectation);
 }
 
-/** The known key nearest to `key` (edit distance at most 2, or a case-insensitive prefix), if any. */
-function nearestKey(key: string, knownKeys: readonly string[]): string | undefined {
-  let best: string | undefined;
-  let bestDistance = 3;
-  for (const known of knownKeys) {
-    const d = known.toLowerCase().startsWith(key.toLowerCase()) || key.toLowerCase().startsWith(known.toLowerCase()) ? 1 : editDistance(key, known);
+/**
+ * The known name nearest to `name`, for a "did you mean" hint: a case-insensitive prefix either way, or at most
+ * `maxDistance` edits away (default 2); undefined when none is that near.
+ */
+export function nearestName<K extends string>(name: string, knownNames: readonly K[], maxDistance = 2): K | undefined {
+  const lower = name.toLowerCase();
+  let best: K | undefined;
+  let bestDistance = maxDistance + 1;
+  for (const known of knownNames) {
+    const knownLower = known.toLowerCase();
+    const d = knownLower.startsWith(lower) || lower.startsWith(knownLower) ? 1 : editDistance(name, known);
     if (d < bestDistance) {
       best = known;
       bestDistance = d;
