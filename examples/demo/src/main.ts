@@ -7,6 +7,9 @@ import { cpu, createRuntime, formatBytes, hostBytes, isStowageError, StatisticsA
 import { arena } from '@stowage/example-arena-allocator';
 import type { WebGpuAllocator, WebGpuContext } from '@stowage/allocator-webgpu';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
+import type { CudaAllocator } from '@stowage/allocator-cuda';
+import { cuda } from '@stowage/allocator-cuda';
+import { testLibcuda } from '@stowage/allocator-cuda/testing';
 
 /** The demo: compose a runtime, make tensors, views and reshapes, and print what memory they use. */
 async function main(): Promise<void> {
@@ -17,11 +20,14 @@ async function main(): Promise<void> {
   } catch (error) {
     gpu = (error as Error).message;
   }
+  // CUDA on a real libcuda when one loads, else on the stand-in libcuda built from C (memory calls, no kernels).
+  const libcuda = testLibcuda();
   const plugins = [
     cpu({ limit: '1GiB' }),
     wrapAllocators('cpu', (a) => new StatisticsAllocator(a)),
     arena({ capacity: '16MiB' }),
     ...(typeof gpu === 'string' ? [] : [webgpu({ device: gpu.device, limit: '256MiB' })]),
+    ...(typeof libcuda === 'string' ? [] : [cuda({ libcuda: libcuda.path, limit: '256MiB', allocConf: '' })]),
   ];
   await using rt = await createRuntime({ plugins });
   console.log(`Stowage demo — Node ${process.version}`);
@@ -51,7 +57,7 @@ async function main(): Promise<void> {
   console.log(`shared storage: ${formatBytes(shared.byteLength)} on ${(shared.data().handle as object).constructor.name}, first bytes ${[...(await rt.read(shared)).slice(0, 4)]}`);
 
   console.log('\nBad input gets a typed error:');
-  for (const attempt of [() => rt.storage(-1), () => x.view([5, 5]), () => rt.storage(8, { device: 'cuda:0' }), () => rt.storage(32 << 20, { device: 'arena' })]) {
+  for (const attempt of [() => rt.storage(-1), () => x.view([5, 5]), () => rt.storage(8, { device: 'cuda:7' }), () => rt.storage(32 << 20, { device: 'arena' })]) {
     try {
       attempt();
     } catch (error) {
@@ -85,6 +91,8 @@ async function main(): Promise<void> {
 
   if (typeof gpu === 'string') console.log(`\nWebGPU: skipped — ${gpu}`);
   else await webGpuSection(rt, gpu);
+  if (typeof libcuda === 'string') console.log(`\nCUDA: skipped — ${libcuda}`);
+  else await cudaSection(rt, libcuda.hooks === null ? 'the CUDA driver' : 'the stand-in libcuda (no GPU here)');
 
   console.log('\nMemory summary:');
   console.log(rt.memorySummary());
@@ -108,6 +116,30 @@ async function webGpuSection(rt: Runtime, gpu: WebGpuContext): Promise<void> {
   );
   for (let i = 0; i < 100; i++) rt.storage(4096 + 512 * (i % 7), { device: 'webgpu' }).release();
   console.log(`  100 more allocations and frees: createBuffer calls ${allocator.backend.createdBuffers}`);
+}
+
+/** Tensors in CUDA device memory: an expandable segment growing by pages, the driver calls made, an OOM message. */
+async function cudaSection(rt: Runtime, driverName: string): Promise<void> {
+  const allocator = rt.allocator('cuda:0') as CudaAllocator;
+  const driver = allocator.backend.driver;
+  console.log(`\nCUDA on ${driverName}, ${driver.deviceName(allocator.backend.cuDevice)}:`);
+  const calls = driver.callCount;
+  const t = rt.tensor([512, 512], { dtype: 'float32', device: 'cuda:0' });
+  rt.write(t.storage, new Float32Array(512 * 512).map((_, i) => i / 2));
+  const values = new Float32Array((await rt.read(t.storage)).buffer);
+  console.log(`  ${String(t)} at device address 0x${allocator.devicePointer(t.storage.data()).toString(16)}: first elements ${[...values.slice(0, 4)].join(', ')}`);
+  const storages = Array.from({ length: 20 }, (_, i) => rt.storage((i + 1) << 20, { device: 'cuda:0' }));
+  const segments = allocator.snapshot().segments;
+  console.log(
+    `  21 storages in ${segments.length} expandable segment (${formatBytes(allocator.memoryStats()['reserved_bytes.all.current'])} mapped in ${formatBytes(allocator.backend.pageMapping!.pageBytes)} pages): ${driver.callCount - calls} driver calls`,
+  );
+  for (const s of storages) s.release();
+  try {
+    rt.storage(300 << 20, { device: 'cuda:0' });
+  } catch (error) {
+    if (!isStowageError(error)) throw error;
+    console.log(`  ${error.code}: ${error.message}`);
+  }
 }
 
 function fill(t: TensorImpl, value: (i: number) => number): void {
