@@ -76,14 +76,6 @@ export class CudaAllocator extends ForwardingAllocator {
     return this.backend.streams.handle(stream);
   }
 
-  /**
-   * Says that code outside Stowage made another context current on the JavaScript thread: the allocator's next
-   * driver call makes its device's context current again (Note [One current context]).
-   */
-  contextChanged(): void {
-    this.backend.currentContext.forget();
-  }
-
   /** The device address of a live pointer's first byte, for a kernel's arguments. */
   devicePointer(ptr: DataPtr): bigint {
     if (!(ptr instanceof DataPtrClass) || !this.owns(ptr)) throw new InvalidArgumentError('ptr', ptr, `a live DataPtr of ${this.backend.device.type}:${this.backend.device.index}'s allocator`);

@@ -2,7 +2,6 @@ import type { DependencyContainer } from 'tsyringe';
 import type { CachingAllocatorOptions, DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin } from '@stowage/core';
 import { AllocatorFactory, BackendUnavailableError, checkBoolean, createDeviceAllocator, InvalidArgumentError, parseBytes, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
 import { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
-import { CudaCurrentContext } from './backend/CudaCurrentContext.js';
 import { CudaStreams } from './backend/CudaStreams.js';
 import { CudaAllocator } from './CudaAllocator.js';
 import type { AllocatorConf } from './config/AllocatorConf.js';
@@ -107,7 +106,6 @@ export function openCudaDriver(options: Pick<CudaOptions, 'libcuda'> = {}): Open
  */
 function cudaDevice(opened: OpenedCudaDriver, allocConf: string | undefined): DeviceAllocatorSpec<CudaOptions, CudaDeviceOption, CudaAllocator> {
   const streams = new CudaStreams(opened.driver);
-  const currentContext = new CudaCurrentContext(opened.driver);
   const configured = confEngineOptions(allocConf);
   return {
     ...CUDA_OPTIONS,
@@ -117,7 +115,6 @@ function cudaDevice(opened: OpenedCudaDriver, allocConf: string | undefined): De
         driver: opened.driver,
         device,
         streams,
-        currentContext,
         ...(own.shareableSegments === undefined ? {} : { shareableSegments: own.shareableSegments }),
         ...(own.segmentPageBytes === undefined ? {} : { segmentPageBytes: pageBytesOf(own.segmentPageBytes) }),
       });

@@ -28,4 +28,3 @@ export type { CudaIpcExport, CudaLegacyIpcExport, CudaShareableIpcExport } from 
 export type { CudaPageMappingOptions } from './backend/CudaPageMapping.js';
 export { CudaPageMapping } from './backend/CudaPageMapping.js';
 export { CudaPager } from './backend/CudaPager.js';
-export { CudaCurrentContext } from './backend/CudaCurrentContext.js';

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { ForeignPointerError } from '@stowage/core';
+import { BackendUnavailableError, ForeignPointerError } from '@stowage/core';
 import { patternBytes } from '@stowage/core/testing';
 import type { CudaAllocator } from '@stowage/allocator-cuda';
 import { createCudaAllocator } from '@stowage/allocator-cuda';
@@ -59,6 +59,29 @@ describe('CudaPager', function () {
     allocator.writeBytes(next, new Uint8Array(MiB).fill(0xee));
     expect(equalBytes(await out.done, pattern)).to.equal(true);
     allocator.free(next);
+  });
+
+  it('pages on each device in that device\'s context, whichever device made the last call', async function () {
+    using a0 = make();
+    let a1: CudaAllocator;
+    try {
+      a1 = createCudaAllocator({ libcuda: lib.path, expandableSegments: false }, 1);
+    } catch (error) {
+      if (!(error instanceof BackendUnavailableError)) throw error;
+      console.log('    skipped: the driver has one device');
+      return this.skip();
+    }
+    using _a1 = a1;
+    for (const seed of [8, 9]) {
+      const p1 = a1.allocate(MiB);
+      a1.writeBytes(p1, patternBytes(MiB, seed));
+      const p0 = a0.allocate(MiB);
+      a0.backend.enter(); // device 0's context is current now, as after any call of a0's
+      const out = a1.cudaPager.pageOut(p1);
+      a1.free(p1);
+      expect(equalBytes(await out.done, patternBytes(MiB, seed))).to.equal(true);
+      a0.free(p0);
+    }
   });
 
   it('refuses to page out a pointer its allocator does not own, queuing nothing', () => {

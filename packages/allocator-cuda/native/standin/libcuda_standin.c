@@ -1541,6 +1541,10 @@ CUresult CUDAAPI cuEventRecord(CUevent hEvent, CUstream hStream) {
   ENTER("cuEventRecord");
   if (!valid_event(hEvent)) return CUDA_ERROR_INVALID_HANDLE;
   if (hStream != NULL && !valid_stream(hStream)) return CUDA_ERROR_INVALID_HANDLE;
+  /* The event and the stream must belong to one context (the NULL stream: the current context's), as the driver
+     requires; an event imported from another process is recorded where it was opened. */
+  if (hStream != NULL ? hStream->device != hEvent->device : t_current != NULL && t_current->device != hEvent->device)
+    return CUDA_ERROR_INVALID_HANDLE;
   pthread_mutex_lock(&hEvent->state->lock);
   uint64_t generation = ++hEvent->state->recorded;
   pthread_mutex_unlock(&hEvent->state->lock);

@@ -83,6 +83,7 @@ export class CudaPager implements Pager {
 
   pageOut(src: DataPtr): PageOut {
     const out = new CudaPageOut(src.byteLength);
+    this.#backend.enter(); // events and staging belong to this device's context
     const side = this.#sideStream();
     // First, as it checks the pointer: once the copy is queued, its staging buffer must not go back to the pool
     // before the copy has run.
@@ -105,6 +106,7 @@ export class CudaPager implements Pager {
   }
 
   pageIn(bytes: Uint8Array, dst: DataPtr): void {
+    this.#backend.enter();
     const staging = this.#pinned.take(bytes.byteLength);
     staging.bytes.set(bytes);
     const side = this.#sideStream();
@@ -138,7 +140,6 @@ export class CudaPager implements Pager {
 
   #sideStream(): StreamId {
     if (this.#stream === null) {
-      this.#backend.enter();
       this.#stream = this.#backend.streams.create(this.#backend.device.index, true);
     }
     return this.#stream;
