@@ -1,17 +1,20 @@
 // The CUDA allocator's benchmark (issue: allocator-cuda). On every trace under ../shared/traces that replays on one
-// stream without running out of memory, side by side in one run:
-// - "engine (virtual)": the caching engine on core's VirtualMemoryBackend, PyTorch preset: the baseline for the
-//   allocator's own cost;
-// - "cuda pytorch" and "cuda best": the CUDA allocator on the stand-in libcuda (or STOWAGE_LIBCUDA: a real driver),
-//   PyTorch preset and Stowage's default (expandable segments on the virtual memory calls);
+// stream without running out of memory, side by side in one run, each replay the median of three on fresh
+// allocators (cache-cold):
+// - "engine (virtual) pytorch|best": the caching engine on core's VirtualMemoryBackend in each preset: the baseline
+//   for the allocator's own cost;
+// - "cuda pytorch", "cuda best" and two variants of best (no eager unmapping; 16 MiB pages): the CUDA allocator on
+//   the stand-in libcuda (or a real driver: STOWAGE_LIBCUDA, or one found), best with unshareable pages (on the
+//   stand-in a shareable page holds a file descriptor);
 // - "raw cuMemAlloc": every allocation a cuMemAlloc_v2, every free a cuMemFree_v2 (no caching).
-// One JSON line per (trace, allocator): pairsPerSec, nsPerPair (cold: one replay from an empty cache, driver calls
-// included), driverNsPerPair (time inside the backend's driver calls), ownNsPerPair (the rest: the allocator's own
-// cost), ownVsEngine (ownNsPerPair over the virtual engine's nsPerPair: target ≤ 2), driverCalls, pytorchDriverCalls
-// (PyTorch's cudaMalloc/cudaFree and map calls: its segments as the traces' README counts them, which includes those
-// reserved before recording began, plus the trace's segment_free/map/unmap events), callsVsPytorch
-// (target ≤ 1), reservedOverAllocated (peak reserved over peak allocated). Then a summary line per allocator
-// (geometric means) and the FFI cost of one call. Run: pnpm bench:cuda [--quick]
+// One JSON line per (trace, allocator): pairsPerSec and nsPerPair (driver calls included), driverNsPerPair (time inside
+// the backend's segment and page calls), ownNsPerPair (the rest), ownVsEngine (ownNsPerPair over the virtual engine's
+// nsPerPair in the same preset: target ≤ 2), driverCalls (all), memoryCalls (without cuCtxSetCurrent, made before
+// each call group as PyTorch's device guard is), pytorchDriverCalls (PyTorch's cudaMalloc/cudaFree and map calls: its
+// segments as the traces' README counts them, including those reserved before recording began, plus the trace's
+// segment_free/map/unmap events), callsVsPytorch (memoryCalls over pytorchDriverCalls: target ≤ 1),
+// reservedOverAllocated (peak reserved over peak allocated). Then a summary line per allocator (geometric means and
+// worst cases) and the FFI cost of one call. Run: pnpm bench:cuda [--quick] [--trace <substring>]
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 
@@ -63,12 +66,26 @@ interface Row {
   readonly nsPerPair: number;
   readonly driverNsPerPair: number;
   readonly driverCalls: number | undefined;
+  /** cuCtxSetCurrent calls among driverCalls: one before each call group, as PyTorch's device guard (not in its trace). */
+  readonly contextCalls: number;
   readonly peakReserved: number;
   readonly peakAllocated: number;
 }
 
+/** Counts the driver's cuCtxSetCurrent calls from now on (PyTorch's trace counts only memory calls). */
+function countContextSwitches(driver: CudaDriver): () => number {
+  let switches = 0;
+  const set = driver.setCurrentContext.bind(driver);
+  driver.setCurrentContext = (context) => {
+    switches++;
+    set(context);
+  };
+  return () => switches;
+}
+
 /** Replays `events` through `allocator` once, cold; `pairs` alloc+free pairs. */
 function replayRow(name: string, allocator: Allocator, events: readonly TraceEvent[], clock: DriverClock, driver: CudaDriver | null): Row & { failed: boolean } {
+  const switches = driver === null ? () => 0 : countContextSwitches(driver);
   const calls0 = driver?.callCount ?? 0;
   const result = replayTrace(allocator, events);
   const stats = allocator.memoryStats();
@@ -79,6 +96,7 @@ function replayRow(name: string, allocator: Allocator, events: readonly TraceEve
     nsPerPair: (result.seconds * 1e9) / pairs,
     driverNsPerPair: clock.ns / pairs,
     driverCalls: driver === null ? undefined : driver.callCount - calls0,
+    contextCalls: switches(),
     peakReserved: stats['reserved_bytes.all.peak'],
     peakAllocated: stats['allocated_bytes.all.peak'],
   };
@@ -110,7 +128,7 @@ function rawRow(cuda: CudaAllocator, events: readonly TraceEvent[]): Row {
   }
   const ns = Number(process.hrtime.bigint() - start);
   for (const ptr of live.values()) driver.memFree(ptr);
-  return { allocator: 'raw cuMemAlloc', nsPerPair: ns / Math.max(1, pairs), driverNsPerPair: ns / Math.max(1, pairs), driverCalls: driver.callCount - calls0, peakReserved: peak, peakAllocated: peak };
+  return { allocator: 'raw cuMemAlloc', nsPerPair: ns / Math.max(1, pairs), driverNsPerPair: ns / Math.max(1, pairs), driverCalls: driver.callCount - calls0, contextCalls: 0, peakReserved: peak, peakAllocated: peak };
 }
 
 /** The replay of median time among three, each on a fresh allocator (cache-cold, after the first warms the JIT). */
@@ -208,8 +226,9 @@ async function main(): Promise<void> {
         ownNsPerPair: round(ownNs),
         ownVsEngine: round(ownNs / row.baseline.nsPerPair, 2),
         driverCalls: row.driverCalls ?? null,
+        memoryCalls: row.driverCalls === undefined ? null : row.driverCalls - row.contextCalls,
         pytorchDriverCalls,
-        callsVsPytorch: row.driverCalls === undefined ? null : round(row.driverCalls / Math.max(1, pytorchDriverCalls), 3),
+        callsVsPytorch: row.driverCalls === undefined ? null : round((row.driverCalls - row.contextCalls) / Math.max(1, pytorchDriverCalls), 3),
         reservedOverAllocated: round(row.peakReserved / Math.max(1, row.peakAllocated), 4),
       };
       reporter.emit(record);
