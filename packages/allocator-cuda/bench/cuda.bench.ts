@@ -166,6 +166,8 @@ async function main(): Promise<void> {
   ];
   const own: Record<string, number[]> = {};
   const callRatios: Record<string, number[]> = {};
+  /** Over the traces whose README figures a cold replay reproduces ("must match"): the comparable ones. */
+  const mustMatchCallRatios: Record<string, number[]> = {};
   for (const trace of traces) {
     reporter.task(trace.name);
     const events = await readTraceFile(trace);
@@ -218,6 +220,7 @@ async function main(): Promise<void> {
         preset: row.allocator === 'raw cuMemAlloc' ? null : row.allocator.endsWith('pytorch') ? 'pytorch' : 'best',
         scenario: 'trace',
         trace: trace.name,
+        mustMatch: reference.get(trace.name)?.mustMatch === true,
         allocator: row.allocator,
         pairs: summary.allocs,
         pairsPerSec: round(1e9 / row.nsPerPair, 0),
@@ -228,13 +231,15 @@ async function main(): Promise<void> {
         driverCalls: row.driverCalls ?? null,
         memoryCalls: row.driverCalls === undefined ? null : row.driverCalls - row.contextCalls,
         pytorchDriverCalls,
-        callsVsPytorch: row.driverCalls === undefined ? null : round((row.driverCalls - row.contextCalls) / Math.max(1, pytorchDriverCalls), 3),
+        // Traces without segment events (static planners, zdevito_*) say nothing of PyTorch's calls.
+        callsVsPytorch: row.driverCalls === undefined || pytorchDriverCalls === 0 ? null : round((row.driverCalls - row.contextCalls) / pytorchDriverCalls, 3),
         reservedOverAllocated: round(row.peakReserved / Math.max(1, row.peakAllocated), 4),
       };
       reporter.emit(record);
       if (!row.allocator.startsWith('engine') && row.allocator !== 'raw cuMemAlloc') {
         (own[row.allocator] ??= []).push(Math.max(1e-3, record.ownVsEngine));
         if (record.callsVsPytorch !== null) (callRatios[row.allocator] ??= []).push(Math.max(1e-3, record.callsVsPytorch));
+        if (record.callsVsPytorch !== null && record.mustMatch) (mustMatchCallRatios[row.allocator] ??= []).push(Math.max(1e-3, record.callsVsPytorch));
       }
     }
     reporter.step();
@@ -250,6 +255,8 @@ async function main(): Promise<void> {
       worstOwnVsEngine: round(Math.max(...own[name]!), 2),
       geomeanCallsVsPytorch: round(geomean(callRatios[name] ?? []), 3),
       worstCallsVsPytorch: round(Math.max(...(callRatios[name] ?? [Number.NaN])), 3),
+      mustMatchTraces: mustMatchCallRatios[name]?.length ?? 0,
+      mustMatchWorstCallsVsPytorch: round(Math.max(...(mustMatchCallRatios[name] ?? [Number.NaN])), 3),
     });
   }
   const probe = createCudaAllocator({ libcuda: path, allocConf: '' });

@@ -3,7 +3,7 @@ import 'reflect-metadata';
 import type { Runtime, StorageImpl } from '@stowage/core';
 import { createRuntime, formatBytes, resolve } from '@stowage/core';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
-import { ALLOC_SOURCES, LMS_CONTROLLER, lms, PageInPendingError, pin, pinAsync, SPECULATION_STAT_KEYS } from '@stowage/lms';
+import { ALLOC_SOURCES, LMS_CONTROLLER, lms, LmsStorageImpl, PageInPendingError, pin, pinAsync, SPECULATION_STAT_KEYS } from '@stowage/lms';
 import type { LmsBrowserCheckReport, LmsCheckId, LmsCheckResult } from './LmsBrowserCheckReport.js';
 import { patternBytes } from '@stowage/core/testing';
 
@@ -229,16 +229,20 @@ async function checkSpeculation(device: GPUDevice, log: CheckLog): Promise<void>
   const iterations = 6;
   for (let iteration = 0; iteration < iterations; iteration++) {
     for (const [k, storage] of storages.entries()) {
-      using _op = await pinAsync(storage);
-      rt.write(storage, patternBytes(bytes, 10 * iteration + k));
-      await device.queue.onSubmittedWorkDone();
+      {
+        using _op = await pinAsync(storage);
+        rt.write(storage, patternBytes(bytes, 10 * iteration + k));
+        await device.queue.onSubmittedWorkDone();
+      }
+      await hostCopiesSettled(storages);
     }
     controller.endIteration();
     counts.push({ ...statsOf(rt) });
   }
-  // When a page-out's bytes reach the host (mapAsync) varies from run to run, and a prefetch waits for them, so
-  // what is reclaimed can differ by a storage from one iteration to the next: a reclaim may then have to copy (the
-  // CPU tests, which are deterministic, hold recall and precision at 1). Here: speculation acts, and recall is noted.
+  // When a page-out's bytes reach the host (mapAsync) varies with the machine's load, and a prefetch needs them: an
+  // operation that started before they arrived decided otherwise, and the learned iteration no longer repeated (this
+  // check failed one run in two on a loaded machine). The loop lets every copy in flight land after each operation
+  // (a program that waits for its transfers), so that each iteration decides as the last did. Recall is noted.
   const total = (key: string): number => (counts[iterations - 1]![key] ?? 0) - (counts[2]![key] ?? 0);
   const hits = total('speculative_hits');
   const misses = total('speculative_misses');
@@ -265,6 +269,12 @@ function inactiveStorage(rt: Runtime, bytes: number, seed: number): StorageImpl 
   rt.write(storage, patternBytes(bytes, seed));
   pin(storage).release();
   return storage;
+}
+
+/** Resolves once no storage's host copy is still on its way (a page-out or speculative page-out mapping). */
+async function hostCopiesSettled(storages: readonly StorageImpl[]): Promise<void> {
+  const inFlight = (): boolean => storages.some((s) => s.lms instanceof LmsStorageImpl && s.lms.hasHostCopy && !s.lms.hostCopyReady);
+  while (inFlight()) await new Promise((resolve) => setTimeout(resolve, 1));
 }
 
 function statsOf(rt: Runtime): Partial<Record<string, number>> {

@@ -175,6 +175,26 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
     });
   }
 
+  readHostCopy(): Promise<Uint8Array> | null {
+    const host = this.#host;
+    if (this.#state !== 'reclaimed' || host === null) return null;
+    // The host copy never changes once set (a later write drops it, not changes it): the bytes as of this call.
+    if (host.bytes !== null) return Promise.resolve(host.bytes.slice());
+    const stats = this.lmsDevice.stats;
+    const start = performance.now();
+    const byteLength = this.storage.byteLength;
+    return host.done.then(
+      (bytes) => {
+        stats.waitMs += performance.now() - start;
+        return bytes.slice();
+      },
+      (error: unknown) => {
+        const reason = error instanceof Error ? error.message : String(error);
+        throw new DeviceError(`Cannot read a reclaimed ${byteLength}-byte storage: its page-out failed (${reason}), so its bytes are lost.`, { cause: error });
+      },
+    );
+  }
+
   release(): void {
     if (this.#released) return;
     this.#released = true;

@@ -76,6 +76,23 @@ describe('LMS', () => {
       await expectBytes(rt, s, 2);
     });
 
+    it('reads a reclaimed storage from its host copy: it stays reclaimed, nothing is paged in, and the bytes are a copy', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const s = inactiveStorage(rt, 10 * MiB, 4);
+      resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+      const before = stats(rt);
+      const bytes = await rt.read(s);
+      expect(Buffer.from(bytes).equals(Buffer.from(patternBytes(10 * MiB, 4)))).to.equal(true);
+      expect(s.lms!.state).to.equal('reclaimed');
+      const after = stats(rt);
+      for (const key of ['page_in', 'allocated_bytes.all.current', 'reserved_bytes.all.current']) expect(after[key], key).to.equal(before[key]);
+      bytes.fill(0); // the caller's copy: the storage's bytes are unchanged
+      await expectBytes(rt, s, 4);
+      pin(s).release();
+      expect(stats(rt).page_in, 'a pin still brings it back').to.equal(after.page_in! + 1);
+      await expectBytes(rt, s, 4);
+    });
+
     it('keeps the host copy of an unwritten storage, so reclaiming it again only frees; a write drops the copy', async () => {
       await using rt = await lmsRuntime(32 * MiB);
       const controller = resolve(rt.container, LMS_CONTROLLER);

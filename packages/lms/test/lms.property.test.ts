@@ -120,7 +120,11 @@ class Run {
       case 'read': {
         const entry = pick(step.pick);
         if (entry === undefined) return;
-        return this.#bringBack(entry, before, () => this.expectBytes(entry));
+        await this.expectBytes(entry);
+        // A read never changes residency: a reclaimed storage is read from its host copy.
+        expect(lmsOf(entry).state, `#${entry.id} after a read`).to.equal(before.get(entry));
+        this.expectTransitions(before, new Set());
+        return;
       }
       case 'release': {
         const entry = pick(step.pick);
@@ -189,7 +193,7 @@ class Run {
     this.expectTransitions(before, new Set(entries));
   }
 
-  /** Runs `use` (a write or a read), which brings back `entry` when it is reclaimed, and may then run out of memory. */
+  /** Runs `use` (a write), which brings back `entry` when it is reclaimed, and may then run out of memory. */
   async #bringBack(entry: Entry, before: ReadonlyMap<Entry, LmsState>, use: () => void | Promise<void>): Promise<void> {
     const was = before.get(entry)!;
     try {

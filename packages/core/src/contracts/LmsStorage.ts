@@ -27,6 +27,12 @@ export interface LmsStorage {
   access(write: boolean): void;
   /** Resolves once `pin()` and `access()` can bring the storage back without waiting for a transfer. */
   ready(): Promise<void>;
+  /**
+   * A reclaimed storage's bytes read from its host copy (once its page-out has reached the host), without bringing
+   * it back: `runtime.read` then needs no device memory and no transfer. Null when the storage is not reclaimed.
+   * Default (absent): `runtime.read` brings the storage back and reads the device.
+   */
+  readHostCopy?(): Promise<Uint8Array> | null;
   /** The storage is being released; drop every reference to its memory. Never called while pinned. */
   release(): void;
 }

@@ -182,8 +182,12 @@ export class Runtime implements TensorContext, AsyncDisposable {
     this.#checkOpen('read');
     this.#checkStorage(storage);
     const lms = storage.lms;
-    // A reclaimed storage whose bytes are still on their way to the host: wait for them rather than fail.
-    if (lms !== null && lms.state === 'reclaimed') return lms.ready().then(() => storage.allocator.readBytes(storage.data()));
+    if (lms !== null && lms.state === 'reclaimed') {
+      // Its bytes are on the host already (or on their way): read them there rather than bring the storage back.
+      const hostCopy = lms.readHostCopy?.();
+      if (hostCopy) return hostCopy;
+      return lms.ready().then(() => storage.allocator.readBytes(storage.data()));
+    }
     return storage.allocator.readBytes(storage.data());
   }
 
