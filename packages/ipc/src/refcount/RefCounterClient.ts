@@ -2,7 +2,7 @@ import { threadId as currentThreadId } from 'node:worker_threads';
 
 import { DisposedError, DoubleFreeError, ForeignPointerError, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 
-import { isProcessAlive } from '../shm/processes.js';
+import { isProcessAlive } from '../shm/isProcessAlive.js';
 import { SharedMemoryFile } from '../shm/SharedMemoryFile.js';
 import type { CounterSlot } from './CounterSlot.js';
 import { describeSlot, expectCounterSlot } from './RefCounterFiles.js';
@@ -69,7 +69,7 @@ interface ClientFile {
  * many references a dead consumer took: the slot's `held`.
  *
  * Invariants: for every mapped file, Σ holds.refs == the references this client acquired there and has not
- * released; a file is mapped ⇔ it has holds, or it is one of the `idleFiles` most recently emptied.
+ * released; a file is mapped ⇔ it has holds, or it is in the idle list; |idle list| ≤ idleFiles.
  */
 export class RefCounterClient implements Disposable {
   /** The holder identity this client records: this process's pid and {@link RefCounterClientOptions.threadId}. */
@@ -130,7 +130,6 @@ export class RefCounterClient implements Disposable {
     const hold = f.holds.get(slot.slot);
     if (hold === undefined) f.holds.set(slot.slot, { nonce: slot.nonce, refs: 1 });
     else hold.refs++;
-    this.#idle.delete(slot.file);
   }
 
   /**
@@ -242,15 +241,19 @@ export class RefCounterClient implements Disposable {
     );
   }
 
-  /** After a change to `f`'s holds: a file with none becomes idle, and the idle set is trimmed to its limit. */
+  /**
+   * After a change to `f`'s holds: a file with none joins the idle files (in the order files became idle; one that
+   * is held again stays listed until it reaches the front, where it is dropped from the list, not unmapped), and
+   * the oldest idle files beyond the limit are unmapped.
+   */
   #settle(name: string, f: ClientFile): void {
-    if (f.holds.size > 0 || this.#files.get(name) !== f) return;
-    this.#idle.delete(name);
+    if (f.holds.size > 0 || this.#files.get(name) !== f || this.#idle.has(name)) return;
     this.#idle.add(name);
     while (this.#idle.size > this.#idleLimit) {
       const oldest = this.#idle.values().next().value!;
       this.#idle.delete(oldest);
       const g = this.#files.get(oldest)!;
+      if (g.holds.size > 0) continue;
       this.#files.delete(oldest);
       this.#unmap(oldest, g);
     }
@@ -262,9 +265,15 @@ export class RefCounterClient implements Disposable {
    */
   #unmap(name: string, f: ClientFile): void {
     const { i32 } = f.views;
-    const orphaned = (Atomics.load(i32, H_FLAGS) & FLAG_CLOSED) === 0 && !isProcessAlive(Atomics.load(i32, H_PRODUCER_PID));
+    const producer = Atomics.load(i32, H_PRODUCER_PID);
+    const orphaned = (Atomics.load(i32, H_FLAGS) & FLAG_CLOSED) === 0 && producer > 0 && !isProcessAlive(producer);
     f.file.close();
-    if (orphaned) SharedMemoryFile.unlink(name);
+    if (!orphaned) return;
+    try {
+      SharedMemoryFile.unlink(name);
+    } catch {
+      // Best effort (EACCES: another user's file); the producer's own close() is the normal path.
+    }
   }
 }
 

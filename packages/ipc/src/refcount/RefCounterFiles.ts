@@ -2,7 +2,7 @@ import { randomFillSync } from 'node:crypto';
 
 import { DisposedError, ForeignPointerError, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 
-import { isProcessAlive } from '../shm/processes.js';
+import { isProcessAlive } from '../shm/isProcessAlive.js';
 import { SharedMemoryFile } from '../shm/SharedMemoryFile.js';
 import type { CounterSlot } from './CounterSlot.js';
 import type { CounterViews } from './RefCounterLayout.js';
@@ -153,7 +153,8 @@ export class RefCounterFiles implements Disposable {
    * (`kill(pid, 0)` fails with ESRCH), or whose holder is a thread of this process listed in `endedThreadIds`
    * (worker threadIds the caller knows have exited), subtracts the references the holder acquired and did not
    * release (the slot's `held`) and clears the holder. References sent but not yet acquired are not touched (no one
-   * can tell whom they will reach). Returns the number of references reclaimed.
+   * can tell whom they will reach); with the holder cleared, another consumer may acquire them. Returns the number
+   * of references reclaimed.
    *
    * A pid can be reused: a holder whose pid now belongs to a new process looks alive and keeps its references
    * until that process exits too.
@@ -169,7 +170,7 @@ export class RefCounterFiles implements Disposable {
         const b = slotBigIndex(slot);
         if (Atomics.load(i32, slotIntIndex(slot) + S32_STATE) !== STATE_LIVE) continue;
         const holder = Atomics.load(i64, b + S_HOLDER);
-        if (holder === 0n || Atomics.load(i64, b + S_HELD) === 0n) continue;
+        if (holder === 0n) continue;
         const pid = holderPid(holder);
         let dead: boolean;
         if (pid === this.#pid) {

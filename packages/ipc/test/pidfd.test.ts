@@ -4,7 +4,7 @@ import { join } from 'node:path';
 
 import { expect } from 'chai';
 import { InvalidArgumentError } from '@stowage/core';
-import { isProcessAlive, pidfdGetfd, pidfdOpen, SharedMemoryError } from '@stowage/ipc';
+import { pidfdGetfd, pidfdOpen, SharedMemoryError } from '@stowage/ipc';
 
 import { Child } from './childProcess.js';
 
@@ -39,18 +39,5 @@ describe('pidfdOpen / pidfdGetfd', function () {
     expect(() => pidfdOpen(0)).to.throw(InvalidArgumentError);
     expect(() => pidfdOpen(1.5)).to.throw(InvalidArgumentError);
     expect(() => pidfdGetfd(-1, 3)).to.throw(InvalidArgumentError);
-  });
-});
-
-describe('isProcessAlive', function () {
-  this.timeout(60_000);
-
-  it('is true for this process and a running child, false once the child is killed and reaped', async () => {
-    expect(isProcessAlive(process.pid)).to.equal(true);
-    const child = new Child();
-    await child.call({ op: 'pid' });
-    expect(isProcessAlive(child.pid)).to.equal(true);
-    await child.kill();
-    expect(isProcessAlive(child.pid)).to.equal(false);
   });
 });
