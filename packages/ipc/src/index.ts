@@ -1,0 +1,11 @@
+export type { CreateSharedMemoryOptions } from './shm/SharedMemoryFile.js';
+export { SHARED_MEMORY_NAME, SharedMemoryFile } from './shm/SharedMemoryFile.js';
+export type { SharedMemoryErrorDetails } from './shm/SharedMemoryError.js';
+export { isSharedMemoryError, SharedMemoryError } from './shm/SharedMemoryError.js';
+export { isProcessAlive } from './shm/isProcessAlive.js';
+export { pidfdGetfd, pidfdOpen } from './shm/pidfd.js';
+export type { CounterSlot } from './refcount/CounterSlot.js';
+export type { RefCounterFilesOptions } from './refcount/RefCounterFiles.js';
+export { RefCounterFiles } from './refcount/RefCounterFiles.js';
+export type { RefCounterClientOptions } from './refcount/RefCounterClient.js';
+export { RefCounterClient } from './refcount/RefCounterClient.js';
