@@ -4,7 +4,7 @@ import { AllocatorFactory, BackendUnavailableError, checkBoolean, createDeviceAl
 import { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
 import { CudaStreams } from './backend/CudaStreams.js';
 import { CudaAllocator } from './CudaAllocator.js';
-import type { AllocatorConf } from './config/AllocatorConf.js';
+import type { AllocatorConf } from './config/AllocatorConfValues.js';
 import { parseAllocatorConf, readAllocatorConfFromEnv } from './config/AllocatorConf.js';
 import { allocatorConfEngineOptions } from './config/allocatorConfEngineOptions.js';
 import { CudaDriver } from './driver/CudaDriver.js';

@@ -9,7 +9,7 @@ export type { CudaAllocatorSettings } from './CudaAllocator.js';
 export { CudaAllocator } from './CudaAllocator.js';
 export type { CudaOptions, OpenedCudaDriver } from './cuda.js';
 export { createCudaAllocator, cuda, openCudaDriver, registerCudaAllocator } from './cuda.js';
-export type { AllocatorConf, AllocatorConfValues } from './config/AllocatorConf.js';
+export type { AllocatorConf, AllocatorConfValues, NotAppliedKey } from './config/AllocatorConfValues.js';
 export {
   ALLOCATOR_CONF_VARIABLES,
   DEFAULT_ALLOCATOR_CONF_VALUES,
@@ -21,7 +21,6 @@ export {
 export { AllocatorConfError, isAllocatorConfError } from './config/AllocatorConfError.js';
 export type { AllocatorConfKey } from './config/AllocatorConfKey.js';
 export { ALLOCATOR_CONF_KEYS } from './config/AllocatorConfKey.js';
-export type { NotAppliedKey } from './config/allocatorConfEngineOptions.js';
 export { allocatorConfEngineOptions } from './config/allocatorConfEngineOptions.js';
 export { CUDA_IPC_HANDLE_BYTES, CudaDeviceAttribute, CudaEventFlags, CudaResult } from './driver/CudaResult.js';
 export type { CudaIpcExport, CudaLegacyIpcExport, CudaShareableIpcExport } from './ipc/CudaIpc.js';

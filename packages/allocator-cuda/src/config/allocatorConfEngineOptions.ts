@@ -1,6 +1,6 @@
 import type { CachingAllocatorOptions } from '@stowage/core';
 
-import type { AllocatorConf, AllocatorConfValues } from './AllocatorConf.js';
+import type { AllocatorConf, AllocatorConfValues, NotAppliedKey } from './AllocatorConfValues.js';
 import type { AllocatorConfKey } from './AllocatorConfKey.js';
 
 const MiB = 2 ** 20;
@@ -8,13 +8,6 @@ const MiB = 2 ** 20;
 const ENGINE_NON_SPLIT_ROUNDING_BYTES = 20 * MiB;
 /** The engine takes a max split size above its 20 MiB large segment only. */
 const ENGINE_MIN_MAX_SPLIT_BYTES = 20 * MiB + 1;
-
-/** A given key whose value the caching engine does not act on. */
-export interface NotAppliedKey {
-  readonly key: AllocatorConfKey;
-  /** One sentence: why it is not applied. */
-  readonly reason: string;
-}
 
 const PINNED = 'pinned host memory is not allocated by the caching engine';
 
