@@ -9,3 +9,8 @@ export type { RefCounterFilesOptions } from './refcount/RefCounterFiles.js';
 export { RefCounterFiles } from './refcount/RefCounterFiles.js';
 export type { RefCounterClientOptions } from './refcount/RefCounterClient.js';
 export { RefCounterClient } from './refcount/RefCounterClient.js';
+export type { IpcOptions } from './sent/Ipc.js';
+export { Ipc, IpcService, LIMBO_WARNING_CODE } from './sent/Ipc.js';
+export type { SentData } from './sent/SentData.js';
+export { isSentDataPtr } from './sent/SentData.js';
+export { ipc, ipcCollect, ipcOf, registerIpc } from './ipc.js';
