@@ -1,6 +1,8 @@
-import type { DataPtr, Device, MemoryReclaimer, Token } from '@stowage/core';
-import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, StorageImpl, UseAfterReleaseError } from '@stowage/core';
+import type { DataPtr, Device, MemoryReclaimer, Runtime, Token } from '@stowage/core';
+import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
 
+import { isReceivedDataPtr, ReceivedStorage, receivedDataPtr } from '../queue/ReceivedStorage.js';
+import type { StorageDescriptor } from '../queue/StorageDescriptor.js';
 import type { CounterSlot } from '../refcount/CounterSlot.js';
 import { RefCounterClient } from '../refcount/RefCounterClient.js';
 import { RefCounterFiles } from '../refcount/RefCounterFiles.js';
@@ -17,6 +19,16 @@ export interface IpcOptions {
   readonly limboWarningBytes?: number;
   /** Counters per ref-counter file (RefCounterFiles' `slotsPerFile`). Default 4096. */
   readonly slotsPerFile?: number;
+}
+
+/** The `code` of the warning emitted when a received storage was garbage-collected without its release. */
+export const FORGOTTEN_RELEASE_WARNING_CODE = 'STOWAGE_IPC_FORGOTTEN_RELEASE';
+
+/** What the safety net keeps of a received storage (never the storage itself, which it watches). */
+interface Forgotten {
+  readonly state: { released: boolean };
+  readonly slot: CounterSlot;
+  readonly byteLength: number;
 }
 
 /** The `code` of the warning emitted when the limbo passes `limboWarningBytes`. */
@@ -48,6 +60,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   readonly #limbo = new Limbo();
   #warned = false;
   #disposed = false;
+  readonly #forgotten = new FinalizationRegistry<Forgotten>((f) => this.#releaseForgotten(f));
 
   constructor(options: IpcOptions = {}) {
     const warningBytes = options.limboWarningBytes ?? 2 ** 30;
@@ -102,6 +115,54 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     return this.#collect(device);
   }
 
+  /**
+   * Makes a storage of a descriptor another thread put (its shape already checked): acquires its counter slot,
+   * wraps the memory zero copy in a StorageImpl of `rt`'s host allocator (and a TensorImpl for a tensor), and
+   * watches it with the forgotten-release safety net.
+   * @throws what RefCounterClient#acquire throws (forged, out of range, received twice, producer gone), or
+   *   InvalidArgumentError for a tensor layout that does not fit; nothing is held when it throws
+   */
+  receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage {
+    if (this.#disposed) throw new DisposedError('Ipc.receive() was called after the runtime was disposed.');
+    const slot = descriptor.slot;
+    this.client.acquire(slot);
+    const state = { released: false };
+    const token = {};
+    const release = (): void => {
+      if (state.released) return;
+      state.released = true;
+      this.#forgotten.unregister(token);
+      if (!this.#disposed) this.client.release(slot);
+    };
+    const ptr = receivedDataPtr(descriptor, { slot, release });
+    this.#forgotten.register(ptr, { state, slot, byteLength: descriptor.byteLength }, token);
+    let storage: StorageImpl | undefined;
+    try {
+      storage = new StorageImpl({ dataPtr: ptr, allocator: rt.allocator('cpu') });
+      const t = descriptor.tensor;
+      const tensor = t === undefined ? null : new TensorImpl(storage, { sizes: t.sizes, strides: t.strides, storageOffset: t.storageOffset, dtype: t.dtype }, rt);
+      return new ReceivedStorage(descriptor, storage, tensor);
+    } catch (error) {
+      if (storage === undefined) ptr.release();
+      else storage.release();
+      throw error;
+    }
+  }
+
+  /**
+   * Gives back the reference a descriptor carries without making a storage of it (a descriptor refused after its
+   * slot checked out, or left unread in a closed queue). Best effort: a forged or stale slot is left alone.
+   */
+  dropReference(slot: CounterSlot): void {
+    if (this.#disposed) return;
+    try {
+      this.client.acquire(slot);
+    } catch {
+      return;
+    }
+    this.client.release(slot);
+  }
+
   /** MemoryReclaimer (the engine's out-of-memory chain, as the runtime's IpcCollector). */
   reclaim(device: Device): number {
     return this.collect(device);
@@ -140,6 +201,13 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       const sent = ptr.context as SentData;
       if (sent.owner !== this) throw new ForeignPointerError('This storage was sent through another runtime\'s IPC; send it from the runtime that made it.');
       return sent;
+    }
+    if (isReceivedDataPtr(ptr)) {
+      throw new InvalidArgumentError(
+        'storage',
+        'a received storage',
+        'a storage this runtime made: a received storage cannot be sent on, since its producer frees it and counts only its own consumers; copy it into a new storage (rt.storage(n, { shared: true }) + copyData) and send the copy',
+      );
     }
     if (!isAllocatorDeleter(ptr.deleter)) {
       throw new InvalidArgumentError(
@@ -199,6 +267,21 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     sent.originalDeleter?.(sent.originalContext);
   }
 
+  #releaseForgotten(f: Forgotten): void {
+    if (f.state.released || this.#disposed) return;
+    f.state.released = true;
+    try {
+      this.client.release(f.slot);
+    } catch {
+      // The producer reclaimed it already (it saw this thread end): nothing is held.
+    }
+    process.emitWarning(
+      `A received ${f.byteLength}-byte storage was garbage-collected without release(); its reference was given back now. ` +
+        'Release received storages when done (release() or using): until then the producer cannot free or reuse their memory.',
+      { type: 'StowageIpcWarning', code: FORGOTTEN_RELEASE_WARNING_CODE },
+    );
+  }
+
   #checkWarning(): void {
     const bytes = this.#limbo.bytes();
     if (bytes <= this.limboWarningBytes) {
@@ -227,6 +310,10 @@ export interface Ipc {
   readonly limboSize: number;
   /** One send of `storage`: see {@link IpcService.send}. */
   send(storage: StorageImpl): CounterSlot;
+  /** Makes a storage of a received descriptor: see {@link IpcService.receive}. */
+  receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage;
+  /** Gives back a descriptor's reference without making a storage: see {@link IpcService.dropReference}. */
+  dropReference(slot: CounterSlot): void;
   /** Collects the limbo; returns the bytes freed. See {@link IpcService.collect}. */
   collect(device?: Device): number;
   dispose(): void;
