@@ -20,3 +20,7 @@ export { checkStorageDescriptor } from './queue/StorageDescriptor.js';
 export type { ReceivedData } from './queue/ReceivedStorage.js';
 export { isReceivedDataPtr, ReceivedStorage } from './queue/ReceivedStorage.js';
 export { StorageQueue } from './queue/StorageQueue.js';
+export type { ShmMemory } from './queue/StorageDescriptor.js';
+export type { QueueTransport } from './queue/QueueChannel.js';
+export { SharedMemoryBackend, SharedMemoryBackendToken } from './shm/SharedMemoryBackend.js';
+export { registerSharedMemoryCpu, sharedMemoryCpu } from './sharedMemoryCpu.js';

@@ -3,7 +3,7 @@ import { MessageChannel, Worker } from 'node:worker_threads';
 
 import type { Runtime, StorageImpl } from '@stowage/core';
 import { cpu, createRuntime, DisposedError, InvalidArgumentError } from '@stowage/core';
-import type { StorageDescriptor } from '@stowage/ipc';
+import type { SabMemory, StorageDescriptor } from '@stowage/ipc';
 import { ipc, ipcCollect, ipcOf, StorageQueue } from '@stowage/ipc';
 
 import { shmObjects } from './childProcess.js';
@@ -192,7 +192,7 @@ describe('StorageQueue (worker threads)', () => {
       post({ ...d, slot: { ...d.slot, slot: 4095 } }); // a slot not handed out
       post({ ...d, slot: { ...d.slot, slot: 1 << 20 } }); // beyond the file
       post({ ...d, slot: { ...d.slot, file: '/stowage-ipc-no-such-file' } }); // another (missing) file
-      post({ ...d, byteLength: d.memory.buffer.byteLength + 1 }); // past its buffer
+      post({ ...d, byteLength: (d.memory as SabMemory).buffer.byteLength + 1 }); // past its buffer
       post({ ...d, memory: { kind: 'sab', buffer: new ArrayBuffer(16), byteOffset: 0 } }); // wrong shape
       port.postMessage('hello'); // not a queue message
       await consumer.call('get', { key: 'once' });

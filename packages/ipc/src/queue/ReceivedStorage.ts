@@ -61,13 +61,14 @@ export class ReceivedStorage implements Disposable {
 
   /**
    * A Uint8Array over the received bytes (the producer's memory itself: writes are seen by the producer). Do not
-   * keep it past `release()`: a SharedArrayBuffer cannot be detached, and the producer reuses the memory.
+   * keep it past `release()`: the producer reuses the memory, and shared memory from another process is unmapped
+   * then (an access crashes the process; neither kind of buffer can be detached).
    * @throws UseAfterReleaseError after release
    */
   bytes(): Uint8Array {
     this.#checkLive('bytes');
     const p = this.#storage.data();
-    return new Uint8Array(p.handle as SharedArrayBuffer, p.byteOffset, p.byteLength);
+    return new Uint8Array(p.handle as ArrayBuffer, p.byteOffset, p.byteLength);
   }
 
   /** Gives the reference back to the producer. Idempotent. */
@@ -86,12 +87,12 @@ export class ReceivedStorage implements Disposable {
   }
 }
 
-/** A DataPtr over the descriptor's memory whose release runs `data.release`. */
-export function receivedDataPtr(descriptor: StorageDescriptor, data: ReceivedData): DataPtr {
+/** A DataPtr over `handle` (the descriptor's memory, mapped) whose release runs `data.release`. */
+export function receivedDataPtr(descriptor: StorageDescriptor, handle: ArrayBuffer | SharedArrayBuffer, data: ReceivedData): DataPtr {
   return new DataPtr({
     device: { type: 'cpu', index: 0 },
     byteLength: descriptor.byteLength,
-    handle: descriptor.memory.buffer,
+    handle,
     byteOffset: descriptor.memory.byteOffset,
     address: 0,
     context: data,

@@ -3,11 +3,20 @@ import { DTYPE_ITEMSIZE, InvalidArgumentError } from '@stowage/core';
 
 import type { CounterSlot } from '../refcount/CounterSlot.js';
 import { expectCounterSlot } from '../refcount/RefCounterFiles.js';
+import { SHARED_MEMORY_NAME } from '../shm/SharedMemoryFile.js';
 
 /** Host memory shared between worker threads: a range of a SharedArrayBuffer (zero copy through postMessage). */
 export interface SabMemory {
   readonly kind: 'sab';
   readonly buffer: SharedArrayBuffer;
+  readonly byteOffset: number;
+}
+
+/** Host memory shared between processes: a range of a POSIX shared-memory object (a `sharedMemoryCpu()` segment). */
+export interface ShmMemory {
+  readonly kind: 'shm';
+  /** The object's name, as `SharedMemoryFile.open` takes it. */
+  readonly name: string;
   readonly byteOffset: number;
 }
 
@@ -30,9 +39,9 @@ export interface ProducerIdentity {
  * storage. `slot` is the counter the consumer acquires on receipt and releases when done.
  */
 export interface StorageDescriptor {
-  /** Always `'cpu:0'` for `sab` memory. */
+  /** Always `'cpu:0'` (host memory). */
   readonly device: string;
-  readonly memory: SabMemory;
+  readonly memory: SabMemory | ShmMemory;
   readonly byteLength: number;
   /** Present when a tensor was put: its layout over the storage. */
   readonly tensor?: TensorDescriptor;
@@ -47,7 +56,7 @@ const isIndex = (v: unknown): v is number => typeof v === 'number' && Number.isS
 
 /**
  * Checks the shape of a descriptor received from another thread: every field present with the right type, the
- * range inside its buffer, a well-formed counter slot. The counter file itself is checked on acquire.
+ * range inside its buffer (for `sab`; a `shm` range is checked against the object when it is opened), a well-formed counter slot. The counter file itself is checked on acquire.
  * @throws InvalidArgumentError naming the first field that is wrong
  */
 export function checkStorageDescriptor(d: unknown): asserts d is StorageDescriptor {
@@ -56,13 +65,13 @@ export function checkStorageDescriptor(d: unknown): asserts d is StorageDescript
   const x = d as Record<string, unknown>;
   if (x.device !== 'cpu:0') throw bad('.device', x.device, "'cpu:0' (host memory is the only kind a worker queue carries)");
   const memory = x.memory as Record<string, unknown> | null;
-  if (typeof memory !== 'object' || memory === null || memory.kind !== 'sab' || !(memory.buffer instanceof SharedArrayBuffer)) {
-    throw bad('.memory', memory, "{ kind: 'sab', buffer: SharedArrayBuffer, byteOffset }");
-  }
-  if (!isIndex(memory.byteOffset)) throw bad('.memory.byteOffset', memory.byteOffset, 'an integer ≥ 0');
+  const sab = typeof memory === 'object' && memory !== null && memory.kind === 'sab' && memory.buffer instanceof SharedArrayBuffer;
+  const shm = typeof memory === 'object' && memory !== null && memory.kind === 'shm' && typeof memory.name === 'string' && SHARED_MEMORY_NAME.test(memory.name);
+  if (!sab && !shm) throw bad('.memory', memory, "{ kind: 'sab', buffer: SharedArrayBuffer, byteOffset } or { kind: 'shm', name, byteOffset }");
+  if (!isIndex(memory!.byteOffset)) throw bad('.memory.byteOffset', memory!.byteOffset, 'an integer ≥ 0');
   if (!isIndex(x.byteLength)) throw bad('.byteLength', x.byteLength, 'an integer ≥ 0');
-  if (memory.byteOffset + x.byteLength > memory.buffer.byteLength) {
-    throw bad('.byteLength', x.byteLength, `a range inside the buffer's ${memory.buffer.byteLength} bytes from offset ${memory.byteOffset}`);
+  if (memory!.kind === 'sab' && memory!.byteOffset + x.byteLength > (memory!.buffer as SharedArrayBuffer).byteLength) {
+    throw bad('.byteLength', x.byteLength, `a range inside the buffer's ${(memory!.buffer as SharedArrayBuffer).byteLength} bytes from offset ${memory!.byteOffset as number}`);
   }
   const producer = x.producer as Record<string, unknown> | null;
   if (typeof producer !== 'object' || producer === null || !isIndex(producer.pid) || !isIndex(producer.threadId)) {

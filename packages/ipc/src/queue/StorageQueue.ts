@@ -1,12 +1,14 @@
-import type { MessagePort } from 'node:worker_threads';
 import { threadId } from 'node:worker_threads';
 
-import { DisposedError, formatDevice, InvalidArgumentError, Runtime, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+import { DisposedError, formatDevice, InvalidArgumentError, resolveAll, Runtime, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
 
 import { ipcOf } from '../ipc.js';
 import type { Ipc } from '../sent/Ipc.js';
+import { SharedMemoryBackendToken } from '../shm/SharedMemoryBackend.js';
+import type { QueueChannel, QueueTransport } from './QueueChannel.js';
+import { queueChannel } from './QueueChannel.js';
 import type { ReceivedStorage } from './ReceivedStorage.js';
-import type { QueueMessage, StorageDescriptor } from './StorageDescriptor.js';
+import type { QueueMessage, SabMemory, ShmMemory, StorageDescriptor } from './StorageDescriptor.js';
 import { checkStorageDescriptor } from './StorageDescriptor.js';
 
 interface Waiter {
@@ -15,9 +17,13 @@ interface Waiter {
 }
 
 /**
- * One end of a queue of storages between worker threads, over a `MessagePort` (`new MessageChannel()`, one port
- * to each side): `put` on one end, `get` on the other. Storages cross zero copy: their memory must be a
- * SharedArrayBuffer (`cpu({ shared: true })`, or `rt.storage(n, { shared: true })`).
+ * One end of a queue of storages, `put` on one end, `get` on the other, over
+ * - a `MessagePort` between worker threads (`new MessageChannel()`, one port to each side): storages in a
+ *   SharedArrayBuffer (`cpu({ shared: true })`, or `rt.storage(n, { shared: true })`) or in POSIX shared memory
+ *   (`sharedMemoryCpu()`) cross zero copy;
+ * - a child process's IPC channel (`fork(file, { serialization: 'advanced' })`: the ChildProcess on the parent's
+ *   side, `process` on the child's): storages in POSIX shared memory (`sharedMemoryCpu()`) cross zero copy.
+ *   Messages on the channel that are not the queue's are left to the channel's other listeners.
  *
  * - `put(storage | tensor)`: one send (`Ipc#send`: ownership of the DataPtr, a fresh counter slot at count 1) and
  *   a descriptor posted on the port. The producer keeps using and releasing its storage as usual; released while a
@@ -28,14 +34,15 @@ interface Waiter {
  * - `close()` tells the other end, closes the port, rejects pending `get()`s with DisposedError and gives back the
  *   references of descriptors that arrived and were never got.
  *
- * The port is referenced (keeps the thread alive) only while a `get()` waits.
+ * A port is referenced (keeps the thread alive) only while a `get()` waits; a process channel stays referenced by
+ * the queue's listener until `close()`.
  *
  * Invariants: waiters.length > 0 ⇒ inbox is empty; after close, inbox and waiters are empty.
  */
 export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable {
   readonly #rt: Runtime;
   readonly #ipc: Ipc;
-  readonly #port: MessagePort;
+  readonly #port: QueueChannel;
   readonly #inbox: unknown[] = [];
   readonly #waiters: Waiter[] = [];
   #closed = false;
@@ -45,21 +52,18 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
 
   /**
    * @param rt the runtime whose IPC sends (its `ipc()` plugin) and whose host allocator wraps received memory
-   * @param port one end of a MessageChannel (the other end goes to the other thread, to its own StorageQueue)
-   * @throws InvalidArgumentError when `rt` has no `ipc()` plugin or `port` is not a MessagePort
+   * @param transport one end of a MessageChannel (the other end goes to the other thread, to its own
+   *   StorageQueue), a ChildProcess forked with an IPC channel and `serialization: 'advanced'`, or, in such a
+   *   child, `process`
+   * @throws InvalidArgumentError when `rt` has no `ipc()` plugin or `transport` is none of those
    */
-  constructor(rt: Runtime, port: MessagePort) {
+  constructor(rt: Runtime, transport: QueueTransport) {
     if (!(rt instanceof Runtime)) throw new InvalidArgumentError('rt', rt, 'a Runtime created with the ipc() plugin');
-    const p = port as Partial<MessagePort> | null;
-    if (typeof p !== 'object' || p === null || typeof p.postMessage !== 'function' || typeof p.on !== 'function') {
-      throw new InvalidArgumentError('port', port, 'a worker_threads MessagePort (one end of a MessageChannel)');
-    }
+    this.#port = queueChannel(transport);
     this.#rt = rt;
     this.#ipc = ipcOf(rt);
-    this.#port = port;
-    port.on('message', this.#onMessage);
-    port.on('close', this.#onClose);
-    port.unref();
+    this.#port.listen(this.#onMessage, this.#onClose);
+    this.#port.unref();
   }
 
   get closed(): boolean {
@@ -83,24 +87,18 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
     if (ptr.device.type !== 'cpu') {
       throw new InvalidArgumentError('item', `a storage on ${formatDevice(ptr.device)}`, 'a host storage: a worker queue carries host memory only (CUDA storages across processes are not written yet; WebGPU storages cannot cross a device boundary)');
     }
-    if (!(ptr.handle instanceof SharedArrayBuffer)) {
-      throw new InvalidArgumentError(
-        'item',
-        'a storage of a non-shared allocator (its memory is an ArrayBuffer)',
-        'a storage in shared memory, so that it crosses without a copy: create the runtime with cpu({ shared: true }), or the storage with rt.storage(n, { shared: true }) (or rt.tensor(sizes, { shared: true }))',
-      );
-    }
+    const memory = this.#memoryOf(ptr.handle, ptr.byteOffset);
     const slot = this.#ipc.send(storage); // throws for a received, COW or LMS storage; nothing sent then
     const descriptor: StorageDescriptor = {
       device: 'cpu:0',
-      memory: { kind: 'sab', buffer: ptr.handle, byteOffset: ptr.byteOffset },
+      memory,
       byteLength: ptr.byteLength,
       ...(tensor === null ? {} : { tensor: { dtype: tensor.dtype, sizes: [...tensor.sizes], strides: [...tensor.strides], storageOffset: tensor.storageOffset } }),
       slot,
       producer: { pid: process.pid, threadId },
     };
     try {
-      this.#port.postMessage({ stowage: 'ipc.storage', descriptor } satisfies QueueMessage);
+      this.#port.post({ stowage: 'ipc.storage', descriptor } satisfies QueueMessage);
     } catch (error) {
       this.#ipc.dropReference(slot); // never sent: the count goes back to 0
       throw error;
@@ -133,12 +131,12 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
     if (this.#closed) return;
     this.#closed = true;
     try {
-      if (!this.#remoteClosed) this.#port.postMessage({ stowage: 'ipc.close' } satisfies QueueMessage);
+      if (!this.#remoteClosed) this.#port.post({ stowage: 'ipc.close' } satisfies QueueMessage);
     } catch {
       // The port is already closed.
     }
-    this.#port.off('message', this.#onMessage);
-    this.#port.off('close', this.#onClose);
+    this.#port.unlisten();
+    this.#port.unref();
     this.#port.close();
     for (const message of this.#inbox.splice(0)) this.#drop(message);
     for (const w of this.#waiters.splice(0)) w.reject(new DisposedError('StorageQueue.get() was pending when the queue was closed.'));
@@ -159,6 +157,7 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
   }
 
   #arrived(message: unknown): void {
+    if (this.#port.crossesProcesses && !isQueueMessage(message)) return; // the channel's other users'
     if (isCloseMessage(message)) return this.#remoteEnded();
     const waiter = this.#waiters.shift();
     if (waiter === undefined) {
@@ -197,6 +196,33 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
     return this.#ipc.receive(this.#rt, descriptor);
   }
 
+  /**
+   * The descriptor memory of a segment handle: a SharedArrayBuffer range (worker ports only) or a
+   * `sharedMemoryCpu()` segment (any transport).
+   * @throws InvalidArgumentError for memory that cannot cross this transport, saying how to allocate it
+   */
+  #memoryOf(handle: unknown, byteOffset: number): SabMemory | ShmMemory {
+    const container = this.#rt.container;
+    const backends = container.isRegistered(SharedMemoryBackendToken, true) ? resolveAll(container, SharedMemoryBackendToken) : [];
+    for (const backend of backends) {
+      const name = backend.nameOf(handle);
+      if (name !== undefined) return { kind: 'shm', name, byteOffset };
+    }
+    if (handle instanceof SharedArrayBuffer && !this.#port.crossesProcesses) return { kind: 'sab', buffer: handle, byteOffset };
+    if (this.#port.crossesProcesses) {
+      throw new InvalidArgumentError(
+        'item',
+        `a storage whose memory is ${handle instanceof SharedArrayBuffer ? 'a SharedArrayBuffer (shared between threads only)' : 'an ArrayBuffer (not shared)'}`,
+        'a storage in POSIX shared memory, so that it crosses to another process without a copy: create the runtime with sharedMemoryCpu() from @stowage/ipc',
+      );
+    }
+    throw new InvalidArgumentError(
+      'item',
+      'a storage of a non-shared allocator (its memory is an ArrayBuffer)',
+      'a storage in shared memory, so that it crosses without a copy: create the runtime with cpu({ shared: true }) (or sharedMemoryCpu()), or the storage with rt.storage(n, { shared: true }) (or rt.tensor(sizes, { shared: true }))',
+    );
+  }
+
   /** Gives back the reference of a message that will never be got. */
   #drop(message: unknown): void {
     try {
@@ -205,6 +231,11 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
       // Not a descriptor: nothing to give back.
     }
   }
+}
+
+function isQueueMessage(message: unknown): boolean {
+  const kind = typeof message === 'object' && message !== null ? (message as { stowage?: unknown }).stowage : undefined;
+  return kind === 'ipc.storage' || kind === 'ipc.close';
 }
 
 function isCloseMessage(message: unknown): boolean {

@@ -4,6 +4,7 @@ import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError,
 import { isReceivedDataPtr, ReceivedStorage, receivedDataPtr } from '../queue/ReceivedStorage.js';
 import type { StorageDescriptor } from '../queue/StorageDescriptor.js';
 import type { CounterSlot } from '../refcount/CounterSlot.js';
+import { SharedMemoryFile } from '../shm/SharedMemoryFile.js';
 import { RefCounterClient } from '../refcount/RefCounterClient.js';
 import { RefCounterFiles } from '../refcount/RefCounterFiles.js';
 import { Limbo } from './Limbo.js';
@@ -61,6 +62,8 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   #warned = false;
   #disposed = false;
   readonly #forgotten = new FinalizationRegistry<Forgotten>((f) => this.#releaseForgotten(f));
+  /** Shared-memory objects mapped for received storages, with how many live received storages use each. */
+  readonly #mappings = new Map<string, { file: SharedMemoryFile; refs: number }>();
 
   constructor(options: IpcOptions = {}) {
     const warningBytes = options.limboWarningBytes ?? 2 ** 30;
@@ -125,16 +128,29 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage {
     if (this.#disposed) throw new DisposedError('Ipc.receive() was called after the runtime was disposed.');
     const slot = descriptor.slot;
-    this.client.acquire(slot);
+    const memory = descriptor.memory;
+    const name = memory.kind === 'shm' ? memory.name : undefined;
+    const handle = name === undefined ? (memory as { buffer: SharedArrayBuffer }).buffer : this.#map(name, memory.byteOffset + descriptor.byteLength);
+    try {
+      this.client.acquire(slot);
+    } catch (error) {
+      if (name !== undefined) this.#unmap(name);
+      throw error;
+    }
     const state = { released: false };
     const token = {};
     const release = (): void => {
       if (state.released) return;
       state.released = true;
       this.#forgotten.unregister(token);
-      if (!this.#disposed) this.client.release(slot);
+      if (this.#disposed) return;
+      try {
+        this.client.release(slot);
+      } finally {
+        if (name !== undefined) this.#unmap(name);
+      }
     };
-    const ptr = receivedDataPtr(descriptor, { slot, release });
+    const ptr = receivedDataPtr(descriptor, handle, { slot, release });
     this.#forgotten.register(ptr, { state, slot, byteLength: descriptor.byteLength }, token);
     let storage: StorageImpl | undefined;
     try {
@@ -189,6 +205,38 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     for (const sent of this.#limbo.entries()) this.#free(sent);
     this.client.close();
     this.counters.close();
+    for (const { file } of this.#mappings.values()) file.close();
+    this.#mappings.clear();
+  }
+
+  /**
+   * Maps the shared-memory object `name` (or takes one more use of its mapping) and checks that `endBytes` fit.
+   * @throws SharedMemoryError (ENOENT: the producer freed or never made it); InvalidArgumentError when too small
+   */
+  #map(name: string, endBytes: number): ArrayBuffer {
+    let m = this.#mappings.get(name);
+    if (m === undefined) {
+      m = { file: SharedMemoryFile.open(name), refs: 0 };
+      this.#mappings.set(name, m);
+    }
+    if (endBytes > m.file.byteLength) {
+      if (m.refs === 0) {
+        this.#mappings.delete(name);
+        m.file.close();
+      }
+      throw new InvalidArgumentError('descriptor.byteLength', endBytes, `a range inside the shared-memory object ${name} (${m.file.byteLength} bytes)`);
+    }
+    m.refs++;
+    return m.file.buffer;
+  }
+
+  /** One use of the mapping of `name` less; unmapped when none is left. */
+  #unmap(name: string): void {
+    const m = this.#mappings.get(name);
+    if (m === undefined) return;
+    if (--m.refs > 0) return;
+    this.#mappings.delete(name);
+    m.file.close();
   }
 
   [Symbol.dispose](): void {
@@ -270,6 +318,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   #releaseForgotten(f: Forgotten): void {
     if (f.state.released || this.#disposed) return;
     f.state.released = true;
+    // Its shared-memory mapping (if any) stays until dispose: a view of its bytes may outlive the storage.
     try {
       this.client.release(f.slot);
     } catch {
