@@ -1,0 +1,252 @@
+import { threadId } from 'node:worker_threads';
+
+import { DisposedError, formatDevice, InvalidArgumentError, resolveAll, Runtime, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+
+import { ipcOf } from '../ipc.js';
+import type { Ipc } from '../sent/Ipc.js';
+import { SharedMemoryBackendToken } from '../shm/SharedMemoryBackend.js';
+import type { QueueChannel, QueueTransport } from './QueueChannel.js';
+import { queueChannel } from './QueueChannel.js';
+import type { ReceivedStorage } from './ReceivedStorage.js';
+import type { QueueMessage, SabMemory, ShmMemory, StorageDescriptor } from './StorageDescriptor.js';
+import { checkStorageDescriptor } from './StorageDescriptor.js';
+
+interface Waiter {
+  resolve(value: ReceivedStorage | undefined): void;
+  reject(error: unknown): void;
+}
+
+/**
+ * One end of a queue of storages, `put` on one end, `get` on the other, over
+ * - a `MessagePort` between worker threads (`new MessageChannel()`, one port to each side): storages in a
+ *   SharedArrayBuffer (`cpu({ shared: true })`, or `rt.storage(n, { shared: true })`) or in POSIX shared memory
+ *   (`sharedMemoryCpu()`) cross zero copy;
+ * - a child process's IPC channel (`fork(file, { serialization: 'advanced' })`: the ChildProcess on the parent's
+ *   side, `process` on the child's): storages in POSIX shared memory (`sharedMemoryCpu()`) cross zero copy.
+ *   Messages on the channel that are not the queue's are left to the channel's other listeners.
+ *
+ * - `put(storage | tensor)`: one send (`Ipc#send`: ownership of the DataPtr, a fresh counter slot at count 1) and
+ *   a descriptor posted on the port. The producer keeps using and releasing its storage as usual; released while a
+ *   consumer holds it, the memory waits in its limbo.
+ * - `get()`: the next descriptor, checked, as a {@link ReceivedStorage} (its slot acquired). A message that is not
+ *   a good descriptor rejects that `get()` with a typed error; the next `get()` takes the next message.
+ * - `for await (const r of queue)` gets until the other end closes (an error ends the loop: call `get()` again).
+ * - `close()` tells the other end, closes the port, rejects pending `get()`s with DisposedError and gives back the
+ *   references of descriptors that arrived and were never got.
+ *
+ * A port is referenced (keeps the thread alive) only while a `get()` waits; a process channel stays referenced by
+ * the queue's listener until `close()`.
+ *
+ * Invariants: waiters.length > 0 ⇒ inbox is empty; after close, inbox and waiters are empty.
+ */
+export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable {
+  readonly #rt: Runtime;
+  readonly #ipc: Ipc;
+  readonly #port: QueueChannel;
+  readonly #inbox: unknown[] = [];
+  readonly #waiters: Waiter[] = [];
+  #closed = false;
+  #remoteClosed = false;
+  readonly #onMessage = (message: unknown): void => this.#arrived(message);
+  readonly #onClose = (): void => this.#remoteEnded();
+
+  /**
+   * @param rt the runtime whose IPC sends (its `ipc()` plugin) and whose host allocator wraps received memory
+   * @param transport one end of a MessageChannel (the other end goes to the other thread, to its own
+   *   StorageQueue), a ChildProcess forked with an IPC channel and `serialization: 'advanced'`, or, in such a
+   *   child, `process`
+   * @throws InvalidArgumentError when `rt` has no `ipc()` plugin or `transport` is none of those
+   */
+  constructor(rt: Runtime, transport: QueueTransport) {
+    if (!(rt instanceof Runtime)) throw new InvalidArgumentError('rt', rt, 'a Runtime created with the ipc() plugin');
+    this.#port = queueChannel(transport);
+    this.#rt = rt;
+    this.#ipc = ipcOf(rt);
+    this.#port.listen(this.#onMessage, this.#onClose);
+    this.#port.unref();
+  }
+
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /**
+   * Sends `item` (a storage, or a tensor with its layout) to the other end; returns the descriptor posted.
+   * @throws InvalidArgumentError for a storage that is not in a SharedArrayBuffer (make it with
+   *   `cpu({ shared: true })` or `{ shared: true }`), on a device other than the host, received from another
+   *   thread (copy it first), or what `Ipc#send` refuses; UseAfterReleaseError for a released one; DisposedError
+   *   after close
+   */
+  put(item: StorageImpl | TensorImpl): StorageDescriptor {
+    if (this.#closed) throw new DisposedError('StorageQueue.put() was called after close().');
+    const tensor = item instanceof TensorImpl ? item : null;
+    const storage = tensor?.storage ?? item;
+    if (!(storage instanceof StorageImpl)) throw new InvalidArgumentError('item', item, 'a StorageImpl or a TensorImpl');
+    if (storage.isReleased) throw new UseAfterReleaseError('Cannot put a released storage.');
+    const ptr = storage.peekDataPtr();
+    if (ptr.device.type !== 'cpu') {
+      throw new InvalidArgumentError('item', `a storage on ${formatDevice(ptr.device)}`, 'a host storage: a worker queue carries host memory only (CUDA storages across processes are not written yet; WebGPU storages cannot cross a device boundary)');
+    }
+    const memory = this.#memoryOf(ptr.handle, ptr.byteOffset);
+    const slot = this.#ipc.send(storage); // throws for a received, COW or LMS storage; nothing sent then
+    const descriptor: StorageDescriptor = {
+      device: 'cpu:0',
+      memory,
+      byteLength: ptr.byteLength,
+      ...(tensor === null ? {} : { tensor: { dtype: tensor.dtype, sizes: [...tensor.sizes], strides: [...tensor.strides], storageOffset: tensor.storageOffset } }),
+      slot,
+      producer: { pid: process.pid, threadId },
+    };
+    try {
+      this.#port.post({ stowage: 'ipc.storage', descriptor } satisfies QueueMessage);
+    } catch (error) {
+      this.#ipc.dropReference(slot); // never sent: the count goes back to 0
+      throw error;
+    }
+    return descriptor;
+  }
+
+  /**
+   * The next storage from the other end.
+   * @throws (as a rejected promise) InvalidArgumentError for a message that is not a StorageQueue descriptor, a
+   *   malformed one, one received twice, a slot out of range, or one put by this same thread (get in another
+   *   thread than put: its reference is given back); ForeignPointerError for a forged nonce; UseAfterReleaseError
+   *   for a slot its producer is done with; SharedMemoryError (DEVICE_ERROR) when its counter file is gone;
+   *   DisposedError after close, or once the other end closed and every message was got
+   */
+  get(): Promise<ReceivedStorage> {
+    return this.#next().then((r) => r ?? Promise.reject(new DisposedError('StorageQueue.get(): the other end closed the queue and every storage was got.')));
+  }
+
+  async *[Symbol.asyncIterator](): AsyncIterator<ReceivedStorage> {
+    for (;;) {
+      const r = await this.#next();
+      if (r === undefined) return;
+      yield r;
+    }
+  }
+
+  /** Closes this end (idempotent): see the class comment. */
+  close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    try {
+      if (!this.#remoteClosed) this.#port.post({ stowage: 'ipc.close' } satisfies QueueMessage);
+    } catch {
+      // The port is already closed.
+    }
+    this.#port.unlisten();
+    this.#port.unref();
+    this.#port.close();
+    for (const message of this.#inbox.splice(0)) this.#drop(message);
+    for (const w of this.#waiters.splice(0)) w.reject(new DisposedError('StorageQueue.get() was pending when the queue was closed.'));
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  #next(): Promise<ReceivedStorage | undefined> {
+    if (this.#closed) return Promise.reject(new DisposedError('StorageQueue.get() was called after close().'));
+    if (this.#inbox.length > 0) return this.#settle(this.#inbox.shift());
+    if (this.#remoteClosed) return Promise.resolve(undefined);
+    return new Promise((resolve, reject) => {
+      this.#waiters.push({ resolve, reject });
+      this.#port.ref();
+    });
+  }
+
+  #arrived(message: unknown): void {
+    if (this.#port.crossesProcesses && !isQueueMessage(message)) return; // the channel's other users'
+    if (isCloseMessage(message)) return this.#remoteEnded();
+    const waiter = this.#waiters.shift();
+    if (waiter === undefined) {
+      this.#inbox.push(message);
+      return;
+    }
+    if (this.#waiters.length === 0) this.#port.unref();
+    this.#settle(message).then(waiter.resolve, waiter.reject);
+  }
+
+  #remoteEnded(): void {
+    this.#remoteClosed = true;
+    this.#port.unref();
+    for (const w of this.#waiters.splice(0)) w.resolve(undefined);
+  }
+
+  /** Turns one message into a received storage (or a typed error). */
+  #settle(message: unknown): Promise<ReceivedStorage> {
+    try {
+      return Promise.resolve(this.#receive(message));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  #receive(message: unknown): ReceivedStorage {
+    const descriptor = descriptorOf(message);
+    if (descriptor.producer.pid === process.pid && descriptor.producer.threadId === threadId) {
+      this.#ipc.dropReference(descriptor.slot);
+      throw new InvalidArgumentError(
+        'queue',
+        `a storage put by this same thread (thread ${threadId} of process ${process.pid})`,
+        'get() in another thread than put(): a queue carries storages between threads (its reference was given back, so the producer can free it)',
+      );
+    }
+    return this.#ipc.receive(this.#rt, descriptor);
+  }
+
+  /**
+   * The descriptor memory of a segment handle: a SharedArrayBuffer range (worker ports only) or a
+   * `sharedMemoryCpu()` segment (any transport).
+   * @throws InvalidArgumentError for memory that cannot cross this transport, saying how to allocate it
+   */
+  #memoryOf(handle: unknown, byteOffset: number): SabMemory | ShmMemory {
+    const container = this.#rt.container;
+    const backends = container.isRegistered(SharedMemoryBackendToken, true) ? resolveAll(container, SharedMemoryBackendToken) : [];
+    for (const backend of backends) {
+      const name = backend.nameOf(handle);
+      if (name !== undefined) return { kind: 'shm', name, byteOffset };
+    }
+    if (handle instanceof SharedArrayBuffer && !this.#port.crossesProcesses) return { kind: 'sab', buffer: handle, byteOffset };
+    if (this.#port.crossesProcesses) {
+      throw new InvalidArgumentError(
+        'item',
+        `a storage whose memory is ${handle instanceof SharedArrayBuffer ? 'a SharedArrayBuffer (shared between threads only)' : 'an ArrayBuffer (not shared)'}`,
+        'a storage in POSIX shared memory, so that it crosses to another process without a copy: create the runtime with sharedMemoryCpu() from @stowage/ipc',
+      );
+    }
+    throw new InvalidArgumentError(
+      'item',
+      'a storage of a non-shared allocator (its memory is an ArrayBuffer)',
+      'a storage in shared memory, so that it crosses without a copy: create the runtime with cpu({ shared: true }) (or sharedMemoryCpu()), or the storage with rt.storage(n, { shared: true }) (or rt.tensor(sizes, { shared: true }))',
+    );
+  }
+
+  /** Gives back the reference of a message that will never be got. */
+  #drop(message: unknown): void {
+    try {
+      this.#ipc.dropReference(descriptorOf(message).slot);
+    } catch {
+      // Not a descriptor: nothing to give back.
+    }
+  }
+}
+
+function isQueueMessage(message: unknown): boolean {
+  const kind = typeof message === 'object' && message !== null ? (message as { stowage?: unknown }).stowage : undefined;
+  return kind === 'ipc.storage' || kind === 'ipc.close';
+}
+
+function isCloseMessage(message: unknown): boolean {
+  return typeof message === 'object' && message !== null && (message as { stowage?: unknown }).stowage === 'ipc.close';
+}
+
+function descriptorOf(message: unknown): StorageDescriptor {
+  const m = message as { stowage?: unknown; descriptor?: unknown } | null;
+  if (typeof m !== 'object' || m === null || m.stowage !== 'ipc.storage') {
+    throw new InvalidArgumentError('message', message, "a StorageQueue message ({ stowage: 'ipc.storage', descriptor }); something else was posted on the queue's port");
+  }
+  checkStorageDescriptor(m.descriptor);
+  return m.descriptor;
+}

@@ -1,0 +1,379 @@
+import type { DataPtr, Device, MemoryReclaimer, Runtime, Token } from '@stowage/core';
+import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+
+import { isReceivedDataPtr, ReceivedStorage, receivedDataPtr } from '../queue/ReceivedStorage.js';
+import type { StorageDescriptor } from '../queue/StorageDescriptor.js';
+import type { CounterSlot } from '../refcount/CounterSlot.js';
+import { SharedMemoryFile } from '../shm/SharedMemoryFile.js';
+import { RefCounterClient } from '../refcount/RefCounterClient.js';
+import { RefCounterFiles } from '../refcount/RefCounterFiles.js';
+import { Limbo } from './Limbo.js';
+import type { SentData, SentDataOwner } from './SentData.js';
+import { sentDeleter } from './SentData.js';
+
+/** Options of the `ipc()` plugin. */
+export interface IpcOptions {
+  /**
+   * `process.emitWarning` when the limbo grows past this many bytes (once per crossing; again after it fell back
+   * to the threshold or below). Default 1 GiB; `Infinity` never warns.
+   */
+  readonly limboWarningBytes?: number;
+  /** Counters per ref-counter file (RefCounterFiles' `slotsPerFile`). Default 4096. */
+  readonly slotsPerFile?: number;
+}
+
+/** The `code` of the warning emitted when a received storage was garbage-collected without its release. */
+export const FORGOTTEN_RELEASE_WARNING_CODE = 'STOWAGE_IPC_FORGOTTEN_RELEASE';
+
+/** What the safety net keeps of a received storage (never the storage itself, which it watches). */
+interface Forgotten {
+  readonly state: { released: boolean };
+  readonly slot: CounterSlot;
+  readonly byteLength: number;
+}
+
+/** The `code` of the warning emitted when the limbo passes `limboWarningBytes`. */
+export const LIMBO_WARNING_CODE = 'STOWAGE_IPC_LIMBO';
+
+/**
+ * Algorithm (after PyTorch's CUDA IPC refcounting, reference 002/003):
+ * - `send(storage)` takes ownership of the storage's DataPtr with `compareExchangeDeleter` (its allocator's
+ *   deleter and context move into a {@link SentData}), hands out a counter slot and increments it. Each send gets
+ *   its own slot (one slot, one holder: RefCounterClient).
+ * - When the producer releases its storage, the sent deleter runs: with every slot at count 0 the allocation is
+ *   freed through the displaced deleter and its slots are `done()`; otherwise it moves to the limbo.
+ * - The limbo is collected (entries whose counts are all 0 are freed) by the engine's out-of-memory chain (this
+ *   object is the runtime's `IpcCollector`), at every release of a sent DataPtr, and on `collect()`
+ *   (`ipcCollect(rt)`). Collection also reclaims the references of consumer processes that died
+ *   (`RefCounterFiles#reclaimDead`), except inside the out-of-memory chain's hot path where that scan is skipped
+ *   when the limbo is empty.
+ * - `limboBytes` is what waits; the runtime's allocators report it as `limbo_bytes` in `memoryStats()`.
+ *
+ * Invariants: every SentData this object made is in exactly one state: live (producer storage not released),
+ * in the limbo, or freed; limboBytes == Σ byteLength over the limbo.
+ */
+export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposable {
+  /** The producer's counters: one slot per send. */
+  readonly counters: RefCounterFiles;
+  /** The consumer's side of counters this runtime receives. */
+  readonly client: RefCounterClient;
+  readonly limboWarningBytes: number;
+  readonly #limbo = new Limbo();
+  #warned = false;
+  #disposed = false;
+  readonly #forgotten = new FinalizationRegistry<Forgotten>((f) => this.#releaseForgotten(f));
+  /** Shared-memory objects mapped for received storages, with how many live received storages use each. */
+  readonly #mappings = new Map<string, { file: SharedMemoryFile; refs: number }>();
+
+  constructor(options: IpcOptions = {}) {
+    const warningBytes = options.limboWarningBytes ?? 2 ** 30;
+    if (typeof warningBytes !== 'number' || Number.isNaN(warningBytes) || warningBytes < 0) {
+      throw new InvalidArgumentError('options.limboWarningBytes', warningBytes, 'a byte count ≥ 0, or Infinity');
+    }
+    this.limboWarningBytes = warningBytes;
+    this.counters = new RefCounterFiles(options.slotsPerFile === undefined ? {} : { slotsPerFile: options.slotsPerFile });
+    this.client = new RefCounterClient();
+  }
+
+  /** Bytes of allocations released by the producer and still referenced by a consumer, on `device` or all devices. */
+  limboBytes(device?: Device): number {
+    return this.#limbo.bytes(device);
+  }
+
+  /** Allocations in the limbo. */
+  get limboSize(): number {
+    return this.#limbo.size;
+  }
+
+  /**
+   * One send of `storage`: takes ownership of its DataPtr (the first time) and returns a fresh counter slot,
+   * already incremented, for the descriptor. The storage stays the producer's to use and release.
+   * @throws InvalidArgumentError for something that is not a StorageImpl, a storage under LMS (it could be paged
+   *   out under a consumer), or a pointer no allocator owns (a COW storage, an imported buffer, a received
+   *   storage: clone it into a storage of this runtime first); UseAfterReleaseError for a released storage;
+   *   ForeignPointerError for a storage another runtime's IPC sent; DisposedError after dispose
+   */
+  send(storage: StorageImpl): CounterSlot {
+    if (this.#disposed) throw new DisposedError('Ipc.send() was called after the runtime was disposed.');
+    if (!(storage instanceof StorageImpl)) throw new InvalidArgumentError('storage', storage, 'a StorageImpl (or a TensorImpl, whose storage is sent)');
+    if (storage.isReleased) throw new UseAfterReleaseError('Cannot send a released storage.');
+    if (storage.lms !== null) {
+      throw new InvalidArgumentError('storage', 'a storage under LMS', 'a storage LMS does not manage (a paged-out storage cannot be read by a consumer); make it in a runtime without lms() for that device');
+    }
+    const ptr = storage.peekDataPtr();
+    const sent = this.#own(ptr);
+    const slot = this.counters.allocate();
+    this.counters.increment(slot);
+    sent.slots.push(slot);
+    return slot;
+  }
+
+  /**
+   * Collects the limbo: frees every allocation (on `device`, or on every device) whose counters are all 0, after
+   * reclaiming the references of consumer processes that died. Returns the bytes freed.
+   */
+  collect(device?: Device): number {
+    if (this.#disposed) return 0;
+    if (this.#limbo.size > 0) this.counters.reclaimDead();
+    return this.#collect(device);
+  }
+
+  /**
+   * Makes a storage of a descriptor another thread put (its shape already checked): acquires its counter slot,
+   * wraps the memory zero copy in a StorageImpl of `rt`'s host allocator (and a TensorImpl for a tensor), and
+   * watches it with the forgotten-release safety net.
+   * @throws what RefCounterClient#acquire throws (forged, out of range, received twice, producer gone), or
+   *   InvalidArgumentError for a tensor layout that does not fit; nothing is held when it throws
+   */
+  receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage {
+    if (this.#disposed) throw new DisposedError('Ipc.receive() was called after the runtime was disposed.');
+    const slot = descriptor.slot;
+    const memory = descriptor.memory;
+    const name = memory.kind === 'shm' ? memory.name : undefined;
+    const handle = name === undefined ? (memory as { buffer: SharedArrayBuffer }).buffer : this.#map(name, memory.byteOffset + descriptor.byteLength);
+    try {
+      this.client.acquire(slot);
+    } catch (error) {
+      if (name !== undefined) this.#unmap(name);
+      throw error;
+    }
+    const state = { released: false };
+    const token = {};
+    const release = (): void => {
+      if (state.released) return;
+      state.released = true;
+      this.#forgotten.unregister(token);
+      if (this.#disposed) return;
+      try {
+        this.client.release(slot);
+      } finally {
+        if (name !== undefined) this.#unmap(name);
+      }
+    };
+    const ptr = receivedDataPtr(descriptor, handle, { slot, release });
+    this.#forgotten.register(ptr, { state, slot, byteLength: descriptor.byteLength }, token);
+    let storage: StorageImpl | undefined;
+    try {
+      storage = new StorageImpl({ dataPtr: ptr, allocator: rt.allocator('cpu') });
+      const t = descriptor.tensor;
+      const tensor = t === undefined ? null : new TensorImpl(storage, { sizes: t.sizes, strides: t.strides, storageOffset: t.storageOffset, dtype: t.dtype }, rt);
+      return new ReceivedStorage(descriptor, storage, tensor);
+    } catch (error) {
+      if (storage === undefined) ptr.release();
+      else storage.release();
+      throw error;
+    }
+  }
+
+  /**
+   * Gives back the reference a descriptor carries without making a storage of it (a descriptor refused after its
+   * slot checked out, or left unread in a closed queue). Best effort: a forged or stale slot is left alone.
+   */
+  dropReference(slot: CounterSlot): void {
+    if (this.#disposed) return;
+    try {
+      this.client.acquire(slot);
+    } catch {
+      return;
+    }
+    this.client.release(slot);
+  }
+
+  /** MemoryReclaimer (the engine's out-of-memory chain, as the runtime's IpcCollector). */
+  reclaim(device: Device): number {
+    return this.collect(device);
+  }
+
+  /** SentDataOwner: the producer's storage released a sent DataPtr. */
+  producerReleased(sent: SentData): void {
+    sent.released = true;
+    if (this.#disposed || this.#unreferenced(sent)) this.#free(sent);
+    else {
+      this.#limbo.add(sent);
+      this.#checkWarning();
+    }
+    this.#collect(); // Every free of a shared block collects (PyTorch: CudaIPCSentData's destructor).
+  }
+
+  /**
+   * Frees what the limbo holds whatever its counts (the runtime is going away: its allocators free their
+   * memory anyway) and closes the counter files. Idempotent.
+   */
+  dispose(): void {
+    if (this.#disposed) return;
+    this.#disposed = true;
+    for (const sent of this.#limbo.entries()) this.#free(sent);
+    this.client.close();
+    this.counters.close();
+    for (const { file } of this.#mappings.values()) file.close();
+    this.#mappings.clear();
+  }
+
+  /**
+   * Maps the shared-memory object `name` (or takes one more use of its mapping) and checks that `endBytes` fit.
+   * @throws SharedMemoryError (ENOENT: the producer freed or never made it); InvalidArgumentError when too small
+   */
+  #map(name: string, endBytes: number): ArrayBuffer {
+    let m = this.#mappings.get(name);
+    if (m === undefined) {
+      m = { file: SharedMemoryFile.open(name), refs: 0 };
+      this.#mappings.set(name, m);
+    }
+    if (endBytes > m.file.byteLength) {
+      if (m.refs === 0) {
+        this.#mappings.delete(name);
+        m.file.close();
+      }
+      throw new InvalidArgumentError('descriptor.byteLength', endBytes, `a range inside the shared-memory object ${name} (${m.file.byteLength} bytes)`);
+    }
+    m.refs++;
+    return m.file.buffer;
+  }
+
+  /** One use of the mapping of `name` less; unmapped when none is left. */
+  #unmap(name: string): void {
+    const m = this.#mappings.get(name);
+    if (m === undefined) return;
+    if (--m.refs > 0) return;
+    this.#mappings.delete(name);
+    m.file.close();
+  }
+
+  [Symbol.dispose](): void {
+    this.dispose();
+  }
+
+  /** The SentData of `ptr`, taking ownership of it the first time it is sent. */
+  #own(ptr: DataPtr): SentData {
+    if (ptr.deleter === sentDeleter) {
+      const sent = ptr.context as SentData;
+      if (sent.owner !== this) throw new ForeignPointerError('This storage was sent through another runtime\'s IPC; send it from the runtime that made it.');
+      return sent;
+    }
+    if (isReceivedDataPtr(ptr)) {
+      throw new InvalidArgumentError(
+        'storage',
+        'a received storage',
+        'a storage this runtime made: a received storage cannot be sent on, since its producer frees it and counts only its own consumers; copy it into a new storage (rt.storage(n, { shared: true }) + copyData) and send the copy',
+      );
+    }
+    if (!isAllocatorDeleter(ptr.deleter)) {
+      throw new InvalidArgumentError(
+        'storage',
+        'a storage whose memory no allocator owns (a received, COW or imported storage)',
+        "a storage its runtime's allocator made: a received storage cannot be sent on (its producer frees it); copy it into a new storage of this runtime and send that",
+      );
+    }
+    const sent: SentData = {
+      owner: this,
+      device: ptr.device,
+      byteLength: ptr.byteLength,
+      ptr,
+      originalDeleter: ptr.deleter,
+      originalContext: ptr.context,
+      slots: [],
+      released: false,
+      freed: false,
+    };
+    if (!ptr.compareExchangeDeleter(sent.originalDeleter, sentDeleter, sent)) {
+      throw new InvalidArgumentError('storage', 'a storage whose pointer changed owner while being sent', 'a storage no other thread is converting');
+    }
+    return sent;
+  }
+
+  #collect(device?: Device): number {
+    let freed = 0;
+    for (const sent of this.#limbo.entries(device)) {
+      if (!this.#unreferenced(sent)) continue;
+      this.#limbo.delete(sent);
+      this.#free(sent);
+      freed += sent.byteLength;
+    }
+    if (freed > 0) this.#checkWarning();
+    return freed;
+  }
+
+  /** True when every slot of `sent` is at count 0 (or the counters are gone). */
+  #unreferenced(sent: SentData): boolean {
+    if (this.#disposed) return true;
+    return sent.slots.every((slot) => this.counters.count(slot) === 0);
+  }
+
+  #free(sent: SentData): void {
+    this.#limbo.delete(sent);
+    if (sent.freed) return;
+    sent.freed = true;
+    if (this.#disposed) {
+      try {
+        sent.originalDeleter?.(sent.originalContext);
+      } catch {
+        // The runtime disposed its allocators first: their memory is gone with them.
+      }
+      return;
+    }
+    for (const slot of sent.slots) this.counters.done(slot);
+    sent.originalDeleter?.(sent.originalContext);
+  }
+
+  #releaseForgotten(f: Forgotten): void {
+    if (f.state.released || this.#disposed) return;
+    f.state.released = true;
+    // Its shared-memory mapping (if any) stays until dispose: a view of its bytes may outlive the storage.
+    try {
+      this.client.release(f.slot);
+    } catch {
+      // The producer reclaimed it already (it saw this thread end): nothing is held.
+    }
+    process.emitWarning(
+      `A received ${f.byteLength}-byte storage was garbage-collected without release(); its reference was given back now. ` +
+        'Release received storages when done (release() or using): until then the producer cannot free or reuse their memory.',
+      { type: 'StowageIpcWarning', code: FORGOTTEN_RELEASE_WARNING_CODE },
+    );
+  }
+
+  #checkWarning(): void {
+    const bytes = this.#limbo.bytes();
+    if (bytes <= this.limboWarningBytes) {
+      this.#warned = false;
+      return;
+    }
+    if (this.#warned) return;
+    this.#warned = true;
+    const devices = [...new Set(this.#limbo.entries().map((s) => formatDevice(s.device)))].join(', ');
+    process.emitWarning(
+      `The IPC limbo holds ${bytes} bytes (${this.#limbo.size} allocations on ${devices}), over the ${this.limboWarningBytes}-byte threshold: ` +
+        'consumers still hold storages whose producer released them; release received storages sooner (release() or using).',
+      { type: 'StowageIpcWarning', code: LIMBO_WARNING_CODE },
+    );
+  }
+}
+
+/** A runtime's IPC: the producer's sent data, counters and limbo, and the consumer's counter client. */
+export interface Ipc {
+  readonly counters: RefCounterFiles;
+  readonly client: RefCounterClient;
+  readonly limboWarningBytes: number;
+  /** Bytes in the limbo, on `device` or on every device. */
+  limboBytes(device?: Device): number;
+  /** Allocations in the limbo. */
+  readonly limboSize: number;
+  /** One send of `storage`: see {@link IpcService.send}. */
+  send(storage: StorageImpl): CounterSlot;
+  /** Makes a storage of a received descriptor: see {@link IpcService.receive}. */
+  receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage;
+  /** Gives back a descriptor's reference without making a storage: see {@link IpcService.dropReference}. */
+  dropReference(slot: CounterSlot): void;
+  /** Collects the limbo; returns the bytes freed. See {@link IpcService.collect}. */
+  collect(device?: Device): number;
+  dispose(): void;
+}
+
+/** The runtime's IPC service (registered by `ipc()`). */
+export const Ipc: Token<Ipc> = Symbol('stowage.Ipc');
+
+const ALLOCATOR_DELETER = Symbol.for('stowage.allocatorDeleter');
+
+/** Core's mark on the deleter of a Stowage allocator (a registered symbol, the same in every copy of core). */
+function isAllocatorDeleter(deleter: unknown): boolean {
+  return typeof deleter === 'function' && (deleter as unknown as Record<symbol, unknown>)[ALLOCATOR_DELETER] === true;
+}

@@ -1,0 +1,272 @@
+import { expect } from 'chai';
+import { MessageChannel, Worker } from 'node:worker_threads';
+
+import type { Runtime, StorageImpl } from '@stowage/core';
+import { cpu, createRuntime, DisposedError, InvalidArgumentError } from '@stowage/core';
+import type { SabMemory, StorageDescriptor } from '@stowage/ipc';
+import { ipc, ipcCollect, ipcOf, StorageQueue } from '@stowage/ipc';
+
+import { shmObjects } from './childProcess.js';
+import type { WorkerCommand } from './storageQueueWorker.js';
+
+interface Reply {
+  readonly id: number;
+  readonly value?: unknown;
+  readonly error?: { name: string; code?: string; message: string };
+}
+
+interface Described {
+  readonly byteLength: number;
+  readonly bytes: number[];
+  readonly tensor: { dtype: string; sizes: number[]; strides: number[]; storageOffset: number } | null;
+}
+
+/** A worker running storageQueueWorker.js, consuming from the other end of `queue`'s channel. */
+class Consumer {
+  readonly worker: Worker;
+  readonly #pending = new Map<number, (r: Reply) => void>();
+  #id = 1;
+
+  private constructor(worker: Worker) {
+    this.worker = worker;
+    worker.on('message', (r: Reply) => {
+      this.#pending.get(r.id)?.(r);
+      this.#pending.delete(r.id);
+    });
+  }
+
+  static async start(port: import('node:worker_threads').MessagePort): Promise<Consumer> {
+    const worker = new Worker(new URL('./storageQueueWorker.js', import.meta.url), { workerData: { port }, transferList: [port as never] });
+    const consumer = new Consumer(worker);
+    await new Promise<void>((resolve, reject) => {
+      consumer.#pending.set(0, () => resolve());
+      worker.once('error', reject);
+    });
+    return consumer;
+  }
+
+  /** Runs a command; resolves to its value or rejects with { name, code, message }. */
+  call<T = unknown>(op: string, args: Omit<WorkerCommand, 'id' | 'op'> = {}): Promise<T> {
+    const id = this.#id++;
+    return new Promise((resolve, reject) => {
+      this.#pending.set(id, (r) => (r.error === undefined ? resolve(r.value as T) : reject(r.error)));
+      this.worker.postMessage({ id, op, ...args });
+    });
+  }
+
+  /** The error a command fails with. */
+  async failure(op: string, args: Omit<WorkerCommand, 'id' | 'op'> = {}): Promise<{ name: string; code?: string; message: string }> {
+    try {
+      await this.call(op, args);
+    } catch (error) {
+      return error as { name: string; code?: string; message: string };
+    }
+    throw new Error(`${op} succeeded`);
+  }
+
+  async stop(): Promise<void> {
+    await this.worker.terminate();
+  }
+}
+
+const view = (s: StorageImpl): Uint8Array => {
+  const p = s.peekDataPtr();
+  return new Uint8Array(p.handle as SharedArrayBuffer, p.byteOffset, p.byteLength);
+};
+
+describe('StorageQueue (worker threads)', () => {
+  let rt: Runtime;
+  let queue: StorageQueue;
+  let consumer: Consumer;
+  let port: import('node:worker_threads').MessagePort;
+  beforeEach(async () => {
+    rt = await createRuntime({ plugins: [cpu({ shared: true }), ipc()] });
+    const channel = new MessageChannel();
+    port = channel.port1;
+    queue = new StorageQueue(rt, channel.port1);
+    consumer = await Consumer.start(channel.port2);
+  });
+  afterEach(async () => {
+    queue.close();
+    await consumer.stop();
+    await rt.dispose();
+  });
+  after(() => {
+    expect(shmObjects(), 'shared-memory objects left by these tests').to.deep.equal([]);
+  });
+
+  describe('StorageQueue#put', () => {
+    it('round-trips a storage: the consumer reads the bytes that were put', async () => {
+      const s = rt.storage(64);
+      view(s).forEach((_, i, a) => (a[i] = i));
+      queue.put(s);
+      const got = await consumer.call<Described>('get', { key: 'a' });
+      expect(got.byteLength).to.equal(64);
+      expect(got.bytes).to.deep.equal([...view(s)]);
+      expect(got.tensor).to.equal(null);
+      await consumer.call('release', { key: 'a' });
+      s.release();
+      expect(ipcOf(rt).limboBytes()).to.equal(0);
+    });
+
+    it('round-trips a tensor with its dtype, sizes, strides and storage offset', async () => {
+      const t = rt.tensor([2, 3], { dtype: 'int16' }).asStrided([3, 2], [1, 3], 0);
+      queue.put(t);
+      const got = await consumer.call<Described>('get', { key: 't' });
+      expect(got.tensor).to.deep.equal({ dtype: 'int16', sizes: [3, 2], strides: [1, 3], storageOffset: 0 });
+      await consumer.call('release', { key: 't' });
+      t.storage.release();
+    });
+
+    it('is zero copy both ways: a write after put is seen by the consumer, and a write by the consumer by the producer', async () => {
+      const s = rt.storage(16);
+      view(s).fill(1);
+      queue.put(s);
+      await consumer.call('get', { key: 'z' });
+      view(s).fill(2);
+      expect((await consumer.call<Described>('read', { key: 'z' })).bytes).to.deep.equal(new Array(16).fill(2));
+      await consumer.call('write', { key: 'z', value: 3 });
+      expect([...view(s)]).to.deep.equal(new Array(16).fill(3));
+      await consumer.call('release', { key: 'z' });
+      s.release();
+    });
+
+    it("keeps the producer's memory while the consumer holds it, in the limbo after the producer's release, and frees it after the consumer's", async () => {
+      const service = ipcOf(rt);
+      const s = rt.storage(4096);
+      view(s).fill(9);
+      queue.put(s);
+      await consumer.call('get', { key: 'h' });
+      s.release();
+      expect(service.limboBytes()).to.equal(4096);
+      const others = [rt.storage(4096), rt.storage(4096)];
+      for (const o of others) view(o).fill(0xee);
+      expect((await consumer.call<Described>('read', { key: 'h' })).bytes).to.deep.equal(new Array(4096).fill(9));
+      await consumer.call('release', { key: 'h' });
+      expect(ipcCollect(rt)).to.equal(4096);
+      expect(service.limboBytes()).to.equal(0);
+      for (const o of others) o.release();
+    });
+
+    it('refuses a storage of a non-shared allocator, saying how to make it shareable, and sends nothing', async () => {
+      const s = rt.storage(16, { shared: false });
+      expect(() => queue.put(s)).to.throw(InvalidArgumentError, /cpu\(\{ shared: true \}\)/);
+      s.release();
+      const t = rt.storage(16);
+      queue.put(t); // the queue still works: this is the first message
+      expect((await consumer.call<Described>('get', { key: 'n' })).byteLength).to.equal(16);
+      await consumer.call('release', { key: 'n' });
+      t.release();
+    });
+  });
+
+  describe('StorageQueue#get', () => {
+    it('refuses to re-send a received storage, with the hint to copy it first', async () => {
+      const s = rt.storage(16);
+      queue.put(s);
+      await consumer.call('get', { key: 'r' });
+      const e = await consumer.failure('resend', { key: 'r' });
+      expect(e.code).to.equal('INVALID_ARGUMENT');
+      expect(e.message).to.match(/received storage cannot be sent on.*copy it/);
+      await consumer.call('release', { key: 'r' });
+      s.release();
+    });
+
+    it('refuses reading a received storage after its release with UseAfterReleaseError', async () => {
+      const s = rt.storage(16);
+      queue.put(s);
+      await consumer.call('get', { key: 'u' });
+      await consumer.call('release', { key: 'u' });
+      expect((await consumer.failure('readAfterRelease', { key: 'u' })).code).to.equal('USE_AFTER_RELEASE');
+      expect((await consumer.failure('readStorageAfterRelease', { key: 'u' })).code).to.equal('USE_AFTER_RELEASE');
+      s.release();
+      expect(ipcOf(rt).limboBytes()).to.equal(0);
+    });
+
+    it('refuses a descriptor received twice, malformed or forged descriptors and foreign messages with typed errors, and keeps working', async () => {
+      const s = rt.storage(16);
+      const d: StorageDescriptor = queue.put(s);
+      const post = (descriptor: unknown): void => port.postMessage({ stowage: 'ipc.storage', descriptor });
+      post(d); // received twice
+      post({ ...d, slot: { ...d.slot, nonce: d.slot.nonce ^ 1n } }); // forged nonce
+      post({ ...d, slot: { ...d.slot, slot: 4095 } }); // a slot not handed out
+      post({ ...d, slot: { ...d.slot, slot: 1 << 20 } }); // beyond the file
+      post({ ...d, slot: { ...d.slot, file: '/stowage-ipc-no-such-file' } }); // another (missing) file
+      post({ ...d, byteLength: (d.memory as SabMemory).buffer.byteLength + 1 }); // past its buffer
+      post({ ...d, memory: { kind: 'sab', buffer: new ArrayBuffer(16), byteOffset: 0 } }); // wrong shape
+      port.postMessage('hello'); // not a queue message
+      await consumer.call('get', { key: 'once' });
+      const codes: (string | undefined)[] = [];
+      for (let i = 0; i < 7; i++) codes.push((await consumer.failure('get', { key: `bad${i}` })).code);
+      expect(codes).to.deep.equal(['INVALID_ARGUMENT', 'FOREIGN_POINTER', 'INVALID_ARGUMENT', 'INVALID_ARGUMENT', 'DEVICE_ERROR', 'INVALID_ARGUMENT', 'INVALID_ARGUMENT']);
+      expect((await consumer.failure('get', { key: 'bad7' })).code).to.equal('INVALID_ARGUMENT');
+      const t = rt.storage(32);
+      queue.put(t);
+      expect((await consumer.call<Described>('get', { key: 'after' })).byteLength).to.equal(32);
+      await consumer.call('release', { key: 'once' });
+      await consumer.call('release', { key: 'after' });
+      s.release();
+      t.release();
+      expect(ipcOf(rt).limboBytes()).to.equal(0, 'every reference was given back');
+    });
+
+    it('refuses get() in the thread that put, and gives the reference back', async () => {
+      const channel = new MessageChannel();
+      const a = new StorageQueue(rt, channel.port1);
+      const b = new StorageQueue(rt, channel.port2);
+      try {
+        const s = rt.storage(16);
+        a.put(s);
+        let error: unknown;
+        await b.get().catch((e: unknown) => (error = e));
+        expect(error).to.be.instanceOf(InvalidArgumentError);
+        expect((error as Error).message).to.match(/another thread than put/);
+        s.release();
+        expect(ipcOf(rt).limboBytes()).to.equal(0, 'freed at once: nobody holds it');
+      } finally {
+        a.close();
+        b.close();
+      }
+    });
+
+    it('releases a received storage that was garbage-collected without release, with a warning', async () => {
+      const service = ipcOf(rt);
+      const s = rt.storage(16);
+      const d = queue.put(s);
+      const warnings = await consumer.call<string[]>('forget');
+      expect(warnings).to.have.length(1);
+      expect(warnings[0]).to.match(/garbage-collected without release/);
+      expect(service.counters.count(d.slot)).to.equal(0);
+      s.release();
+      expect(service.limboBytes()).to.equal(0);
+    });
+  });
+
+  describe('StorageQueue#close', () => {
+    it('ends the other end’s async iteration after what was put, and get() after close is a DisposedError', async () => {
+      const storages = [1, 2, 3].map((v) => {
+        const s = rt.storage(8);
+        view(s).fill(v);
+        queue.put(s);
+        return s;
+      });
+      queue.close();
+      expect(await consumer.call('iterate')).to.deep.equal({ n: 3, sum: 8 * 6 });
+      for (const s of storages) s.release();
+      expect(ipcOf(rt).limboBytes()).to.equal(0);
+      let error: unknown;
+      await queue.get().catch((e: unknown) => (error = e));
+      expect(error).to.be.instanceOf(DisposedError);
+      expect(() => queue.put(rt.storage(8))).to.throw(DisposedError);
+    });
+
+    it('gives back the references of storages that arrived and were never got', async () => {
+      const s = rt.storage(16);
+      queue.put(s);
+      await new Promise((r) => setTimeout(r, 50)); // arrives in the worker's inbox
+      await consumer.call('close');
+      s.release();
+      expect(ipcOf(rt).limboBytes()).to.equal(0);
+    });
+  });
+});

@@ -1,0 +1,130 @@
+import { expect } from 'chai';
+import type { ChildProcess } from 'node:child_process';
+import { fork } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+import type { Runtime, StorageImpl } from '@stowage/core';
+import { cpu, createRuntime, InvalidArgumentError } from '@stowage/core';
+import { ipc, ipcCollect, ipcOf, sharedMemoryCpu, StorageQueue } from '@stowage/ipc';
+
+import { shmExists, shmObjects } from './childProcess.js';
+import type { ChildCommand } from './storageQueueChild.js';
+
+interface Reply {
+  readonly id: number;
+  readonly value?: unknown;
+  readonly error?: { name: string; code?: string; message: string };
+}
+
+/** A forked consumer running storageQueueChild.js, commanded over the same channel its queue uses. */
+class ChildConsumer {
+  readonly child: ChildProcess;
+  readonly #pending = new Map<number, (r: Reply) => void>();
+  #id = 1;
+
+  private constructor(child: ChildProcess) {
+    this.child = child;
+    child.on('message', (m: { reply?: Reply }) => {
+      if (m.reply === undefined) return;
+      this.#pending.get(m.reply.id)?.(m.reply);
+      this.#pending.delete(m.reply.id);
+    });
+  }
+
+  static async start(): Promise<ChildConsumer> {
+    const child = fork(fileURLToPath(new URL('./storageQueueChild.js', import.meta.url)), [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+    const consumer = new ChildConsumer(child);
+    await new Promise<void>((resolve, reject) => {
+      consumer.#pending.set(0, () => resolve());
+      child.once('error', reject);
+      child.once('exit', (code) => reject(new Error(`the child exited with ${code}`)));
+    });
+    return consumer;
+  }
+
+  call<T = unknown>(op: string, args: Omit<ChildCommand, 'id' | 'op'> = {}): Promise<T> {
+    const id = this.#id++;
+    return new Promise((resolve, reject) => {
+      this.#pending.set(id, (r) => (r.error === undefined ? resolve(r.value as T) : reject(r.error)));
+      this.child.send({ cmd: { id, op, ...args } });
+    });
+  }
+
+  async stop(): Promise<void> {
+    if (this.child.exitCode !== null || this.child.signalCode !== null) return;
+    const exited = new Promise((r) => this.child.once('exit', r));
+    await this.call('exit').catch(() => undefined);
+    await exited;
+  }
+}
+
+const view = (s: StorageImpl): Uint8Array => {
+  const p = s.data();
+  return new Uint8Array(p.handle as ArrayBuffer, p.byteOffset, p.byteLength);
+};
+
+describe('StorageQueue (child process, POSIX shared memory)', () => {
+  let rt: Runtime;
+  let queue: StorageQueue;
+  let consumer: ChildConsumer;
+  beforeEach(async () => {
+    rt = await createRuntime({ plugins: [sharedMemoryCpu(), ipc()] });
+    consumer = await ChildConsumer.start();
+    queue = new StorageQueue(rt, consumer.child);
+  });
+  afterEach(async () => {
+    queue.close();
+    await consumer.stop();
+    await rt.dispose();
+  });
+  after(() => {
+    expect(shmObjects(), 'shared-memory objects left by these tests').to.deep.equal([]);
+  });
+
+  it('round-trips a storage zero copy both ways, and the producer frees it after the consumer releases it', async () => {
+    const s = rt.storage(4096);
+    view(s).forEach((_, i, a) => (a[i] = i % 251));
+    const d = queue.put(s);
+    expect(d.memory.kind).to.equal('shm');
+    const got = await consumer.call<{ byteLength: number; bytes: number[]; memory: string }>('get', { key: 'a' });
+    expect(got.memory).to.equal('shm');
+    expect(got.bytes).to.deep.equal([...view(s)]);
+    view(s).fill(5); // a write after sending is seen by the consumer
+    expect(await consumer.call<number[]>('read', { key: 'a' })).to.deep.equal(new Array(4096).fill(5));
+    await consumer.call('write', { key: 'a', value: 6 }); // and the consumer's by the producer
+    expect([...view(s)]).to.deep.equal(new Array(4096).fill(6));
+    s.release();
+    expect(ipcOf(rt).limboBytes()).to.equal(4096, 'held by the child');
+    await consumer.call('release', { key: 'a' });
+    expect((await consumer.call('readAfterRelease', { key: 'a' }).catch((e: { code: string }) => e.code))).to.equal('USE_AFTER_RELEASE');
+    expect(ipcCollect(rt)).to.equal(4096);
+  });
+
+  it('unlinks the segments when the runtime is disposed', async () => {
+    const s = rt.storage(64);
+    const name = (queue.put(s).memory as { name: string }).name;
+    expect(shmExists(name)).to.equal(true);
+    await consumer.call('get', { key: 'b' });
+    await consumer.call('release', { key: 'b' });
+    s.release();
+    queue.close();
+    await rt.dispose();
+    expect(shmExists(name)).to.equal(false);
+  });
+
+  it('refuses a storage that is not in POSIX shared memory, saying to use sharedMemoryCpu()', async () => {
+    const plain = await createRuntime({ plugins: [cpu({ shared: true }), ipc()] });
+    const q = new StorageQueue(plain, consumer.child);
+    try {
+      expect(() => q.put(plain.storage(16))).to.throw(InvalidArgumentError, /sharedMemoryCpu\(\)/);
+    } finally {
+      q.close();
+      await plain.dispose();
+    }
+    const s = rt.storage(16);
+    queue.put(s); // the queue still works
+    expect((await consumer.call<{ byteLength: number }>('get', { key: 'c' })).byteLength).to.equal(16);
+    await consumer.call('release', { key: 'c' });
+    s.release();
+  });
+});
