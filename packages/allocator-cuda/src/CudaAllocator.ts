@@ -76,10 +76,17 @@ export class CudaAllocator extends ForwardingAllocator {
     return this.backend.streams.handle(stream);
   }
 
-  /** The device address of a live pointer's first byte, for a kernel's arguments. */
+  /**
+   * The device address of a live pointer's first byte on this device, for a kernel's arguments: this allocator's
+   * pointers, and the ones `openIpc` made from another process's memory.
+   * @throws InvalidArgumentError for anything else (a released pointer, one of another device)
+   */
   devicePointer(ptr: DataPtr): bigint {
-    if (!(ptr instanceof DataPtrClass) || !this.owns(ptr)) throw new InvalidArgumentError('ptr', ptr, `a live DataPtr of ${this.backend.device.type}:${this.backend.device.index}'s allocator`);
-    return (ptr.handle as bigint) + BigInt(ptr.byteOffset);
+    const { type, index } = this.backend.device;
+    if (!(ptr instanceof DataPtrClass) || ptr.isReleased || ptr.device.type !== type || ptr.device.index !== index || typeof ptr.handle !== 'bigint') {
+      throw new InvalidArgumentError('ptr', ptr, `a live DataPtr on ${type}:${index}`);
+    }
+    return ptr.handle + BigInt(ptr.byteOffset);
   }
 
   /**

@@ -110,11 +110,13 @@ describe('CUDA IPC export', function () {
     expect(opened).to.be.instanceOf(DataPtr);
     expect(allocator.owns(opened)).to.equal(false);
     expect(opened.address).to.not.equal(ptr.address);
+    expect(allocator.devicePointer(opened), 'a kernel can take an opened pointer\'s device address').to.equal(BigInt(opened.address));
     expect(Buffer.from(await allocator.readBytes(opened)).equals(Buffer.from(patternBytes(2 * MiB, 4)))).to.equal(true);
     allocator.writeBytes(opened, patternBytes(2 * MiB, 5));
     expect(Buffer.from(await allocator.readBytes(ptr)).equals(Buffer.from(patternBytes(2 * MiB, 5)))).to.equal(true);
     const free = allocator.backend.memoryInfo().freeBytes;
     opened.release();
+    expect(() => allocator.devicePointer(opened), 'not once released').to.throw(InvalidArgumentError);
     expect(allocator.backend.memoryInfo().freeBytes, 'closing an import gives back nothing of the exporter\'s memory').to.equal(free);
     allocator.free(ptr);
   });
