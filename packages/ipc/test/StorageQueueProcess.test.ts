@@ -31,8 +31,8 @@ class ChildConsumer {
     });
   }
 
-  static async start(): Promise<ChildConsumer> {
-    const child = fork(fileURLToPath(new URL('./storageQueueChild.js', import.meta.url)), [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  static async start(script = './storageQueueChild.js'): Promise<ChildConsumer> {
+    const child = fork(fileURLToPath(new URL(script, import.meta.url)), [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     const consumer = new ChildConsumer(child);
     await new Promise<void>((resolve, reject) => {
       consumer.#pending.set(0, () => resolve());
@@ -127,4 +127,64 @@ describe('StorageQueue (child process, POSIX shared memory)', () => {
     await consumer.call('release', { key: 'c' });
     s.release();
   });
+});
+
+const poll = async (done: () => boolean, timeoutMs: number): Promise<number> => {
+  const start = Date.now();
+  while (!done() && Date.now() - start < timeoutMs) await new Promise((r) => setTimeout(r, 50));
+  return Date.now() - start;
+};
+
+describe('Ipc (dead consumers and early producers, processes)', () => {
+  it('reclaims the references of a consumer killed with SIGKILL within 5 s, without a call, and leaves no shared memory', async () => {
+    const rt = await createRuntime({ plugins: [sharedMemoryCpu(), ipc()] });
+    const consumer = await ChildConsumer.start();
+    const queue = new StorageQueue(rt, consumer.child);
+    try {
+      const storages = [rt.storage(4096), rt.storage(1 << 20), rt.storage(100)];
+      for (const [i, s] of storages.entries()) {
+        queue.put(s);
+        await consumer.call('get', { key: String(i) });
+        s.release();
+      }
+      expect(ipcOf(rt).limboSize).to.equal(3, 'held by the child');
+      const exited = new Promise((r) => consumer.child.once('exit', r));
+      consumer.child.kill('SIGKILL');
+      await exited;
+      const ms = await poll(() => ipcOf(rt).limboSize === 0, 5000);
+      expect(ipcOf(rt).limboSize, `the limbo ${ms} ms after the kill`).to.equal(0);
+      expect(ipcOf(rt).limboBytes()).to.equal(0);
+    } finally {
+      queue.close();
+      await rt.dispose();
+    }
+    expect(shmObjects(), 'shared-memory objects left after the producer disposed').to.deep.equal([]);
+  });
+
+  for (const dispose of [true, false]) {
+    it(`leaves host memory readable by the consumer when its producer exits first (${dispose ? 'after disposing its runtime' : 'without disposing it'}); the last holder unlinks it`, async () => {
+      const rt = await createRuntime({ plugins: [ipc()] });
+      const producer = await ChildConsumer.start('./storageQueueProducerChild.js');
+      const queue = new StorageQueue(rt, producer.child);
+      const pid = producer.child.pid!;
+      try {
+        const name = await producer.call<string>('put', { bytes: 8192, value: 7 } as never);
+        const received = await queue.get();
+        const exited = new Promise((r) => producer.child.once('exit', r));
+        producer.child.send({ cmd: { id: 99, op: 'exit', dispose } });
+        await exited;
+        expect(shmExists(name), 'the segment outlives its producer').to.equal(true);
+        expect([...received.bytes()]).to.deep.equal(new Array(8192).fill(7));
+        received.bytes().fill(8); // still the memory, writable
+        expect(received.bytes()[8191]).to.equal(8);
+        received.release();
+        expect(shmExists(name), 'unlinked by the last holder').to.equal(false);
+      } finally {
+        queue.close();
+        await rt.dispose();
+      }
+      // Its counter file too: a crashed producer's is unlinked by the consumer that unmaps it last (here at dispose).
+      expect(shmObjects(`stowage-ipc-${pid}-`), "the producer's objects left").to.deep.equal([]);
+    });
+  }
 });

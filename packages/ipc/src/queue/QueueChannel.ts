@@ -10,7 +10,8 @@ export type QueueTransport = MessagePort | ChildProcess | NodeJS.Process;
 export interface QueueChannel {
   /** True for a process's channel: only `shm` memory crosses, and foreign messages are someone else's. */
   readonly crossesProcesses: boolean;
-  post(message: unknown): void;
+  /** Posts `message`; `transfer` (ports only) moves MessagePorts with it. */
+  post(message: unknown, transfer?: readonly MessagePort[]): void;
   listen(onMessage: (message: unknown) => void, onClose: () => void): void;
   unlisten(): void;
   /** Ends the transport where the queue owns it (a port); a process channel is left open for its other users. */
@@ -46,7 +47,7 @@ function portChannel(port: MessagePort): QueueChannel {
   let listeners: { message: (m: unknown) => void; close: () => void } | undefined;
   return {
     crossesProcesses: false,
-    post: (message) => port.postMessage(message),
+    post: (message, transfer) => port.postMessage(message, transfer === undefined ? undefined : [...transfer]),
     listen(onMessage, onClose) {
       listeners = { message: onMessage, close: onClose };
       port.on('message', onMessage);

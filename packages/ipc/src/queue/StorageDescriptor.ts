@@ -1,3 +1,5 @@
+import type { MessagePort } from 'node:worker_threads';
+
 import type { DType } from '@stowage/core';
 import { DTYPE_ITEMSIZE, InvalidArgumentError } from '@stowage/core';
 
@@ -50,7 +52,11 @@ export interface StorageDescriptor {
 }
 
 /** What a StorageQueue posts on its port. */
-export type QueueMessage = { readonly stowage: 'ipc.storage'; readonly descriptor: StorageDescriptor } | { readonly stowage: 'ipc.close' };
+export type QueueMessage =
+  | { readonly stowage: 'ipc.storage'; readonly descriptor: StorageDescriptor }
+  | { readonly stowage: 'ipc.close' }
+  /** Over a MessagePort, once per end: the sender's identity and its liveness port (Note [Dead consumers]). */
+  | { readonly stowage: 'ipc.hello'; readonly pid: number; readonly threadId: number; readonly alive: MessagePort };
 
 const isIndex = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 

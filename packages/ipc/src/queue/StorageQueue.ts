@@ -1,4 +1,4 @@
-import { threadId } from 'node:worker_threads';
+import { MessagePort, threadId } from 'node:worker_threads';
 
 import { DisposedError, formatDevice, InvalidArgumentError, resolveAll, Runtime, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
 
@@ -64,6 +64,11 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
     this.#ipc = ipcOf(rt);
     this.#port.listen(this.#onMessage, this.#onClose);
     this.#port.unref();
+    if (!this.#port.crossesProcesses) {
+      // Note [Dead consumers] (Ipc.ts): the other thread learns when this one ends.
+      const alive = this.#ipc.livenessPort();
+      this.#port.post({ stowage: 'ipc.hello', pid: process.pid, threadId, alive } satisfies QueueMessage, [alive]);
+    }
   }
 
   get closed(): boolean {
@@ -159,6 +164,11 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
   #arrived(message: unknown): void {
     if (this.#port.crossesProcesses && !isQueueMessage(message)) return; // the channel's other users'
     if (isCloseMessage(message)) return this.#remoteEnded();
+    if (isHelloMessage(message)) {
+      if (message.pid === process.pid && message.threadId !== threadId) this.#ipc.watchThread(message.threadId, message.alive);
+      else message.alive.close();
+      return;
+    }
     const waiter = this.#waiters.shift();
     if (waiter === undefined) {
       this.#inbox.push(message);
@@ -236,6 +246,13 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
 function isQueueMessage(message: unknown): boolean {
   const kind = typeof message === 'object' && message !== null ? (message as { stowage?: unknown }).stowage : undefined;
   return kind === 'ipc.storage' || kind === 'ipc.close';
+}
+
+function isHelloMessage(message: unknown): message is { pid: number; threadId: number; alive: MessagePort } {
+  const m = message as { stowage?: unknown; pid?: unknown; threadId?: unknown; alive?: unknown } | null;
+  return (
+    typeof m === 'object' && m !== null && m.stowage === 'ipc.hello' && Number.isSafeInteger(m.pid) && Number.isSafeInteger(m.threadId) && m.alive instanceof MessagePort
+  );
 }
 
 function isCloseMessage(message: unknown): boolean {

@@ -1,3 +1,6 @@
+import { MessageChannel } from 'node:worker_threads';
+import type { MessagePort } from 'node:worker_threads';
+
 import type { DataPtr, Device, MemoryReclaimer, Runtime, Token } from '@stowage/core';
 import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
 
@@ -20,6 +23,11 @@ export interface IpcOptions {
   readonly limboWarningBytes?: number;
   /** Counters per ref-counter file (RefCounterFiles' `slotsPerFile`). Default 4096. */
   readonly slotsPerFile?: number;
+  /**
+   * How often, in milliseconds, the dead-consumer check runs while the limbo is not empty (an unref'd timer:
+   * Note [Dead consumers]). Default 1000; 0 turns the timer off (collections still run the check).
+   */
+  readonly deadCheckIntervalMs?: number;
 }
 
 /** The `code` of the warning emitted when a received storage was garbage-collected without its release. */
@@ -31,6 +39,18 @@ interface Forgotten {
   readonly slot: CounterSlot;
   readonly byteLength: number;
 }
+
+// Note [Dead consumers]
+// A consumer that dies holding references must not pin the producer's memory forever (PyTorch: pytorch#19904).
+// Each counter slot records its holder (pid, threadId). `collect()` runs `RefCounterFiles#reclaimDead` with the
+// worker threads known to have ended, and a timer (unref'd: it never keeps the process alive) runs `collect()`
+// every `deadCheckIntervalMs` while the limbo is not empty, so the memory of a consumer that died comes back within
+// about a second without any call from the program. Processes are checked with `kill(pid, 0)`. Threads of this
+// process cannot be probed: each StorageQueue over a MessagePort sends the other end a *liveness port* (one end of
+// a fresh MessageChannel whose other end the sender's IPC keeps, unref'd, and never closes), and the receiving
+// end's IPC takes the sender's threadId as ended when that port's 'close' arrives (the thread's ports close with
+// it). The liveness ports are never closed explicitly (not even by dispose): two runtimes in one thread would
+// otherwise reclaim each other's references.
 
 /** The `code` of the warning emitted when the limbo passes `limboWarningBytes`. */
 export const LIMBO_WARNING_CODE = 'STOWAGE_IPC_LIMBO';
@@ -64,6 +84,15 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   readonly #forgotten = new FinalizationRegistry<Forgotten>((f) => this.#releaseForgotten(f));
   /** Shared-memory objects mapped for received storages, with how many live received storages use each. */
   readonly #mappings = new Map<string, { file: SharedMemoryFile; refs: number }>();
+  /** Every SentData not yet freed (live or in the limbo). */
+  readonly #sent = new Set<SentData>();
+  /** Worker threads of this process that ended (their liveness port closed): Note [Dead consumers]. */
+  readonly #endedThreads = new Set<number>();
+  /** Liveness ports of other threads being watched, by threadId. */
+  readonly #watched = new Map<number, MessagePort>();
+  /** This thread's ends of the liveness ports it sent (kept, never closed). */
+  readonly #livenessPorts: MessagePort[] = [];
+  readonly #timer: ReturnType<typeof setInterval> | undefined;
 
   constructor(options: IpcOptions = {}) {
     const warningBytes = options.limboWarningBytes ?? 2 ** 30;
@@ -73,6 +102,56 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     this.limboWarningBytes = warningBytes;
     this.counters = new RefCounterFiles(options.slotsPerFile === undefined ? {} : { slotsPerFile: options.slotsPerFile });
     this.client = new RefCounterClient();
+    const interval = options.deadCheckIntervalMs ?? 1000;
+    if (!Number.isFinite(interval) || interval < 0) throw new InvalidArgumentError('options.deadCheckIntervalMs', interval, 'milliseconds ≥ 0 (0: no timer)');
+    if (interval > 0) {
+      this.#timer = setInterval(() => this.#checkDead(), interval);
+      this.#timer.unref();
+    }
+  }
+
+  /**
+   * A liveness port for another thread (Note [Dead consumers]): when this thread ends, the port's other end gets
+   * 'close'. The caller transfers it; this side's end stays open for the thread's life.
+   */
+  livenessPort(): MessagePort {
+    const { port1, port2 } = new MessageChannel();
+    port1.unref();
+    this.#livenessPorts.push(port1);
+    return port2;
+  }
+
+  /** Watches another thread's liveness port: when it closes, `threadId` counts as ended (its references reclaimed). */
+  watchThread(threadId: number, port: MessagePort): void {
+    if (this.#disposed || this.#watched.has(threadId) || this.#endedThreads.has(threadId)) {
+      port.close();
+      return;
+    }
+    this.#watched.set(threadId, port);
+    port.once('close', () => {
+      this.#watched.delete(threadId);
+      this.threadEnded(threadId);
+    });
+    port.start();
+    port.unref();
+  }
+
+  /** Says that worker thread `threadId` of this process ended: its references are reclaimed at the next collection, which runs now. */
+  threadEnded(threadId: number): void {
+    this.#endedThreads.add(threadId);
+    this.collect();
+  }
+
+  /**
+   * True when the segment `handle` holds an allocation a consumer still references (a sent, unfreed block with a
+   * count above 0): the shared-memory backend then leaves the segment's name for the last holder to unlink.
+   */
+  holdsSegment(handle: unknown): boolean {
+    if (this.#disposed) return false;
+    for (const sent of this.#sent) {
+      if (sent.ptr.handle === handle && !this.#unreferenced(sent)) return true;
+    }
+    return false;
   }
 
   /** Bytes of allocations released by the producer and still referenced by a consumer, on `device` or all devices. */
@@ -114,7 +193,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
    */
   collect(device?: Device): number {
     if (this.#disposed) return 0;
-    if (this.#limbo.size > 0) this.counters.reclaimDead();
+    if (this.#limbo.size > 0) this.counters.reclaimDead(this.#endedThreads);
     return this.#collect(device);
   }
 
@@ -144,10 +223,19 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       state.released = true;
       this.#forgotten.unregister(token);
       if (this.#disposed) return;
+      // The last holder unlinks: the producer left the name of a segment still held (it exited or was disposed).
+      const unlink = name !== undefined && this.#mappings.get(name)?.refs === 1 && this.client.producerGone(slot);
       try {
         this.client.release(slot);
       } finally {
         if (name !== undefined) this.#unmap(name);
+        if (unlink) {
+          try {
+            SharedMemoryFile.unlink(name!);
+          } catch {
+            // Another consumer unlinked it first.
+          }
+        }
       }
     };
     const ptr = receivedDataPtr(descriptor, handle, { slot, release });
@@ -202,6 +290,9 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   dispose(): void {
     if (this.#disposed) return;
     this.#disposed = true;
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    for (const port of this.#watched.values()) port.close();
+    this.#watched.clear();
     for (const sent of this.#limbo.entries()) this.#free(sent);
     this.client.close();
     this.counters.close();
@@ -278,6 +369,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     if (!ptr.compareExchangeDeleter(sent.originalDeleter, sentDeleter, sent)) {
       throw new InvalidArgumentError('storage', 'a storage whose pointer changed owner while being sent', 'a storage no other thread is converting');
     }
+    this.#sent.add(sent);
     return sent;
   }
 
@@ -303,6 +395,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     this.#limbo.delete(sent);
     if (sent.freed) return;
     sent.freed = true;
+    this.#sent.delete(sent);
     if (this.#disposed) {
       try {
         sent.originalDeleter?.(sent.originalContext);
@@ -313,6 +406,16 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     }
     for (const slot of sent.slots) this.counters.done(slot);
     sent.originalDeleter?.(sent.originalContext);
+  }
+
+  /** The timer's tick: Note [Dead consumers]. */
+  #checkDead(): void {
+    if (this.#disposed || this.#limbo.size === 0) return;
+    try {
+      this.collect();
+    } catch (error) {
+      process.emitWarning(`The IPC dead-consumer check failed: ${(error as Error).message}`, { type: 'StowageIpcWarning' });
+    }
   }
 
   #releaseForgotten(f: Forgotten): void {
@@ -365,6 +468,14 @@ export interface Ipc {
   dropReference(slot: CounterSlot): void;
   /** Collects the limbo; returns the bytes freed. See {@link IpcService.collect}. */
   collect(device?: Device): number;
+  /** A liveness port to send to another thread: see {@link IpcService.livenessPort}. */
+  livenessPort(): MessagePort;
+  /** Watches another thread's liveness port: see {@link IpcService.watchThread}. */
+  watchThread(threadId: number, port: MessagePort): void;
+  /** Worker thread `threadId` ended: see {@link IpcService.threadEnded}. */
+  threadEnded(threadId: number): void;
+  /** Whether a consumer still holds memory in a segment: see {@link IpcService.holdsSegment}. */
+  holdsSegment(handle: unknown): boolean;
   dispose(): void;
 }
 
