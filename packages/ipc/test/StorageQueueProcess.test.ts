@@ -1,10 +1,15 @@
 import { expect } from 'chai';
 import type { ChildProcess } from 'node:child_process';
 import { fork } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, readlinkSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
-import type { Runtime, StorageImpl } from '@stowage/core';
-import { cpu, createRuntime, InvalidArgumentError } from '@stowage/core';
+import type { Runtime } from '@stowage/core';
+import { cuda } from '@stowage/allocator-cuda';
+import { testLibcuda } from '@stowage/allocator-cuda/testing';
+import type { Device } from '@stowage/core';
+import { cpu, createRuntime, DataPtr, ForwardingAllocator, InvalidArgumentError, StorageImpl } from '@stowage/core';
 import { ipc, ipcCollect, ipcOf, sharedMemoryCpu, StorageQueue } from '@stowage/ipc';
 
 import { shmExists, shmObjects } from './childProcess.js';
@@ -31,8 +36,8 @@ class ChildConsumer {
     });
   }
 
-  static async start(script = './storageQueueChild.js'): Promise<ChildConsumer> {
-    const child = fork(fileURLToPath(new URL(script, import.meta.url)), [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  static async start(script = './storageQueueChild.js', env: NodeJS.ProcessEnv = process.env): Promise<ChildConsumer> {
+    const child = fork(fileURLToPath(new URL(script, import.meta.url)), [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env });
     const consumer = new ChildConsumer(child);
     await new Promise<void>((resolve, reject) => {
       consumer.#pending.set(0, () => resolve());
@@ -57,6 +62,8 @@ class ChildConsumer {
     await exited;
   }
 }
+
+const sha256 = (bytes: Uint8Array): string => createHash('sha256').update(bytes).digest('hex');
 
 const view = (s: StorageImpl): Uint8Array => {
   const p = s.data();
@@ -187,4 +194,86 @@ describe('Ipc (dead consumers and early producers, processes)', () => {
       expect(shmObjects(`stowage-ipc-${pid}-`), "the producer's objects left").to.deep.equal([]);
     });
   }
+});
+
+describe('StorageQueue (child process, CUDA on the stand-in or a real libcuda)', function () {
+  this.timeout(60_000);
+  const lib = testLibcuda();
+  if (typeof lib === 'string') {
+    it('sends CUDA storages (skipped: no libcuda could be loaded or built)', function () {
+      console.log(`    skipped: ${lib}`);
+      this.skip();
+    });
+    return;
+  }
+  const MiB = 2 ** 20;
+
+  for (const expandableSegments of [false, true]) {
+    it(`round-trips a storage of ${expandableSegments ? 'an expandable' : 'a fixed'} segment zero copy (${expandableSegments ? "its pages' descriptors taken with pidfd_getfd" : 'a legacy handle'}), and frees it after the consumer's release`, async () => {
+      const rt = await createRuntime({ plugins: [cuda({ libcuda: lib.path, allocConf: '', expandableSegments }), ipc()] });
+      const consumer = await ChildConsumer.start('./storageQueueChild.js', { ...process.env, STOWAGE_LIBCUDA: lib.path });
+      const queue = new StorageQueue(rt, consumer.child);
+      try {
+        const allocator = rt.allocator('cuda:0');
+        const spacer = rt.storage(MiB + 512, { device: 'cuda:0' }); // the block does not start its segment
+        const s = rt.storage(3 * MiB, { device: 'cuda:0' });
+        const pattern = new Uint8Array(3 * MiB).map((_, i) => (i * 7) % 251);
+        allocator.writeBytes(s.data(), pattern);
+        const d = queue.put(s);
+        expect(d.device).to.equal('cuda:0');
+        expect(d.memory.kind).to.equal('cuda');
+        const exported = (d.memory as { exported: { kind: string; fds?: number[] } }).exported;
+        expect(exported.kind).to.equal(expandableSegments ? 'shareable' : 'legacy');
+        const target = (fd: number): string | undefined => (existsSync(`/proc/self/fd/${fd}`) ? readlinkSync(`/proc/self/fd/${fd}`) : undefined);
+        const exportedFds = (exported.fds ?? []).map((fd) => [fd, target(fd)] as const);
+        expect(exportedFds.every(([, t]) => t !== undefined), 'open until the consumer takes them').to.equal(true);
+        const got = await consumer.call<{ device: string; byteLength: number }>('get', { key: 'g', value: 1 });
+        expect(got).to.include({ device: 'cuda:0', byteLength: 3 * MiB });
+        for (const [fd, t] of exportedFds) expect(target(fd), `the export's descriptor ${fd}, closed after the consumer's ack`).to.not.equal(t);
+        expect(await consumer.call('digest', { key: 'g' }), 'contents equal').to.equal(sha256(pattern));
+        const nines = new Uint8Array(3 * MiB).fill(9);
+        allocator.writeBytes(s.data(), nines); // a write after sending is seen by the consumer
+        expect(await consumer.call('digest', { key: 'g' })).to.equal(sha256(nines));
+        await consumer.call('write', { key: 'g', value: 4 }); // and the consumer's by the producer
+        expect((await allocator.readBytes(s.data())).every((b) => b === 4)).to.equal(true);
+        s.release();
+        expect(ipcOf(rt).limboBytes()).to.equal(3 * MiB, 'held by the child');
+        expect((allocator.memoryStats() as unknown as Record<string, number>)['limbo_bytes']).to.equal(3 * MiB);
+        await consumer.call('release', { key: 'g' });
+        expect(ipcCollect(rt)).to.equal(3 * MiB);
+        spacer.release();
+      } finally {
+        queue.close();
+        await consumer.stop();
+        await rt.dispose();
+      }
+    });
+  }
+
+  it('refuses a storage of a device that cannot cross processes (WebGPU) with a typed error that says so, and keeps working', async () => {
+    const rt = await createRuntime({ plugins: [sharedMemoryCpu(), ipc()] });
+    const consumer = await ChildConsumer.start();
+    const queue = new StorageQueue(rt, consumer.child);
+    try {
+      const webgpu = { type: 'webgpu', index: 0 } as const;
+      const gpu = new DataPtr({ device: webgpu, byteLength: 16, handle: {}, byteOffset: 0, address: 0, context: null, deleter: null });
+      // A stand-in for a WebGPU allocator (only its device matters here): put refuses by device first.
+      const allocator = new (class extends ForwardingAllocator {
+        override get device(): Device {
+          return webgpu;
+        }
+      })(rt.allocator('cpu'), { ownsUpstream: false });
+      const storage = new StorageImpl({ dataPtr: gpu, allocator });
+      expect(() => queue.put(storage)).to.throw(InvalidArgumentError, /webgpu memory cannot cross a device boundary/);
+      const s = rt.storage(16);
+      queue.put(s);
+      expect((await consumer.call<{ byteLength: number }>('get', { key: 'w' })).byteLength).to.equal(16);
+      await consumer.call('release', { key: 'w' });
+      s.release();
+    } finally {
+      queue.close();
+      await consumer.stop();
+      await rt.dispose();
+    }
+  });
 });

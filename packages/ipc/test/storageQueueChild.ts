@@ -2,6 +2,9 @@
 // channel, and commands from the test on the same channel ({ cmd }), each answered with { reply: { id, value | error } }.
 import 'reflect-metadata';
 
+import { createHash } from 'node:crypto';
+
+import { cuda } from '@stowage/allocator-cuda';
 import { createRuntime, isStowageError } from '@stowage/core';
 import type { ReceivedStorage } from '@stowage/ipc';
 import { ipc, StorageQueue } from '@stowage/ipc';
@@ -13,9 +16,22 @@ export interface ChildCommand {
   readonly value?: number;
 }
 
-const rt = await createRuntime({ plugins: [ipc()] });
+// With STOWAGE_LIBCUDA set, the runtime also has CUDA (that libcuda) to open CUDA storages.
+const libcuda = process.env['STOWAGE_LIBCUDA'];
+const rt = await createRuntime({ plugins: libcuda === undefined ? [ipc()] : [cuda({ libcuda, allocConf: '' }), ipc()] });
 const queue = new StorageQueue(rt, process);
 const held = new Map<string, ReceivedStorage>();
+
+/** The bytes of a received storage: its view on the host, or a read through its CUDA allocator. */
+async function bytesOf(r: ReceivedStorage): Promise<number[]> {
+  if (r.descriptor.device.startsWith('cpu')) return [...r.bytes()];
+  return [...(await rt.allocator(r.descriptor.device).readBytes(r.storage.data()))];
+}
+
+function fill(r: ReceivedStorage, value: number): void {
+  if (r.descriptor.device.startsWith('cpu')) r.bytes().fill(value);
+  else rt.allocator(r.descriptor.device).writeBytes(r.storage.data(), new Uint8Array(r.byteLength).fill(value));
+}
 
 async function run(c: ChildCommand): Promise<unknown> {
   const received = (): ReceivedStorage => {
@@ -27,12 +43,15 @@ async function run(c: ChildCommand): Promise<unknown> {
     case 'get': {
       const r = await queue.get();
       held.set(c.key ?? '', r);
-      return { byteLength: r.byteLength, bytes: [...r.bytes()], memory: r.descriptor.memory.kind };
+      const bytes = c.value === 1 ? [] : await bytesOf(r); // value 1: no bytes back (big storages: 'digest' them)
+      return { byteLength: r.byteLength, bytes, memory: r.descriptor.memory.kind, device: r.descriptor.device };
     }
     case 'read':
-      return [...received().bytes()];
+      return bytesOf(received());
+    case 'digest':
+      return createHash('sha256').update(Uint8Array.from(await bytesOf(received()))).digest('hex');
     case 'write':
-      received().bytes().fill(c.value ?? 0);
+      fill(received(), c.value ?? 0);
       return null;
     case 'release':
       received().release();

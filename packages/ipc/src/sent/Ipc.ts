@@ -1,10 +1,15 @@
 import { MessageChannel } from 'node:worker_threads';
 import type { MessagePort } from 'node:worker_threads';
 
-import type { DataPtr, Device, MemoryReclaimer, Runtime, Token } from '@stowage/core';
+import type { DataPtr, Deleter, Device, MemoryReclaimer, Runtime, Token } from '@stowage/core';
 import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
 
-import { isReceivedDataPtr, ReceivedStorage, receivedDataPtr } from '../queue/ReceivedStorage.js';
+import { closeSync } from 'node:fs';
+
+import type { CudaExport, CudaIpcAllocator } from '../cuda/CudaIpcAllocator.js';
+import { cudaIpcAllocatorOf } from '../cuda/CudaIpcAllocator.js';
+import { isReceivedDataPtr, ReceivedStorage, receivedDataPtr, receivedDeleter } from '../queue/ReceivedStorage.js';
+import { pidfdGetfd, pidfdOpen } from '../shm/pidfd.js';
 import type { StorageDescriptor } from '../queue/StorageDescriptor.js';
 import type { CounterSlot } from '../refcount/CounterSlot.js';
 import { SharedMemoryFile } from '../shm/SharedMemoryFile.js';
@@ -93,6 +98,8 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   /** This thread's ends of the liveness ports it sent (kept, never closed). */
   readonly #livenessPorts: MessagePort[] = [];
   readonly #timer: ReturnType<typeof setInterval> | undefined;
+  /** File descriptors of CUDA exports sent and not yet taken by their consumer, by slot (`file#slot`): Note [CUDA over IPC]. */
+  readonly #exportedFds = new Map<string, readonly number[]>();
 
   constructor(options: IpcOptions = {}) {
     const warningBytes = options.limboWarningBytes ?? 2 ** 30;
@@ -188,6 +195,39 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   }
 
   /**
+   * One send of a CUDA storage (Note [CUDA over IPC]): exports its block with `exporter` (the storage's
+   * CudaAllocator) and sends it as `send` does. An expandable segment's file descriptors stay open here until the
+   * consumer says it took them (`exportTaken`) or the slot is done.
+   * @throws what `send` throws; InvalidArgumentError or CudaError from the export
+   */
+  sendCuda(storage: StorageImpl, exporter: CudaIpcAllocator): { slot: CounterSlot; exported: CudaExport } {
+    if (this.#disposed) throw new DisposedError('Ipc.send() was called after the runtime was disposed.');
+    if (!(storage instanceof StorageImpl)) throw new InvalidArgumentError('storage', storage, 'a StorageImpl (or a TensorImpl, whose storage is sent)');
+    if (storage.isReleased) throw new UseAfterReleaseError('Cannot send a released storage.');
+    const ptr = storage.peekDataPtr();
+    if (ptr.deleter !== sentDeleter) this.#checkOwnable(ptr);
+    const exported = this.#withOwnDeleter(ptr, () => exporter.exportIpc(ptr));
+    let slot: CounterSlot;
+    try {
+      slot = this.send(storage);
+    } catch (error) {
+      if (exported.kind === 'shareable') closeFds(exported.fds);
+      throw error;
+    }
+    if (exported.kind === 'shareable') this.#exportedFds.set(slotKey(slot), exported.fds);
+    return { slot, exported };
+  }
+
+  /** The consumer took the file descriptors of the export sent with `slot` (an `ipc.ack`): closes this side's copies. */
+  exportTaken(slot: Pick<CounterSlot, 'file' | 'slot'>): void {
+    const key = slotKey(slot);
+    const fds = this.#exportedFds.get(key);
+    if (fds === undefined) return;
+    this.#exportedFds.delete(key);
+    closeFds(fds);
+  }
+
+  /**
    * Collects the limbo: frees every allocation (on `device`, or on every device) whose counters are all 0, after
    * reclaiming the references of consumer processes that died. Returns the bytes freed.
    */
@@ -206,6 +246,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
    */
   receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage {
     if (this.#disposed) throw new DisposedError('Ipc.receive() was called after the runtime was disposed.');
+    if (descriptor.memory.kind === 'cuda') return this.#receiveCuda(rt, descriptor, descriptor.memory.exported);
     const slot = descriptor.slot;
     const memory = descriptor.memory;
     const name = memory.kind === 'shm' ? memory.name : undefined;
@@ -254,6 +295,78 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   }
 
   /**
+   * Note [CUDA over IPC]: the consumer acquires the slot, takes an expandable segment's file descriptors from the
+   * producer (`pidfd_open(producer pid)` + `pidfd_getfd`, as PyTorch does: the kernel asks for ptrace access to the
+   * producer), opens the export with its own runtime's CudaAllocator (`openIpc`, which closes the descriptors it
+   * is given) and wraps the pointer in a storage of that allocator. The pointer's deleter becomes the received
+   * deleter: release decrements the counter, then closes what `openIpc` opened. The producer keeps its copies of the
+   * descriptors open until the consumer's `ipc.ack` (sent whether the open worked or not) or the slot is done.
+   */
+  #receiveCuda(rt: Runtime, descriptor: StorageDescriptor, exported: CudaExport): ReceivedStorage {
+    const allocator = rt.allocator(descriptor.device); // BackendUnavailableError without a cuda() plugin
+    const opener = cudaIpcAllocatorOf(allocator);
+    if (opener === undefined) {
+      throw new InvalidArgumentError('rt', `a runtime whose ${descriptor.device} allocator has no openIpc`, "a runtime with allocator-cuda's cuda() plugin, to open CUDA storages another process sent");
+    }
+    const slot = descriptor.slot;
+    this.client.acquire(slot);
+    let ptr: DataPtr<bigint>;
+    try {
+      ptr = opener.openIpc(exported.kind === 'shareable' ? { ...exported, fds: takeFds(descriptor.producer.pid, exported.fds) } : exported);
+    } catch (error) {
+      this.client.release(slot);
+      throw error;
+    }
+    const closeDeleter = ptr.deleter as Deleter;
+    const closeContext = ptr.context;
+    const state = { released: false };
+    const token = {};
+    const release = (): void => {
+      if (state.released) return;
+      state.released = true;
+      this.#forgotten.unregister(token);
+      let failure: unknown;
+      try {
+        if (!this.#disposed) this.client.release(slot);
+      } catch (error) {
+        failure = error;
+      }
+      try {
+        closeDeleter(closeContext);
+      } catch (error) {
+        if (!this.#disposed) failure ??= error; // else the runtime's CUDA context is gone, and the mapping with it
+      }
+      if (failure !== undefined) throw failure;
+    };
+    ptr.compareExchangeDeleter(closeDeleter, receivedDeleter, { slot, release });
+    this.#forgotten.register(ptr, { state, slot, byteLength: descriptor.byteLength }, token);
+    let storage: StorageImpl | undefined;
+    try {
+      storage = new StorageImpl({ dataPtr: ptr, allocator });
+      const t = descriptor.tensor;
+      const tensor = t === undefined ? null : new TensorImpl(storage, { sizes: t.sizes, strides: t.strides, storageOffset: t.storageOffset, dtype: t.dtype }, rt);
+      return new ReceivedStorage(descriptor, storage, tensor);
+    } catch (error) {
+      if (storage === undefined) ptr.release();
+      else storage.release();
+      throw error;
+    }
+  }
+
+  /** Runs `fn` with `ptr`'s allocator deleter in place (its owner checks it), when `ptr` was sent before. */
+  #withOwnDeleter<T>(ptr: DataPtr, fn: () => T): T {
+    if (ptr.deleter !== sentDeleter) return fn();
+    const sent = ptr.context as SentData;
+    if (sent.owner !== this) throw new ForeignPointerError('This storage was sent through another runtime\'s IPC; send it from the runtime that made it.');
+    ptr.compareExchangeDeleter(sentDeleter, sent.originalDeleter, sent.originalContext);
+    try {
+      return fn();
+    } finally {
+      ptr.compareExchangeDeleter(sent.originalDeleter, sentDeleter, sent);
+    }
+  }
+
+  /**
    * Gives back the reference a descriptor carries without making a storage of it (a descriptor refused after its
    * slot checked out, or left unread in a closed queue). Best effort: a forged or stale slot is left alone.
    */
@@ -292,6 +405,8 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     this.#disposed = true;
     if (this.#timer !== undefined) clearInterval(this.#timer);
     for (const port of this.#watched.values()) port.close();
+    for (const fds of this.#exportedFds.values()) closeFds(fds);
+    this.#exportedFds.clear();
     this.#watched.clear();
     for (const sent of this.#limbo.entries()) this.#free(sent);
     this.client.close();
@@ -341,20 +456,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       if (sent.owner !== this) throw new ForeignPointerError('This storage was sent through another runtime\'s IPC; send it from the runtime that made it.');
       return sent;
     }
-    if (isReceivedDataPtr(ptr)) {
-      throw new InvalidArgumentError(
-        'storage',
-        'a received storage',
-        'a storage this runtime made: a received storage cannot be sent on, since its producer frees it and counts only its own consumers; copy it into a new storage (rt.storage(n, { shared: true }) + copyData) and send the copy',
-      );
-    }
-    if (!isAllocatorDeleter(ptr.deleter)) {
-      throw new InvalidArgumentError(
-        'storage',
-        'a storage whose memory no allocator owns (a received, COW or imported storage)',
-        "a storage its runtime's allocator made: a received storage cannot be sent on (its producer frees it); copy it into a new storage of this runtime and send that",
-      );
-    }
+    this.#checkOwnable(ptr);
     const sent: SentData = {
       owner: this,
       device: ptr.device,
@@ -371,6 +473,24 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     }
     this.#sent.add(sent);
     return sent;
+  }
+
+  /** @throws InvalidArgumentError for a received pointer, or one no allocator owns */
+  #checkOwnable(ptr: DataPtr): void {
+    if (isReceivedDataPtr(ptr)) {
+      throw new InvalidArgumentError(
+        'storage',
+        'a received storage',
+        'a storage this runtime made: a received storage cannot be sent on, since its producer frees it and counts only its own consumers; copy it into a new storage (rt.storage(n, { shared: true }) + copyData) and send the copy',
+      );
+    }
+    if (!isAllocatorDeleter(ptr.deleter)) {
+      throw new InvalidArgumentError(
+        'storage',
+        'a storage whose memory no allocator owns (a received, COW or imported storage)',
+        "a storage its runtime's allocator made: a received storage cannot be sent on (its producer frees it); copy it into a new storage of this runtime and send that",
+      );
+    }
   }
 
   #collect(device?: Device): number {
@@ -404,7 +524,10 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       }
       return;
     }
-    for (const slot of sent.slots) this.counters.done(slot);
+    for (const slot of sent.slots) {
+      this.exportTaken(slot);
+      this.counters.done(slot);
+    }
     sent.originalDeleter?.(sent.originalContext);
   }
 
@@ -462,6 +585,10 @@ export interface Ipc {
   readonly limboSize: number;
   /** One send of `storage`: see {@link IpcService.send}. */
   send(storage: StorageImpl): CounterSlot;
+  /** One send of a CUDA storage: see {@link IpcService.sendCuda}. */
+  sendCuda(storage: StorageImpl, exporter: CudaIpcAllocator): { slot: CounterSlot; exported: CudaExport };
+  /** The consumer took an export's descriptors: see {@link IpcService.exportTaken}. */
+  exportTaken(slot: Pick<CounterSlot, 'file' | 'slot'>): void;
   /** Makes a storage of a received descriptor: see {@link IpcService.receive}. */
   receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage;
   /** Gives back a descriptor's reference without making a storage: see {@link IpcService.dropReference}. */
@@ -487,4 +614,34 @@ const ALLOCATOR_DELETER = Symbol.for('stowage.allocatorDeleter');
 /** Core's mark on the deleter of a Stowage allocator (a registered symbol, the same in every copy of core). */
 function isAllocatorDeleter(deleter: unknown): boolean {
   return typeof deleter === 'function' && (deleter as unknown as Record<symbol, unknown>)[ALLOCATOR_DELETER] === true;
+}
+
+const slotKey = (slot: Pick<CounterSlot, 'file' | 'slot'>): string => `${slot.file}#${slot.slot}`;
+
+function closeFds(fds: readonly number[]): void {
+  for (const fd of fds) {
+    try {
+      closeSync(fd);
+    } catch {
+      // already closed
+    }
+  }
+}
+
+/**
+ * Duplicates file descriptors `fds` of process `pid` into this one (`pidfd_open` + `pidfd_getfd`).
+ * @throws SharedMemoryError (ESRCH: the producer is gone; EPERM: no ptrace access to it; EBADF: it closed them)
+ */
+function takeFds(pid: number, fds: readonly number[]): number[] {
+  const pidfd = pidfdOpen(pid);
+  const taken: number[] = [];
+  try {
+    for (const fd of fds) taken.push(pidfdGetfd(pidfd, fd));
+    return taken;
+  } catch (error) {
+    closeFds(taken);
+    throw error;
+  } finally {
+    closeSync(pidfd);
+  }
 }
