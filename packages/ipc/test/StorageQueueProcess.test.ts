@@ -2,7 +2,11 @@ import { expect } from 'chai';
 import type { ChildProcess } from 'node:child_process';
 import { fork } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, readlinkSync } from 'node:fs';
+import { existsSync, mkdtempSync, readlinkSync, rmSync } from 'node:fs';
+import type { Socket } from 'node:net';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import type { Runtime } from '@stowage/core';
@@ -275,5 +279,97 @@ describe('StorageQueue (child process, CUDA on the stand-in or a real libcuda)',
       await consumer.stop();
       await rt.dispose();
     }
+  });
+});
+
+describe('StorageQueue (a net.Socket between processes)', function () {
+  this.timeout(60_000);
+  const lib = testLibcuda();
+  let rt: Runtime;
+  let consumer: ChildConsumer;
+  let queue: StorageQueue;
+  let dir: string;
+  let socket: Socket;
+  beforeEach(async () => {
+    const withCuda = typeof lib === 'string' ? [] : [cuda({ libcuda: lib.path, allocConf: '' })];
+    rt = await createRuntime({ plugins: [...withCuda, sharedMemoryCpu(), ipc()] });
+    dir = mkdtempSync(join(tmpdir(), 'stowage-queue-'));
+    const path = join(dir, 'queue.sock');
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(path, resolve));
+    const connected = new Promise<Socket>((resolve) => server.once('connection', resolve));
+    const env = { ...process.env, STOWAGE_QUEUE_SOCKET: path, ...(typeof lib === 'string' ? {} : { STOWAGE_LIBCUDA: lib.path }) };
+    consumer = await ChildConsumer.start('./storageQueueChild.js', env);
+    socket = await connected;
+    queue = new StorageQueue(rt, socket);
+    server.close();
+  });
+  afterEach(async () => {
+    queue.close();
+    await consumer.stop();
+    await rt.dispose();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('round-trips a host storage zero copy both ways in length-prefixed frames, and frees them after the release', async () => {
+    const s = rt.storage(4096);
+    view(s).forEach((_, i, a) => (a[i] = i % 253));
+    const d = queue.put(s);
+    expect(d.memory.kind).to.equal('shm');
+    const got = await consumer.call<{ bytes: number[]; memory: string }>('get', { key: 's' });
+    expect(got.memory).to.equal('shm');
+    expect(got.bytes).to.deep.equal([...view(s)]);
+    view(s).fill(3);
+    expect(await consumer.call<number[]>('read', { key: 's' })).to.deep.equal(new Array(4096).fill(3));
+    await consumer.call('write', { key: 's', value: 4 });
+    expect([...view(s)]).to.deep.equal(new Array(4096).fill(4));
+    s.release();
+    expect(ipcOf(rt).limboBytes()).to.equal(4096);
+    await consumer.call('release', { key: 's' });
+    expect(ipcCollect(rt)).to.equal(4096);
+  });
+
+  it('refuses a descriptor received twice and a frame that is not JSON with typed errors, and keeps working', async () => {
+    const s = rt.storage(32);
+    const d = queue.put(s);
+    await consumer.call('get', { key: 'a' });
+    const frame = (text: string): Buffer => {
+      const header = Buffer.alloc(4);
+      header.writeUInt32BE(Buffer.byteLength(text));
+      return Buffer.concat([header, Buffer.from(text)]);
+    };
+    const again = JSON.stringify({ stowage: 'ipc.storage', descriptor: d }, (_k, v: unknown) => (typeof v === 'bigint' ? { $bigint: v.toString() } : v));
+    socket.write(Buffer.concat([frame(again), frame('{x}')]));
+    expect(await consumer.call('get', { key: 'b' }).catch((e: { code: string }) => e), 'the same descriptor again').to.include({ code: 'INVALID_ARGUMENT' });
+    expect(await consumer.call('get', { key: 'c' }).catch((e: { code: string }) => e), 'not JSON').to.include({ code: 'INVALID_ARGUMENT' });
+    const t = rt.storage(8);
+    queue.put(t);
+    expect((await consumer.call<{ byteLength: number }>('get', { key: 'd' })).byteLength).to.equal(8);
+    await consumer.call('release', { key: 'a' });
+    await consumer.call('release', { key: 'd' });
+    s.release();
+    t.release();
+    expect(ipcOf(rt).limboSize).to.equal(0);
+  });
+
+  it('carries a CUDA storage of an expandable segment (bigint nonce and descriptors in JSON, the ack back on the socket)', async function () {
+    if (typeof lib === 'string') {
+      console.log(`    skipped: ${lib}`);
+      this.skip();
+    }
+    const allocator = rt.allocator('cuda:0');
+    const s = rt.storage(2 ** 21, { device: 'cuda:0' });
+    const bytes = new Uint8Array(2 ** 21).map((_, i) => i % 239);
+    allocator.writeBytes(s.data(), bytes);
+    const d = queue.put(s);
+    expect((d.memory as { exported: { kind: string } }).exported.kind).to.equal('shareable');
+    expect(await consumer.call<{ byteLength: number }>('get', { key: 'g', value: 1 })).to.include({ byteLength: 2 ** 21 });
+    expect(await consumer.call('digest', { key: 'g' })).to.equal(sha256(bytes));
+    const zeros = new Uint8Array(2 ** 21);
+    allocator.writeBytes(s.data(), zeros);
+    expect(await consumer.call('digest', { key: 'g' }), 'zero copy').to.equal(sha256(zeros));
+    s.release();
+    await consumer.call('release', { key: 'g' });
+    expect(ipcCollect(rt)).to.equal(2 ** 21);
   });
 });

@@ -3,6 +3,8 @@
 import 'reflect-metadata';
 
 import { createHash } from 'node:crypto';
+import type { Socket } from 'node:net';
+import { connect } from 'node:net';
 
 import { cuda } from '@stowage/allocator-cuda';
 import { createRuntime, isStowageError } from '@stowage/core';
@@ -19,7 +21,13 @@ export interface ChildCommand {
 // With STOWAGE_LIBCUDA set, the runtime also has CUDA (that libcuda) to open CUDA storages.
 const libcuda = process.env['STOWAGE_LIBCUDA'];
 const rt = await createRuntime({ plugins: libcuda === undefined ? [ipc()] : [cuda({ libcuda, allocConf: '' }), ipc()] });
-const queue = new StorageQueue(rt, process);
+// With STOWAGE_QUEUE_SOCKET set, the queue runs over a Unix socket to that path (the commands stay on the channel).
+const socketPath = process.env['STOWAGE_QUEUE_SOCKET'];
+const transport = socketPath === undefined ? process : await new Promise<Socket>((resolve, reject) => {
+  const socket = connect(socketPath, () => resolve(socket));
+  socket.once('error', reject);
+});
+const queue = new StorageQueue(rt, transport);
 const held = new Map<string, ReceivedStorage>();
 
 /** The bytes of a received storage: its view on the host, or a read through its CUDA allocator. */

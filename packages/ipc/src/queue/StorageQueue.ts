@@ -24,7 +24,11 @@ interface Waiter {
  *   (`sharedMemoryCpu()`) cross zero copy;
  * - a child process's IPC channel (`fork(file, { serialization: 'advanced' })`: the ChildProcess on the parent's
  *   side, `process` on the child's): storages in POSIX shared memory (`sharedMemoryCpu()`) cross zero copy.
- *   Messages on the channel that are not the queue's are left to the channel's other listeners.
+ *   Messages on the channel that are not the queue's are left to the channel's other listeners. CUDA storages
+ *   cross too (Note [CUDA over IPC] in Ipc.ts);
+ * - any byte stream the user supplies (`stream.Duplex`: a `net.Socket` between processes, a child's stdio):
+ *   length-prefixed JSON frames (Note [Stream frames] in QueueChannel.ts); the same memory as a process channel.
+ *   The queue owns the stream: `close()` ends it.
  *
  * - `put(storage | tensor)`: one send (`Ipc#send`: ownership of the DataPtr, a fresh counter slot at count 1) and
  *   a descriptor posted on the port. The producer keeps using and releasing its storage as usual; released while a
@@ -54,8 +58,8 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
   /**
    * @param rt the runtime whose IPC sends (its `ipc()` plugin) and whose host allocator wraps received memory
    * @param transport one end of a MessageChannel (the other end goes to the other thread, to its own
-   *   StorageQueue), a ChildProcess forked with an IPC channel and `serialization: 'advanced'`, or, in such a
-   *   child, `process`
+   *   StorageQueue), a ChildProcess forked with an IPC channel and `serialization: 'advanced'`, in such a
+   *   child `process`, or a `stream.Duplex` connected to the other end's
    * @throws InvalidArgumentError when `rt` has no `ipc()` plugin or `transport` is none of those
    */
   constructor(rt: Runtime, transport: QueueTransport) {
@@ -167,7 +171,7 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
   }
 
   #arrived(message: unknown): void {
-    if (this.#port.crossesProcesses && !isQueueMessage(message)) return; // the channel's other users'
+    if (!this.#port.exclusive && !isQueueMessage(message)) return; // the channel's other users'
     if (isCloseMessage(message)) return this.#remoteEnded();
     if (isAckMessage(message)) {
       this.#ipc.exportTaken(message);
