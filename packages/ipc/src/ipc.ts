@@ -64,11 +64,13 @@ export function ipcOf(rt: Runtime): Ipc {
 }
 
 function checkIpcOptions(options: IpcOptions): void {
-  const checked = checkOptions<IpcOptions>('options', options, ['limboWarningBytes', 'slotsPerFile']);
+  const checked = checkOptions<IpcOptions>('options', options, ['limboWarningBytes', 'slotsPerFile', 'deadCheckIntervalMs']);
   const w = checked.limboWarningBytes;
   if (w !== undefined && (typeof w !== 'number' || Number.isNaN(w) || w < 0)) throw new InvalidArgumentError('options.limboWarningBytes', w, 'a byte count ≥ 0, or Infinity');
   const s = checked.slotsPerFile;
   if (s !== undefined && (!Number.isSafeInteger(s) || s < 1)) throw new InvalidArgumentError('options.slotsPerFile', s, 'an integer ≥ 1');
+  const d = checked.deadCheckIntervalMs;
+  if (d !== undefined && (typeof d !== 'number' || !Number.isFinite(d) || d < 0)) throw new InvalidArgumentError('options.deadCheckIntervalMs', d, 'milliseconds ≥ 0 (0: no timer)');
 }
 
 /** Adds the limbo's bytes on its device to the upstream's stats, as `limbo_bytes`. */

@@ -1,6 +1,8 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin } from '@stowage/core';
-import { CachingAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
+import { CachingAllocator, registerDeviceAllocator, resolve, resolveDeviceOptions } from '@stowage/core';
+
+import { Ipc } from './sent/Ipc.js';
 
 import { SharedMemoryBackend, SharedMemoryBackendToken } from './shm/SharedMemoryBackend.js';
 
@@ -11,7 +13,8 @@ import { SharedMemoryBackend, SharedMemoryBackendToken } from './shm/SharedMemor
  * @throws InvalidArgumentError for a bad option
  */
 export function registerSharedMemoryCpu(container: DependencyContainer, options: DeviceAllocatorOptions = {}): void {
-  const backend = new SharedMemoryBackend();
+  // The last holder unlinks: a segment a consumer still holds keeps its name when the producer frees it.
+  const backend = new SharedMemoryBackend({ holdsSegment: (handle) => container.isRegistered(Ipc, true) && resolve(container, Ipc).holdsSegment(handle) });
   const spec: DeviceAllocatorSpec<DeviceAllocatorOptions, never> = {
     ...SPEC,
     create: (_device, engine) => new CachingAllocator(backend, engine),

@@ -242,6 +242,25 @@ describe('StorageQueue (worker threads)', () => {
     });
   });
 
+  describe('Ipc (dead consumers)', () => {
+    it('reclaims the references of a worker that ended holding storages, within 5 s and without a call', async () => {
+      const a = rt.storage(4096);
+      const b = rt.tensor([16, 16]);
+      queue.put(a);
+      queue.put(b);
+      await consumer.call('get', { key: 'a' });
+      await consumer.call('get', { key: 'b' });
+      a.release();
+      b.storage.release();
+      expect(ipcOf(rt).limboSize).to.equal(2, 'the worker holds both');
+      await consumer.worker.terminate(); // ends holding them
+      const start = Date.now();
+      while (ipcOf(rt).limboSize > 0 && Date.now() - start < 5000) await new Promise((r) => setTimeout(r, 50));
+      expect(ipcOf(rt).limboSize, 'the limbo after the worker ended').to.equal(0);
+      expect(ipcOf(rt).limboBytes()).to.equal(0);
+    });
+  });
+
   describe('StorageQueue#close', () => {
     it('ends the other end’s async iteration after what was put, and get() after close is a DisposedError', async () => {
       const storages = [1, 2, 3].map((v) => {

@@ -1,10 +1,19 @@
 import { expect } from 'chai';
 import type { ChildProcess } from 'node:child_process';
 import { fork } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { existsSync, mkdtempSync, readlinkSync, rmSync } from 'node:fs';
+import type { Socket } from 'node:net';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import type { Runtime, StorageImpl } from '@stowage/core';
-import { cpu, createRuntime, InvalidArgumentError } from '@stowage/core';
+import type { Runtime } from '@stowage/core';
+import { cuda } from '@stowage/allocator-cuda';
+import { testLibcuda } from '@stowage/allocator-cuda/testing';
+import type { Device } from '@stowage/core';
+import { cpu, createRuntime, DataPtr, ForwardingAllocator, InvalidArgumentError, StorageImpl } from '@stowage/core';
 import { ipc, ipcCollect, ipcOf, sharedMemoryCpu, StorageQueue } from '@stowage/ipc';
 
 import { shmExists, shmObjects } from './childProcess.js';
@@ -31,8 +40,8 @@ class ChildConsumer {
     });
   }
 
-  static async start(): Promise<ChildConsumer> {
-    const child = fork(fileURLToPath(new URL('./storageQueueChild.js', import.meta.url)), [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  static async start(script = './storageQueueChild.js', env: NodeJS.ProcessEnv = process.env): Promise<ChildConsumer> {
+    const child = fork(fileURLToPath(new URL(script, import.meta.url)), [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env });
     const consumer = new ChildConsumer(child);
     await new Promise<void>((resolve, reject) => {
       consumer.#pending.set(0, () => resolve());
@@ -57,6 +66,8 @@ class ChildConsumer {
     await exited;
   }
 }
+
+const sha256 = (bytes: Uint8Array): string => createHash('sha256').update(bytes).digest('hex');
 
 const view = (s: StorageImpl): Uint8Array => {
   const p = s.data();
@@ -126,5 +137,239 @@ describe('StorageQueue (child process, POSIX shared memory)', () => {
     expect((await consumer.call<{ byteLength: number }>('get', { key: 'c' })).byteLength).to.equal(16);
     await consumer.call('release', { key: 'c' });
     s.release();
+  });
+});
+
+const poll = async (done: () => boolean, timeoutMs: number): Promise<number> => {
+  const start = Date.now();
+  while (!done() && Date.now() - start < timeoutMs) await new Promise((r) => setTimeout(r, 50));
+  return Date.now() - start;
+};
+
+describe('Ipc (dead consumers and early producers, processes)', () => {
+  it('reclaims the references of a consumer killed with SIGKILL within 5 s, without a call, and leaves no shared memory', async () => {
+    const rt = await createRuntime({ plugins: [sharedMemoryCpu(), ipc()] });
+    const consumer = await ChildConsumer.start();
+    const queue = new StorageQueue(rt, consumer.child);
+    try {
+      const storages = [rt.storage(4096), rt.storage(1 << 20), rt.storage(100)];
+      for (const [i, s] of storages.entries()) {
+        queue.put(s);
+        await consumer.call('get', { key: String(i) });
+        s.release();
+      }
+      expect(ipcOf(rt).limboSize).to.equal(3, 'held by the child');
+      const exited = new Promise((r) => consumer.child.once('exit', r));
+      consumer.child.kill('SIGKILL');
+      await exited;
+      const ms = await poll(() => ipcOf(rt).limboSize === 0, 5000);
+      expect(ipcOf(rt).limboSize, `the limbo ${ms} ms after the kill`).to.equal(0);
+      expect(ipcOf(rt).limboBytes()).to.equal(0);
+    } finally {
+      queue.close();
+      await rt.dispose();
+    }
+    expect(shmObjects(), 'shared-memory objects left after the producer disposed').to.deep.equal([]);
+  });
+
+  for (const dispose of [true, false]) {
+    it(`leaves host memory readable by the consumer when its producer exits first (${dispose ? 'after disposing its runtime' : 'without disposing it'}); the last holder unlinks it`, async () => {
+      const rt = await createRuntime({ plugins: [ipc()] });
+      const producer = await ChildConsumer.start('./storageQueueProducerChild.js');
+      const queue = new StorageQueue(rt, producer.child);
+      const pid = producer.child.pid!;
+      try {
+        const name = await producer.call<string>('put', { bytes: 8192, value: 7 } as never);
+        const received = await queue.get();
+        const exited = new Promise((r) => producer.child.once('exit', r));
+        producer.child.send({ cmd: { id: 99, op: 'exit', dispose } });
+        await exited;
+        expect(shmExists(name), 'the segment outlives its producer').to.equal(true);
+        expect([...received.bytes()]).to.deep.equal(new Array(8192).fill(7));
+        received.bytes().fill(8); // still the memory, writable
+        expect(received.bytes()[8191]).to.equal(8);
+        received.release();
+        expect(shmExists(name), 'unlinked by the last holder').to.equal(false);
+      } finally {
+        queue.close();
+        await rt.dispose();
+      }
+      // Its counter file too: a crashed producer's is unlinked by the consumer that unmaps it last (here at dispose).
+      expect(shmObjects(`stowage-ipc-${pid}-`), "the producer's objects left").to.deep.equal([]);
+    });
+  }
+});
+
+describe('StorageQueue (child process, CUDA on the stand-in or a real libcuda)', function () {
+  this.timeout(60_000);
+  const lib = testLibcuda();
+  if (typeof lib === 'string') {
+    it('sends CUDA storages (skipped: no libcuda could be loaded or built)', function () {
+      console.log(`    skipped: ${lib}`);
+      this.skip();
+    });
+    return;
+  }
+  const MiB = 2 ** 20;
+
+  for (const expandableSegments of [false, true]) {
+    it(`round-trips a storage of ${expandableSegments ? 'an expandable' : 'a fixed'} segment zero copy (${expandableSegments ? "its pages' descriptors taken with pidfd_getfd" : 'a legacy handle'}), and frees it after the consumer's release`, async () => {
+      const rt = await createRuntime({ plugins: [cuda({ libcuda: lib.path, allocConf: '', expandableSegments }), ipc()] });
+      const consumer = await ChildConsumer.start('./storageQueueChild.js', { ...process.env, STOWAGE_LIBCUDA: lib.path });
+      const queue = new StorageQueue(rt, consumer.child);
+      try {
+        const allocator = rt.allocator('cuda:0');
+        const spacer = rt.storage(MiB + 512, { device: 'cuda:0' }); // the block does not start its segment
+        const s = rt.storage(3 * MiB, { device: 'cuda:0' });
+        const pattern = new Uint8Array(3 * MiB).map((_, i) => (i * 7) % 251);
+        allocator.writeBytes(s.data(), pattern);
+        const d = queue.put(s);
+        expect(d.device).to.equal('cuda:0');
+        expect(d.memory.kind).to.equal('cuda');
+        const exported = (d.memory as { exported: { kind: string; fds?: number[] } }).exported;
+        expect(exported.kind).to.equal(expandableSegments ? 'shareable' : 'legacy');
+        const target = (fd: number): string | undefined => (existsSync(`/proc/self/fd/${fd}`) ? readlinkSync(`/proc/self/fd/${fd}`) : undefined);
+        const exportedFds = (exported.fds ?? []).map((fd) => [fd, target(fd)] as const);
+        expect(exportedFds.every(([, t]) => t !== undefined), 'open until the consumer takes them').to.equal(true);
+        const got = await consumer.call<{ device: string; byteLength: number }>('get', { key: 'g', value: 1 });
+        expect(got).to.include({ device: 'cuda:0', byteLength: 3 * MiB });
+        for (const [fd, t] of exportedFds) expect(target(fd), `the export's descriptor ${fd}, closed after the consumer's ack`).to.not.equal(t);
+        expect(await consumer.call('digest', { key: 'g' }), 'contents equal').to.equal(sha256(pattern));
+        const nines = new Uint8Array(3 * MiB).fill(9);
+        allocator.writeBytes(s.data(), nines); // a write after sending is seen by the consumer
+        expect(await consumer.call('digest', { key: 'g' })).to.equal(sha256(nines));
+        await consumer.call('write', { key: 'g', value: 4 }); // and the consumer's by the producer
+        expect((await allocator.readBytes(s.data())).every((b) => b === 4)).to.equal(true);
+        s.release();
+        expect(ipcOf(rt).limboBytes()).to.equal(3 * MiB, 'held by the child');
+        expect((allocator.memoryStats() as unknown as Record<string, number>)['limbo_bytes']).to.equal(3 * MiB);
+        await consumer.call('release', { key: 'g' });
+        expect(ipcCollect(rt)).to.equal(3 * MiB);
+        spacer.release();
+      } finally {
+        queue.close();
+        await consumer.stop();
+        await rt.dispose();
+      }
+    });
+  }
+
+  it('refuses a storage of a device that cannot cross processes (WebGPU) with a typed error that says so, and keeps working', async () => {
+    const rt = await createRuntime({ plugins: [sharedMemoryCpu(), ipc()] });
+    const consumer = await ChildConsumer.start();
+    const queue = new StorageQueue(rt, consumer.child);
+    try {
+      const webgpu = { type: 'webgpu', index: 0 } as const;
+      const gpu = new DataPtr({ device: webgpu, byteLength: 16, handle: {}, byteOffset: 0, address: 0, context: null, deleter: null });
+      // A stand-in for a WebGPU allocator (only its device matters here): put refuses by device first.
+      const allocator = new (class extends ForwardingAllocator {
+        override get device(): Device {
+          return webgpu;
+        }
+      })(rt.allocator('cpu'), { ownsUpstream: false });
+      const storage = new StorageImpl({ dataPtr: gpu, allocator });
+      expect(() => queue.put(storage)).to.throw(InvalidArgumentError, /webgpu memory cannot cross a device boundary/);
+      const s = rt.storage(16);
+      queue.put(s);
+      expect((await consumer.call<{ byteLength: number }>('get', { key: 'w' })).byteLength).to.equal(16);
+      await consumer.call('release', { key: 'w' });
+      s.release();
+    } finally {
+      queue.close();
+      await consumer.stop();
+      await rt.dispose();
+    }
+  });
+});
+
+describe('StorageQueue (a net.Socket between processes)', function () {
+  this.timeout(60_000);
+  const lib = testLibcuda();
+  let rt: Runtime;
+  let consumer: ChildConsumer;
+  let queue: StorageQueue;
+  let dir: string;
+  let socket: Socket;
+  beforeEach(async () => {
+    const withCuda = typeof lib === 'string' ? [] : [cuda({ libcuda: lib.path, allocConf: '' })];
+    rt = await createRuntime({ plugins: [...withCuda, sharedMemoryCpu(), ipc()] });
+    dir = mkdtempSync(join(tmpdir(), 'stowage-queue-'));
+    const path = join(dir, 'queue.sock');
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(path, resolve));
+    const connected = new Promise<Socket>((resolve) => server.once('connection', resolve));
+    const env = { ...process.env, STOWAGE_QUEUE_SOCKET: path, ...(typeof lib === 'string' ? {} : { STOWAGE_LIBCUDA: lib.path }) };
+    consumer = await ChildConsumer.start('./storageQueueChild.js', env);
+    socket = await connected;
+    queue = new StorageQueue(rt, socket);
+    server.close();
+  });
+  afterEach(async () => {
+    queue.close();
+    await consumer.stop();
+    await rt.dispose();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('round-trips a host storage zero copy both ways in length-prefixed frames, and frees them after the release', async () => {
+    const s = rt.storage(4096);
+    view(s).forEach((_, i, a) => (a[i] = i % 253));
+    const d = queue.put(s);
+    expect(d.memory.kind).to.equal('shm');
+    const got = await consumer.call<{ bytes: number[]; memory: string }>('get', { key: 's' });
+    expect(got.memory).to.equal('shm');
+    expect(got.bytes).to.deep.equal([...view(s)]);
+    view(s).fill(3);
+    expect(await consumer.call<number[]>('read', { key: 's' })).to.deep.equal(new Array(4096).fill(3));
+    await consumer.call('write', { key: 's', value: 4 });
+    expect([...view(s)]).to.deep.equal(new Array(4096).fill(4));
+    s.release();
+    expect(ipcOf(rt).limboBytes()).to.equal(4096);
+    await consumer.call('release', { key: 's' });
+    expect(ipcCollect(rt)).to.equal(4096);
+  });
+
+  it('refuses a descriptor received twice and a frame that is not JSON with typed errors, and keeps working', async () => {
+    const s = rt.storage(32);
+    const d = queue.put(s);
+    await consumer.call('get', { key: 'a' });
+    const frame = (text: string): Buffer => {
+      const header = Buffer.alloc(4);
+      header.writeUInt32BE(Buffer.byteLength(text));
+      return Buffer.concat([header, Buffer.from(text)]);
+    };
+    const again = JSON.stringify({ stowage: 'ipc.storage', descriptor: d }, (_k, v: unknown) => (typeof v === 'bigint' ? { $bigint: v.toString() } : v));
+    socket.write(Buffer.concat([frame(again), frame('{x}')]));
+    expect(await consumer.call('get', { key: 'b' }).catch((e: { code: string }) => e), 'the same descriptor again').to.include({ code: 'INVALID_ARGUMENT' });
+    expect(await consumer.call('get', { key: 'c' }).catch((e: { code: string }) => e), 'not JSON').to.include({ code: 'INVALID_ARGUMENT' });
+    const t = rt.storage(8);
+    queue.put(t);
+    expect((await consumer.call<{ byteLength: number }>('get', { key: 'd' })).byteLength).to.equal(8);
+    await consumer.call('release', { key: 'a' });
+    await consumer.call('release', { key: 'd' });
+    s.release();
+    t.release();
+    expect(ipcOf(rt).limboSize).to.equal(0);
+  });
+
+  it('carries a CUDA storage of an expandable segment (bigint nonce and descriptors in JSON, the ack back on the socket)', async function () {
+    if (typeof lib === 'string') {
+      console.log(`    skipped: ${lib}`);
+      this.skip();
+    }
+    const allocator = rt.allocator('cuda:0');
+    const s = rt.storage(2 ** 21, { device: 'cuda:0' });
+    const bytes = new Uint8Array(2 ** 21).map((_, i) => i % 239);
+    allocator.writeBytes(s.data(), bytes);
+    const d = queue.put(s);
+    expect((d.memory as { exported: { kind: string } }).exported.kind).to.equal('shareable');
+    expect(await consumer.call<{ byteLength: number }>('get', { key: 'g', value: 1 })).to.include({ byteLength: 2 ** 21 });
+    expect(await consumer.call('digest', { key: 'g' })).to.equal(sha256(bytes));
+    const zeros = new Uint8Array(2 ** 21);
+    allocator.writeBytes(s.data(), zeros);
+    expect(await consumer.call('digest', { key: 'g' }), 'zero copy').to.equal(sha256(zeros));
+    s.release();
+    await consumer.call('release', { key: 'g' });
+    expect(ipcCollect(rt)).to.equal(2 ** 21);
   });
 });

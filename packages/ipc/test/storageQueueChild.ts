@@ -2,6 +2,11 @@
 // channel, and commands from the test on the same channel ({ cmd }), each answered with { reply: { id, value | error } }.
 import 'reflect-metadata';
 
+import { createHash } from 'node:crypto';
+import type { Socket } from 'node:net';
+import { connect } from 'node:net';
+
+import { cuda } from '@stowage/allocator-cuda';
 import { createRuntime, isStowageError } from '@stowage/core';
 import type { ReceivedStorage } from '@stowage/ipc';
 import { ipc, StorageQueue } from '@stowage/ipc';
@@ -13,9 +18,28 @@ export interface ChildCommand {
   readonly value?: number;
 }
 
-const rt = await createRuntime({ plugins: [ipc()] });
-const queue = new StorageQueue(rt, process);
+// With STOWAGE_LIBCUDA set, the runtime also has CUDA (that libcuda) to open CUDA storages.
+const libcuda = process.env['STOWAGE_LIBCUDA'];
+const rt = await createRuntime({ plugins: libcuda === undefined ? [ipc()] : [cuda({ libcuda, allocConf: '' }), ipc()] });
+// With STOWAGE_QUEUE_SOCKET set, the queue runs over a Unix socket to that path (the commands stay on the channel).
+const socketPath = process.env['STOWAGE_QUEUE_SOCKET'];
+const transport = socketPath === undefined ? process : await new Promise<Socket>((resolve, reject) => {
+  const socket = connect(socketPath, () => resolve(socket));
+  socket.once('error', reject);
+});
+const queue = new StorageQueue(rt, transport);
 const held = new Map<string, ReceivedStorage>();
+
+/** The bytes of a received storage: its view on the host, or a read through its CUDA allocator. */
+async function bytesOf(r: ReceivedStorage): Promise<number[]> {
+  if (r.descriptor.device.startsWith('cpu')) return [...r.bytes()];
+  return [...(await rt.allocator(r.descriptor.device).readBytes(r.storage.data()))];
+}
+
+function fill(r: ReceivedStorage, value: number): void {
+  if (r.descriptor.device.startsWith('cpu')) r.bytes().fill(value);
+  else rt.allocator(r.descriptor.device).writeBytes(r.storage.data(), new Uint8Array(r.byteLength).fill(value));
+}
 
 async function run(c: ChildCommand): Promise<unknown> {
   const received = (): ReceivedStorage => {
@@ -27,12 +51,15 @@ async function run(c: ChildCommand): Promise<unknown> {
     case 'get': {
       const r = await queue.get();
       held.set(c.key ?? '', r);
-      return { byteLength: r.byteLength, bytes: [...r.bytes()], memory: r.descriptor.memory.kind };
+      const bytes = c.value === 1 ? [] : await bytesOf(r); // value 1: no bytes back (big storages: 'digest' them)
+      return { byteLength: r.byteLength, bytes, memory: r.descriptor.memory.kind, device: r.descriptor.device };
     }
     case 'read':
-      return [...received().bytes()];
+      return bytesOf(received());
+    case 'digest':
+      return createHash('sha256').update(Uint8Array.from(await bytesOf(received()))).digest('hex');
     case 'write':
-      received().bytes().fill(c.value ?? 0);
+      fill(received(), c.value ?? 0);
       return null;
     case 'release':
       received().release();

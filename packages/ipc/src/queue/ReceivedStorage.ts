@@ -1,5 +1,5 @@
 import type { Deleter, StorageImpl, TensorImpl } from '@stowage/core';
-import { DataPtr, UseAfterReleaseError } from '@stowage/core';
+import { DataPtr, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 
 import type { CounterSlot } from '../refcount/CounterSlot.js';
 import type { StorageDescriptor } from './StorageDescriptor.js';
@@ -63,10 +63,14 @@ export class ReceivedStorage implements Disposable {
    * A Uint8Array over the received bytes (the producer's memory itself: writes are seen by the producer). Do not
    * keep it past `release()`: the producer reuses the memory, and shared memory from another process is unmapped
    * then (an access crashes the process; neither kind of buffer can be detached).
-   * @throws UseAfterReleaseError after release
+   * @throws UseAfterReleaseError after release; InvalidArgumentError for device memory (a CUDA storage: read it with
+   *   its allocator's `readBytes(storage.data())`)
    */
   bytes(): Uint8Array {
     this.#checkLive('bytes');
+    if (!this.descriptor.device.startsWith('cpu')) {
+      throw new InvalidArgumentError('bytes()', `a ${this.descriptor.device} storage`, "host memory: read device memory through its allocator (rt.allocator(device).readBytes(received.storage.data()))");
+    }
     const p = this.#storage.data();
     return new Uint8Array(p.handle as ArrayBuffer, p.byteOffset, p.byteLength);
   }

@@ -1,7 +1,11 @@
+import type { MessagePort } from 'node:worker_threads';
+
 import type { DType } from '@stowage/core';
 import { DTYPE_ITEMSIZE, InvalidArgumentError } from '@stowage/core';
 
 import type { CounterSlot } from '../refcount/CounterSlot.js';
+import type { CudaExport } from '../cuda/CudaIpcAllocator.js';
+import { checkCudaExport } from '../cuda/CudaIpcAllocator.js';
 import { expectCounterSlot } from '../refcount/RefCounterFiles.js';
 import { SHARED_MEMORY_NAME } from '../shm/SharedMemoryFile.js';
 
@@ -17,6 +21,17 @@ export interface ShmMemory {
   readonly kind: 'shm';
   /** The object's name, as `SharedMemoryFile.open` takes it. */
   readonly name: string;
+  readonly byteOffset: number;
+}
+
+/**
+ * Device memory of a CUDA device: the block's `CudaAllocator#exportIpc` (legacy handle bytes, or the producer's
+ * file descriptors of an expandable segment's pages, which the consumer takes with `pidfd_getfd`).
+ */
+export interface CudaMemory {
+  readonly kind: 'cuda';
+  readonly exported: CudaExport;
+  /** Always 0: the export carries the block's offset. */
   readonly byteOffset: number;
 }
 
@@ -39,9 +54,9 @@ export interface ProducerIdentity {
  * storage. `slot` is the counter the consumer acquires on receipt and releases when done.
  */
 export interface StorageDescriptor {
-  /** Always `'cpu:0'` (host memory). */
+  /** `'cpu:0'` for host memory (`sab`, `shm`), `'cuda:N'` for device memory (`cuda`). */
   readonly device: string;
-  readonly memory: SabMemory | ShmMemory;
+  readonly memory: SabMemory | ShmMemory | CudaMemory;
   readonly byteLength: number;
   /** Present when a tensor was put: its layout over the storage. */
   readonly tensor?: TensorDescriptor;
@@ -50,7 +65,13 @@ export interface StorageDescriptor {
 }
 
 /** What a StorageQueue posts on its port. */
-export type QueueMessage = { readonly stowage: 'ipc.storage'; readonly descriptor: StorageDescriptor } | { readonly stowage: 'ipc.close' };
+export type QueueMessage =
+  | { readonly stowage: 'ipc.storage'; readonly descriptor: StorageDescriptor }
+  | { readonly stowage: 'ipc.close' }
+  /** From the consumer: it took the file descriptors of the export sent with `slot`; the producer closes its copies. */
+  | { readonly stowage: 'ipc.ack'; readonly file: string; readonly slot: number }
+  /** Over a MessagePort, once per end: the sender's identity and its liveness port (Note [Dead consumers]). */
+  | { readonly stowage: 'ipc.hello'; readonly pid: number; readonly threadId: number; readonly alive: MessagePort };
 
 const isIndex = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 
@@ -63,13 +84,18 @@ export function checkStorageDescriptor(d: unknown): asserts d is StorageDescript
   const bad = (field: string, value: unknown, expected: string): InvalidArgumentError => new InvalidArgumentError(`descriptor${field}`, value, expected);
   if (typeof d !== 'object' || d === null) throw bad('', d, 'a StorageDescriptor made by StorageQueue#put');
   const x = d as Record<string, unknown>;
-  if (x.device !== 'cpu:0') throw bad('.device', x.device, "'cpu:0' (host memory is the only kind a worker queue carries)");
+  const cudaDevice = typeof x.device === 'string' ? /^cuda:(0|[1-9][0-9]{0,3})$/.exec(x.device) : null;
+  if (x.device !== 'cpu:0' && cudaDevice === null) throw bad('.device', x.device, "'cpu:0' (host memory) or 'cuda:N' (CUDA device memory)");
   const memory = x.memory as Record<string, unknown> | null;
   const sab = typeof memory === 'object' && memory !== null && memory.kind === 'sab' && memory.buffer instanceof SharedArrayBuffer;
   const shm = typeof memory === 'object' && memory !== null && memory.kind === 'shm' && typeof memory.name === 'string' && SHARED_MEMORY_NAME.test(memory.name);
-  if (!sab && !shm) throw bad('.memory', memory, "{ kind: 'sab', buffer: SharedArrayBuffer, byteOffset } or { kind: 'shm', name, byteOffset }");
-  if (!isIndex(memory!.byteOffset)) throw bad('.memory.byteOffset', memory!.byteOffset, 'an integer ≥ 0');
+  const cuda = typeof memory === 'object' && memory !== null && memory.kind === 'cuda';
+  if (cudaDevice === null ? !sab && !shm : !cuda) {
+    throw bad('.memory', memory, cudaDevice === null ? "{ kind: 'sab', buffer: SharedArrayBuffer, byteOffset } or { kind: 'shm', name, byteOffset }" : "{ kind: 'cuda', exported, byteOffset: 0 }");
+  }
+  if (!isIndex(memory!.byteOffset) || (cuda && memory!.byteOffset !== 0)) throw bad('.memory.byteOffset', memory!.byteOffset, cuda ? '0' : 'an integer ≥ 0');
   if (!isIndex(x.byteLength)) throw bad('.byteLength', x.byteLength, 'an integer ≥ 0');
+  if (cudaDevice !== null) checkCudaExport(memory!.exported, Number(cudaDevice[1]), x.byteLength);
   if (memory!.kind === 'sab' && memory!.byteOffset + x.byteLength > (memory!.buffer as SharedArrayBuffer).byteLength) {
     throw bad('.byteLength', x.byteLength, `a range inside the buffer's ${(memory!.buffer as SharedArrayBuffer).byteLength} bytes from offset ${memory!.byteOffset as number}`);
   }

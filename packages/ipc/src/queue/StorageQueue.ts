@@ -1,4 +1,4 @@
-import { threadId } from 'node:worker_threads';
+import { MessagePort, threadId } from 'node:worker_threads';
 
 import { DisposedError, formatDevice, InvalidArgumentError, resolveAll, Runtime, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
 
@@ -8,7 +8,8 @@ import { SharedMemoryBackendToken } from '../shm/SharedMemoryBackend.js';
 import type { QueueChannel, QueueTransport } from './QueueChannel.js';
 import { queueChannel } from './QueueChannel.js';
 import type { ReceivedStorage } from './ReceivedStorage.js';
-import type { QueueMessage, SabMemory, ShmMemory, StorageDescriptor } from './StorageDescriptor.js';
+import type { CudaMemory, QueueMessage, SabMemory, ShmMemory, StorageDescriptor } from './StorageDescriptor.js';
+import { cudaIpcAllocatorOf } from '../cuda/CudaIpcAllocator.js';
 import { checkStorageDescriptor } from './StorageDescriptor.js';
 
 interface Waiter {
@@ -23,7 +24,11 @@ interface Waiter {
  *   (`sharedMemoryCpu()`) cross zero copy;
  * - a child process's IPC channel (`fork(file, { serialization: 'advanced' })`: the ChildProcess on the parent's
  *   side, `process` on the child's): storages in POSIX shared memory (`sharedMemoryCpu()`) cross zero copy.
- *   Messages on the channel that are not the queue's are left to the channel's other listeners.
+ *   Messages on the channel that are not the queue's are left to the channel's other listeners. CUDA storages
+ *   cross too (Note [CUDA over IPC] in Ipc.ts);
+ * - any byte stream the user supplies (`stream.Duplex`: a `net.Socket` between processes, a child's stdio):
+ *   length-prefixed JSON frames (Note [Stream frames] in QueueChannel.ts); the same memory as a process channel.
+ *   The queue owns the stream: `close()` ends it.
  *
  * - `put(storage | tensor)`: one send (`Ipc#send`: ownership of the DataPtr, a fresh counter slot at count 1) and
  *   a descriptor posted on the port. The producer keeps using and releasing its storage as usual; released while a
@@ -53,8 +58,8 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
   /**
    * @param rt the runtime whose IPC sends (its `ipc()` plugin) and whose host allocator wraps received memory
    * @param transport one end of a MessageChannel (the other end goes to the other thread, to its own
-   *   StorageQueue), a ChildProcess forked with an IPC channel and `serialization: 'advanced'`, or, in such a
-   *   child, `process`
+   *   StorageQueue), a ChildProcess forked with an IPC channel and `serialization: 'advanced'`, in such a
+   *   child `process`, or a `stream.Duplex` connected to the other end's
    * @throws InvalidArgumentError when `rt` has no `ipc()` plugin or `transport` is none of those
    */
   constructor(rt: Runtime, transport: QueueTransport) {
@@ -64,6 +69,11 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
     this.#ipc = ipcOf(rt);
     this.#port.listen(this.#onMessage, this.#onClose);
     this.#port.unref();
+    if (!this.#port.crossesProcesses) {
+      // Note [Dead consumers] (Ipc.ts): the other thread learns when this one ends.
+      const alive = this.#ipc.livenessPort();
+      this.#port.post({ stowage: 'ipc.hello', pid: process.pid, threadId, alive } satisfies QueueMessage, [alive]);
+    }
   }
 
   get closed(): boolean {
@@ -84,23 +94,27 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
     if (!(storage instanceof StorageImpl)) throw new InvalidArgumentError('item', item, 'a StorageImpl or a TensorImpl');
     if (storage.isReleased) throw new UseAfterReleaseError('Cannot put a released storage.');
     const ptr = storage.peekDataPtr();
-    if (ptr.device.type !== 'cpu') {
-      throw new InvalidArgumentError('item', `a storage on ${formatDevice(ptr.device)}`, 'a host storage: a worker queue carries host memory only (CUDA storages across processes are not written yet; WebGPU storages cannot cross a device boundary)');
+    const layout = tensor === null ? {} : { tensor: { dtype: tensor.dtype, sizes: [...tensor.sizes], strides: [...tensor.strides], storageOffset: tensor.storageOffset } };
+    let descriptor: StorageDescriptor;
+    if (ptr.device.type === 'cuda') {
+      descriptor = { ...this.#putCuda(storage), byteLength: ptr.byteLength, ...layout, producer: { pid: process.pid, threadId } };
+    } else {
+      if (ptr.device.type !== 'cpu') {
+        throw new InvalidArgumentError(
+          'item',
+          `a storage on ${formatDevice(ptr.device)}`,
+          `a host or CUDA storage: ${ptr.device.type} memory cannot cross a device boundary to another thread or process (it has no IPC export; WebGPU buffers belong to their GPUDevice); copy it into a host storage first`,
+        );
+      }
+      const memory = this.#memoryOf(ptr.handle, ptr.byteOffset);
+      const slot = this.#ipc.send(storage); // throws for a received, COW or LMS storage; nothing sent then
+      descriptor = { device: 'cpu:0', memory, byteLength: ptr.byteLength, ...layout, slot, producer: { pid: process.pid, threadId } };
     }
-    const memory = this.#memoryOf(ptr.handle, ptr.byteOffset);
-    const slot = this.#ipc.send(storage); // throws for a received, COW or LMS storage; nothing sent then
-    const descriptor: StorageDescriptor = {
-      device: 'cpu:0',
-      memory,
-      byteLength: ptr.byteLength,
-      ...(tensor === null ? {} : { tensor: { dtype: tensor.dtype, sizes: [...tensor.sizes], strides: [...tensor.strides], storageOffset: tensor.storageOffset } }),
-      slot,
-      producer: { pid: process.pid, threadId },
-    };
     try {
       this.#port.post({ stowage: 'ipc.storage', descriptor } satisfies QueueMessage);
     } catch (error) {
-      this.#ipc.dropReference(slot); // never sent: the count goes back to 0
+      this.#ipc.dropReference(descriptor.slot); // never sent: the count goes back to 0
+      this.#ipc.exportTaken(descriptor.slot);
       throw error;
     }
     return descriptor;
@@ -157,8 +171,17 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
   }
 
   #arrived(message: unknown): void {
-    if (this.#port.crossesProcesses && !isQueueMessage(message)) return; // the channel's other users'
+    if (!this.#port.exclusive && !isQueueMessage(message)) return; // the channel's other users'
     if (isCloseMessage(message)) return this.#remoteEnded();
+    if (isAckMessage(message)) {
+      this.#ipc.exportTaken(message);
+      return;
+    }
+    if (isHelloMessage(message)) {
+      if (message.pid === process.pid && message.threadId !== threadId) this.#ipc.watchThread(message.threadId, message.alive);
+      else message.alive.close();
+      return;
+    }
     const waiter = this.#waiters.shift();
     if (waiter === undefined) {
       this.#inbox.push(message);
@@ -193,7 +216,36 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
         'get() in another thread than put(): a queue carries storages between threads (its reference was given back, so the producer can free it)',
       );
     }
-    return this.#ipc.receive(this.#rt, descriptor);
+    if (descriptor.memory.kind !== 'cuda' || descriptor.memory.exported.kind !== 'shareable') return this.#ipc.receive(this.#rt, descriptor);
+    try {
+      return this.#ipc.receive(this.#rt, descriptor);
+    } finally {
+      // Note [CUDA over IPC]: the descriptors were taken (or never will be); the producer may close its copies.
+      try {
+        this.#port.post({ stowage: 'ipc.ack', file: descriptor.slot.file, slot: descriptor.slot.slot } satisfies QueueMessage);
+      } catch {
+        // The producer is gone: its descriptors went with it.
+      }
+    }
+  }
+
+  /** Exports a CUDA storage (Note [CUDA over IPC] in Ipc.ts): processes only. */
+  #putCuda(storage: StorageImpl): Pick<StorageDescriptor, 'device' | 'memory' | 'slot'> {
+    const device = storage.peekDataPtr().device;
+    if (!this.#port.crossesProcesses) {
+      throw new InvalidArgumentError(
+        'item',
+        `a ${formatDevice(device)} storage on a queue between threads`,
+        'a host storage: threads of one process share one CUDA context, where a CUDA IPC handle cannot be opened; CUDA storages cross between processes (a child process channel or a stream)',
+      );
+    }
+    const exporter = cudaIpcAllocatorOf(this.#rt.allocator(device));
+    if (exporter === undefined) {
+      throw new InvalidArgumentError('item', `a ${formatDevice(device)} storage whose allocator has no exportIpc`, "a CUDA storage of allocator-cuda's cuda() plugin");
+    }
+    const { slot, exported } = this.#ipc.sendCuda(storage, exporter);
+    const memory: CudaMemory = { kind: 'cuda', exported: exported.kind === 'legacy' ? { ...exported, handle: Uint8Array.from(exported.handle) } : exported, byteOffset: 0 };
+    return { device: formatDevice(device), memory, slot };
   }
 
   /**
@@ -235,7 +287,19 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
 
 function isQueueMessage(message: unknown): boolean {
   const kind = typeof message === 'object' && message !== null ? (message as { stowage?: unknown }).stowage : undefined;
-  return kind === 'ipc.storage' || kind === 'ipc.close';
+  return kind === 'ipc.storage' || kind === 'ipc.close' || kind === 'ipc.ack';
+}
+
+function isHelloMessage(message: unknown): message is { pid: number; threadId: number; alive: MessagePort } {
+  const m = message as { stowage?: unknown; pid?: unknown; threadId?: unknown; alive?: unknown } | null;
+  return (
+    typeof m === 'object' && m !== null && m.stowage === 'ipc.hello' && Number.isSafeInteger(m.pid) && Number.isSafeInteger(m.threadId) && m.alive instanceof MessagePort
+  );
+}
+
+function isAckMessage(message: unknown): message is { file: string; slot: number } {
+  const m = message as { stowage?: unknown; file?: unknown; slot?: unknown } | null;
+  return typeof m === 'object' && m !== null && m.stowage === 'ipc.ack' && typeof m.file === 'string' && Number.isSafeInteger(m.slot);
 }
 
 function isCloseMessage(message: unknown): boolean {

@@ -161,6 +161,18 @@ export class RefCounterClient implements Disposable {
     this.#settle(slot.file, f);
   }
 
+  /**
+   * True when the producer of `slot` is gone: its counter file is marked closed (its runtime was disposed) or its
+   * process no longer exists. False when the slot's file is not mapped here (nothing held in it).
+   */
+  producerGone(slot: CounterSlot): boolean {
+    const f = this.#files.get(slot.file);
+    if (f === undefined) return false;
+    const { i32 } = f.views;
+    const producer = Atomics.load(i32, H_PRODUCER_PID);
+    return (Atomics.load(i32, H_FLAGS) & FLAG_CLOSED) !== 0 || (producer > 0 && !isProcessAlive(producer));
+  }
+
   /** The slot's current count, read from the producer's file (mapping it if needed). Throws as {@link acquire}. */
   count(slot: CounterSlot): number {
     const f = this.#fileFor(slot, 'count');

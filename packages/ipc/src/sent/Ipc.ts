@@ -1,7 +1,15 @@
-import type { DataPtr, Device, MemoryReclaimer, Runtime, Token } from '@stowage/core';
+import { MessageChannel } from 'node:worker_threads';
+import type { MessagePort } from 'node:worker_threads';
+
+import type { DataPtr, Deleter, Device, MemoryReclaimer, Runtime, Token } from '@stowage/core';
 import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
 
-import { isReceivedDataPtr, ReceivedStorage, receivedDataPtr } from '../queue/ReceivedStorage.js';
+import { closeSync } from 'node:fs';
+
+import type { CudaExport, CudaIpcAllocator } from '../cuda/CudaIpcAllocator.js';
+import { cudaIpcAllocatorOf } from '../cuda/CudaIpcAllocator.js';
+import { isReceivedDataPtr, ReceivedStorage, receivedDataPtr, receivedDeleter } from '../queue/ReceivedStorage.js';
+import { pidfdGetfd, pidfdOpen } from '../shm/pidfd.js';
 import type { StorageDescriptor } from '../queue/StorageDescriptor.js';
 import type { CounterSlot } from '../refcount/CounterSlot.js';
 import { SharedMemoryFile } from '../shm/SharedMemoryFile.js';
@@ -20,6 +28,11 @@ export interface IpcOptions {
   readonly limboWarningBytes?: number;
   /** Counters per ref-counter file (RefCounterFiles' `slotsPerFile`). Default 4096. */
   readonly slotsPerFile?: number;
+  /**
+   * How often, in milliseconds, the dead-consumer check runs while the limbo is not empty (an unref'd timer:
+   * Note [Dead consumers]). Default 1000; 0 turns the timer off (collections still run the check).
+   */
+  readonly deadCheckIntervalMs?: number;
 }
 
 /** The `code` of the warning emitted when a received storage was garbage-collected without its release. */
@@ -31,6 +44,18 @@ interface Forgotten {
   readonly slot: CounterSlot;
   readonly byteLength: number;
 }
+
+// Note [Dead consumers]
+// A consumer that dies holding references must not pin the producer's memory forever (PyTorch: pytorch#19904).
+// Each counter slot records its holder (pid, threadId). `collect()` runs `RefCounterFiles#reclaimDead` with the
+// worker threads known to have ended, and a timer (unref'd: it never keeps the process alive) runs `collect()`
+// every `deadCheckIntervalMs` while the limbo is not empty, so the memory of a consumer that died comes back within
+// about a second without any call from the program. Processes are checked with `kill(pid, 0)`. Threads of this
+// process cannot be probed: each StorageQueue over a MessagePort sends the other end a *liveness port* (one end of
+// a fresh MessageChannel whose other end the sender's IPC keeps, unref'd, and never closes), and the receiving
+// end's IPC takes the sender's threadId as ended when that port's 'close' arrives (the thread's ports close with
+// it). The liveness ports are never closed explicitly (not even by dispose): two runtimes in one thread would
+// otherwise reclaim each other's references.
 
 /** The `code` of the warning emitted when the limbo passes `limboWarningBytes`. */
 export const LIMBO_WARNING_CODE = 'STOWAGE_IPC_LIMBO';
@@ -64,6 +89,17 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   readonly #forgotten = new FinalizationRegistry<Forgotten>((f) => this.#releaseForgotten(f));
   /** Shared-memory objects mapped for received storages, with how many live received storages use each. */
   readonly #mappings = new Map<string, { file: SharedMemoryFile; refs: number }>();
+  /** Every SentData not yet freed (live or in the limbo). */
+  readonly #sent = new Set<SentData>();
+  /** Worker threads of this process that ended (their liveness port closed): Note [Dead consumers]. */
+  readonly #endedThreads = new Set<number>();
+  /** Liveness ports of other threads being watched, by threadId. */
+  readonly #watched = new Map<number, MessagePort>();
+  /** This thread's ends of the liveness ports it sent (kept, never closed). */
+  readonly #livenessPorts: MessagePort[] = [];
+  readonly #timer: ReturnType<typeof setInterval> | undefined;
+  /** File descriptors of CUDA exports sent and not yet taken by their consumer, by slot (`file#slot`): Note [CUDA over IPC]. */
+  readonly #exportedFds = new Map<string, readonly number[]>();
 
   constructor(options: IpcOptions = {}) {
     const warningBytes = options.limboWarningBytes ?? 2 ** 30;
@@ -73,6 +109,56 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     this.limboWarningBytes = warningBytes;
     this.counters = new RefCounterFiles(options.slotsPerFile === undefined ? {} : { slotsPerFile: options.slotsPerFile });
     this.client = new RefCounterClient();
+    const interval = options.deadCheckIntervalMs ?? 1000;
+    if (!Number.isFinite(interval) || interval < 0) throw new InvalidArgumentError('options.deadCheckIntervalMs', interval, 'milliseconds ≥ 0 (0: no timer)');
+    if (interval > 0) {
+      this.#timer = setInterval(() => this.#checkDead(), interval);
+      this.#timer.unref();
+    }
+  }
+
+  /**
+   * A liveness port for another thread (Note [Dead consumers]): when this thread ends, the port's other end gets
+   * 'close'. The caller transfers it; this side's end stays open for the thread's life.
+   */
+  livenessPort(): MessagePort {
+    const { port1, port2 } = new MessageChannel();
+    port1.unref();
+    this.#livenessPorts.push(port1);
+    return port2;
+  }
+
+  /** Watches another thread's liveness port: when it closes, `threadId` counts as ended (its references reclaimed). */
+  watchThread(threadId: number, port: MessagePort): void {
+    if (this.#disposed || this.#watched.has(threadId) || this.#endedThreads.has(threadId)) {
+      port.close();
+      return;
+    }
+    this.#watched.set(threadId, port);
+    port.once('close', () => {
+      this.#watched.delete(threadId);
+      this.threadEnded(threadId);
+    });
+    port.start();
+    port.unref();
+  }
+
+  /** Says that worker thread `threadId` of this process ended: its references are reclaimed at the next collection, which runs now. */
+  threadEnded(threadId: number): void {
+    this.#endedThreads.add(threadId);
+    this.collect();
+  }
+
+  /**
+   * True when the segment `handle` holds an allocation a consumer still references (a sent, unfreed block with a
+   * count above 0): the shared-memory backend then leaves the segment's name for the last holder to unlink.
+   */
+  holdsSegment(handle: unknown): boolean {
+    if (this.#disposed) return false;
+    for (const sent of this.#sent) {
+      if (sent.ptr.handle === handle && !this.#unreferenced(sent)) return true;
+    }
+    return false;
   }
 
   /** Bytes of allocations released by the producer and still referenced by a consumer, on `device` or all devices. */
@@ -109,12 +195,45 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   }
 
   /**
+   * One send of a CUDA storage (Note [CUDA over IPC]): exports its block with `exporter` (the storage's
+   * CudaAllocator) and sends it as `send` does. An expandable segment's file descriptors stay open here until the
+   * consumer says it took them (`exportTaken`) or the slot is done.
+   * @throws what `send` throws; InvalidArgumentError or CudaError from the export
+   */
+  sendCuda(storage: StorageImpl, exporter: CudaIpcAllocator): { slot: CounterSlot; exported: CudaExport } {
+    if (this.#disposed) throw new DisposedError('Ipc.send() was called after the runtime was disposed.');
+    if (!(storage instanceof StorageImpl)) throw new InvalidArgumentError('storage', storage, 'a StorageImpl (or a TensorImpl, whose storage is sent)');
+    if (storage.isReleased) throw new UseAfterReleaseError('Cannot send a released storage.');
+    const ptr = storage.peekDataPtr();
+    if (ptr.deleter !== sentDeleter) this.#checkOwnable(ptr);
+    const exported = this.#withOwnDeleter(ptr, () => exporter.exportIpc(ptr));
+    let slot: CounterSlot;
+    try {
+      slot = this.send(storage);
+    } catch (error) {
+      if (exported.kind === 'shareable') closeFds(exported.fds);
+      throw error;
+    }
+    if (exported.kind === 'shareable') this.#exportedFds.set(slotKey(slot), exported.fds);
+    return { slot, exported };
+  }
+
+  /** The consumer took the file descriptors of the export sent with `slot` (an `ipc.ack`): closes this side's copies. */
+  exportTaken(slot: Pick<CounterSlot, 'file' | 'slot'>): void {
+    const key = slotKey(slot);
+    const fds = this.#exportedFds.get(key);
+    if (fds === undefined) return;
+    this.#exportedFds.delete(key);
+    closeFds(fds);
+  }
+
+  /**
    * Collects the limbo: frees every allocation (on `device`, or on every device) whose counters are all 0, after
    * reclaiming the references of consumer processes that died. Returns the bytes freed.
    */
   collect(device?: Device): number {
     if (this.#disposed) return 0;
-    if (this.#limbo.size > 0) this.counters.reclaimDead();
+    if (this.#limbo.size > 0) this.counters.reclaimDead(this.#endedThreads);
     return this.#collect(device);
   }
 
@@ -127,6 +246,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
    */
   receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage {
     if (this.#disposed) throw new DisposedError('Ipc.receive() was called after the runtime was disposed.');
+    if (descriptor.memory.kind === 'cuda') return this.#receiveCuda(rt, descriptor, descriptor.memory.exported);
     const slot = descriptor.slot;
     const memory = descriptor.memory;
     const name = memory.kind === 'shm' ? memory.name : undefined;
@@ -144,10 +264,19 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       state.released = true;
       this.#forgotten.unregister(token);
       if (this.#disposed) return;
+      // The last holder unlinks: the producer left the name of a segment still held (it exited or was disposed).
+      const unlink = name !== undefined && this.#mappings.get(name)?.refs === 1 && this.client.producerGone(slot);
       try {
         this.client.release(slot);
       } finally {
         if (name !== undefined) this.#unmap(name);
+        if (unlink) {
+          try {
+            SharedMemoryFile.unlink(name!);
+          } catch {
+            // Another consumer unlinked it first.
+          }
+        }
       }
     };
     const ptr = receivedDataPtr(descriptor, handle, { slot, release });
@@ -162,6 +291,78 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       if (storage === undefined) ptr.release();
       else storage.release();
       throw error;
+    }
+  }
+
+  /**
+   * Note [CUDA over IPC]: the consumer acquires the slot, takes an expandable segment's file descriptors from the
+   * producer (`pidfd_open(producer pid)` + `pidfd_getfd`, as PyTorch does: the kernel asks for ptrace access to the
+   * producer), opens the export with its own runtime's CudaAllocator (`openIpc`, which closes the descriptors it
+   * is given) and wraps the pointer in a storage of that allocator. The pointer's deleter becomes the received
+   * deleter: release decrements the counter, then closes what `openIpc` opened. The producer keeps its copies of the
+   * descriptors open until the consumer's `ipc.ack` (sent whether the open worked or not) or the slot is done.
+   */
+  #receiveCuda(rt: Runtime, descriptor: StorageDescriptor, exported: CudaExport): ReceivedStorage {
+    const allocator = rt.allocator(descriptor.device); // BackendUnavailableError without a cuda() plugin
+    const opener = cudaIpcAllocatorOf(allocator);
+    if (opener === undefined) {
+      throw new InvalidArgumentError('rt', `a runtime whose ${descriptor.device} allocator has no openIpc`, "a runtime with allocator-cuda's cuda() plugin, to open CUDA storages another process sent");
+    }
+    const slot = descriptor.slot;
+    this.client.acquire(slot);
+    let ptr: DataPtr<bigint>;
+    try {
+      ptr = opener.openIpc(exported.kind === 'shareable' ? { ...exported, fds: takeFds(descriptor.producer.pid, exported.fds) } : exported);
+    } catch (error) {
+      this.client.release(slot);
+      throw error;
+    }
+    const closeDeleter = ptr.deleter as Deleter;
+    const closeContext = ptr.context;
+    const state = { released: false };
+    const token = {};
+    const release = (): void => {
+      if (state.released) return;
+      state.released = true;
+      this.#forgotten.unregister(token);
+      let failure: unknown;
+      try {
+        if (!this.#disposed) this.client.release(slot);
+      } catch (error) {
+        failure = error;
+      }
+      try {
+        closeDeleter(closeContext);
+      } catch (error) {
+        if (!this.#disposed) failure ??= error; // else the runtime's CUDA context is gone, and the mapping with it
+      }
+      if (failure !== undefined) throw failure;
+    };
+    ptr.compareExchangeDeleter(closeDeleter, receivedDeleter, { slot, release });
+    this.#forgotten.register(ptr, { state, slot, byteLength: descriptor.byteLength }, token);
+    let storage: StorageImpl | undefined;
+    try {
+      storage = new StorageImpl({ dataPtr: ptr, allocator });
+      const t = descriptor.tensor;
+      const tensor = t === undefined ? null : new TensorImpl(storage, { sizes: t.sizes, strides: t.strides, storageOffset: t.storageOffset, dtype: t.dtype }, rt);
+      return new ReceivedStorage(descriptor, storage, tensor);
+    } catch (error) {
+      if (storage === undefined) ptr.release();
+      else storage.release();
+      throw error;
+    }
+  }
+
+  /** Runs `fn` with `ptr`'s allocator deleter in place (its owner checks it), when `ptr` was sent before. */
+  #withOwnDeleter<T>(ptr: DataPtr, fn: () => T): T {
+    if (ptr.deleter !== sentDeleter) return fn();
+    const sent = ptr.context as SentData;
+    if (sent.owner !== this) throw new ForeignPointerError('This storage was sent through another runtime\'s IPC; send it from the runtime that made it.');
+    ptr.compareExchangeDeleter(sentDeleter, sent.originalDeleter, sent.originalContext);
+    try {
+      return fn();
+    } finally {
+      ptr.compareExchangeDeleter(sent.originalDeleter, sentDeleter, sent);
     }
   }
 
@@ -202,6 +403,11 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   dispose(): void {
     if (this.#disposed) return;
     this.#disposed = true;
+    if (this.#timer !== undefined) clearInterval(this.#timer);
+    for (const port of this.#watched.values()) port.close();
+    for (const fds of this.#exportedFds.values()) closeFds(fds);
+    this.#exportedFds.clear();
+    this.#watched.clear();
     for (const sent of this.#limbo.entries()) this.#free(sent);
     this.client.close();
     this.counters.close();
@@ -250,20 +456,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       if (sent.owner !== this) throw new ForeignPointerError('This storage was sent through another runtime\'s IPC; send it from the runtime that made it.');
       return sent;
     }
-    if (isReceivedDataPtr(ptr)) {
-      throw new InvalidArgumentError(
-        'storage',
-        'a received storage',
-        'a storage this runtime made: a received storage cannot be sent on, since its producer frees it and counts only its own consumers; copy it into a new storage (rt.storage(n, { shared: true }) + copyData) and send the copy',
-      );
-    }
-    if (!isAllocatorDeleter(ptr.deleter)) {
-      throw new InvalidArgumentError(
-        'storage',
-        'a storage whose memory no allocator owns (a received, COW or imported storage)',
-        "a storage its runtime's allocator made: a received storage cannot be sent on (its producer frees it); copy it into a new storage of this runtime and send that",
-      );
-    }
+    this.#checkOwnable(ptr);
     const sent: SentData = {
       owner: this,
       device: ptr.device,
@@ -278,7 +471,26 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     if (!ptr.compareExchangeDeleter(sent.originalDeleter, sentDeleter, sent)) {
       throw new InvalidArgumentError('storage', 'a storage whose pointer changed owner while being sent', 'a storage no other thread is converting');
     }
+    this.#sent.add(sent);
     return sent;
+  }
+
+  /** @throws InvalidArgumentError for a received pointer, or one no allocator owns */
+  #checkOwnable(ptr: DataPtr): void {
+    if (isReceivedDataPtr(ptr)) {
+      throw new InvalidArgumentError(
+        'storage',
+        'a received storage',
+        'a storage this runtime made: a received storage cannot be sent on, since its producer frees it and counts only its own consumers; copy it into a new storage (rt.storage(n, { shared: true }) + copyData) and send the copy',
+      );
+    }
+    if (!isAllocatorDeleter(ptr.deleter)) {
+      throw new InvalidArgumentError(
+        'storage',
+        'a storage whose memory no allocator owns (a received, COW or imported storage)',
+        "a storage its runtime's allocator made: a received storage cannot be sent on (its producer frees it); copy it into a new storage of this runtime and send that",
+      );
+    }
   }
 
   #collect(device?: Device): number {
@@ -303,6 +515,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     this.#limbo.delete(sent);
     if (sent.freed) return;
     sent.freed = true;
+    this.#sent.delete(sent);
     if (this.#disposed) {
       try {
         sent.originalDeleter?.(sent.originalContext);
@@ -311,8 +524,21 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       }
       return;
     }
-    for (const slot of sent.slots) this.counters.done(slot);
+    for (const slot of sent.slots) {
+      this.exportTaken(slot);
+      this.counters.done(slot);
+    }
     sent.originalDeleter?.(sent.originalContext);
+  }
+
+  /** The timer's tick: Note [Dead consumers]. */
+  #checkDead(): void {
+    if (this.#disposed || this.#limbo.size === 0) return;
+    try {
+      this.collect();
+    } catch (error) {
+      process.emitWarning(`The IPC dead-consumer check failed: ${(error as Error).message}`, { type: 'StowageIpcWarning' });
+    }
   }
 
   #releaseForgotten(f: Forgotten): void {
@@ -359,12 +585,24 @@ export interface Ipc {
   readonly limboSize: number;
   /** One send of `storage`: see {@link IpcService.send}. */
   send(storage: StorageImpl): CounterSlot;
+  /** One send of a CUDA storage: see {@link IpcService.sendCuda}. */
+  sendCuda(storage: StorageImpl, exporter: CudaIpcAllocator): { slot: CounterSlot; exported: CudaExport };
+  /** The consumer took an export's descriptors: see {@link IpcService.exportTaken}. */
+  exportTaken(slot: Pick<CounterSlot, 'file' | 'slot'>): void;
   /** Makes a storage of a received descriptor: see {@link IpcService.receive}. */
   receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage;
   /** Gives back a descriptor's reference without making a storage: see {@link IpcService.dropReference}. */
   dropReference(slot: CounterSlot): void;
   /** Collects the limbo; returns the bytes freed. See {@link IpcService.collect}. */
   collect(device?: Device): number;
+  /** A liveness port to send to another thread: see {@link IpcService.livenessPort}. */
+  livenessPort(): MessagePort;
+  /** Watches another thread's liveness port: see {@link IpcService.watchThread}. */
+  watchThread(threadId: number, port: MessagePort): void;
+  /** Worker thread `threadId` ended: see {@link IpcService.threadEnded}. */
+  threadEnded(threadId: number): void;
+  /** Whether a consumer still holds memory in a segment: see {@link IpcService.holdsSegment}. */
+  holdsSegment(handle: unknown): boolean;
   dispose(): void;
 }
 
@@ -376,4 +614,34 @@ const ALLOCATOR_DELETER = Symbol.for('stowage.allocatorDeleter');
 /** Core's mark on the deleter of a Stowage allocator (a registered symbol, the same in every copy of core). */
 function isAllocatorDeleter(deleter: unknown): boolean {
   return typeof deleter === 'function' && (deleter as unknown as Record<symbol, unknown>)[ALLOCATOR_DELETER] === true;
+}
+
+const slotKey = (slot: Pick<CounterSlot, 'file' | 'slot'>): string => `${slot.file}#${slot.slot}`;
+
+function closeFds(fds: readonly number[]): void {
+  for (const fd of fds) {
+    try {
+      closeSync(fd);
+    } catch {
+      // already closed
+    }
+  }
+}
+
+/**
+ * Duplicates file descriptors `fds` of process `pid` into this one (`pidfd_open` + `pidfd_getfd`).
+ * @throws SharedMemoryError (ESRCH: the producer is gone; EPERM: no ptrace access to it; EBADF: it closed them)
+ */
+function takeFds(pid: number, fds: readonly number[]): number[] {
+  const pidfd = pidfdOpen(pid);
+  const taken: number[] = [];
+  try {
+    for (const fd of fds) taken.push(pidfdGetfd(pidfd, fd));
+    return taken;
+  } catch (error) {
+    closeFds(taken);
+    throw error;
+  } finally {
+    closeSync(pidfd);
+  }
 }

@@ -24,9 +24,16 @@ export class SharedMemoryBackend implements MemoryBackend<ArrayBuffer> {
   readonly #files = new Map<ArrayBuffer, SharedMemoryFile>();
   #nextAddress = 64 * 1024;
   #reservedBytes = 0;
+  readonly #holdsSegment: (handle: ArrayBuffer) => boolean;
 
-  constructor() {
+  /**
+   * @param options.holdsSegment true for a segment a consumer of another process still uses: when the engine frees
+   *   it (the producer's dispose), its name is left for that consumer, the last holder, to unlink (`@stowage/ipc`'s
+   *   `Ipc#holdsSegment`). Default: never.
+   */
+  constructor(options: { readonly holdsSegment?: (handle: ArrayBuffer) => boolean } = {}) {
     this.alignment = this.#cpu.alignment;
+    this.#holdsSegment = options.holdsSegment ?? (() => false);
   }
 
   /** Copies blocks to host arrays and back (LMS), as the CPU backend does. */
@@ -74,8 +81,21 @@ export class SharedMemoryBackend implements MemoryBackend<ArrayBuffer> {
     if (file === undefined) return;
     this.#files.delete(segment.handle);
     this.#reservedBytes -= segment.byteLength;
+    this.#release(segment.handle, file);
+  }
+
+  /** Unmaps `file` and unlinks it unless a consumer still holds it (then the last holder unlinks). */
+  #release(handle: ArrayBuffer, file: SharedMemoryFile): void {
+    let held = false;
     try {
-      file.unlink();
+      held = this.#holdsSegment(handle);
+    } catch {
+      held = false;
+    }
+    try {
+      if (!held) file.unlink();
+    } catch {
+      // already gone
     } finally {
       file.close();
     }
@@ -107,16 +127,11 @@ export class SharedMemoryBackend implements MemoryBackend<ArrayBuffer> {
 
   synchronizeEvent(_event: BackendEvent): void {}
 
-  /** Unlinks and unmaps every segment still held (the engine normally frees them first). */
+  /** Unlinks (but those a consumer holds) and unmaps every segment still held (the engine normally frees them first). */
   dispose(): void {
     for (const [handle, file] of [...this.#files]) {
       this.#files.delete(handle);
-      try {
-        file.unlink();
-      } catch {
-        // already gone
-      }
-      file.close();
+      this.#release(handle, file);
     }
     this.#reservedBytes = 0;
   }
