@@ -4,7 +4,8 @@ import { AllocatorDecorator, checkOptions, ForwardingAllocator, InvalidArgumentE
 
 import { RefCounterFiles } from './refcount/RefCounterFiles.js';
 import type { IpcOptions } from './sent/Ipc.js';
-import { Ipc, IpcService } from './sent/Ipc.js';
+import { Ipc } from './sent/Ipc.js';
+import { IpcService } from './sent/IpcService.js';
 
 /** tsyringe's `Lifecycle.ContainerScoped`, without loading tsyringe (it needs reflect-metadata, which only applications load). */
 const CONTAINER_SCOPED = 3 as Lifecycle.ContainerScoped;
