@@ -10,7 +10,7 @@ import { InvalidArgumentError } from '@stowage/core';
 
 import type { IpcChildReply, IpcChildRequest } from './CudaDriverIpcChild.js';
 import type { TestDriver } from './testDriver.js';
-import { openTestDriver, pattern, thrown } from './testDriver.js';
+import { openTestDriver, pattern, skipBecause, thrown } from './testDriver.js';
 
 const MiB = 1 << 20;
 
@@ -78,7 +78,7 @@ describe('CudaDriver interprocess communication', function () {
 
   describe('CudaDriver#memExportToShareableHandle', function () {
     it('lets another process import the allocation from the file descriptor and write what this one reads', async function () {
-      if (driver.deviceAttribute(0, CudaDeviceAttribute.HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED) !== 1) this.skip();
+      if (driver.deviceAttribute(0, CudaDeviceAttribute.HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED) !== 1) skipBecause(this, 'device 0 cannot export POSIX file descriptor handles');
       const granularity = driver.memGetAllocationGranularity(0);
       const handle = driver.memCreate(2 * granularity, 0, { shareable: true });
       const va = driver.memAddressReserve(2 * granularity);
@@ -131,7 +131,7 @@ describe('CudaDriver interprocess communication', function () {
     });
 
     it('rejects a handle that names nothing with CUDA_ERROR_INVALID_HANDLE, and one of the wrong length before calling the driver', function () {
-      if (t.hooks === null) this.skip(); // the real driver's answer to garbage is not documented
+      if (t.hooks === null) skipBecause(this, "the real driver's answer to a garbage handle is not documented; this checks the stand-in's");
       expect(thrown(() => driver.ipcOpenMemHandle(new Uint8Array(64)))).to.include({ call: 'cuIpcOpenMemHandle_v2', driverName: 'CUDA_ERROR_INVALID_HANDLE' });
       const calls = driver.callCount;
       expect(thrown(() => driver.ipcOpenMemHandle(new Uint8Array(63)))).to.be.instanceOf(InvalidArgumentError);
@@ -150,7 +150,7 @@ describe('CudaDriver interprocess communication', function () {
   describe('CudaDriver#ipcGetEventHandle and #ipcOpenEventHandle', function () {
     it('makes another process wait in eventSynchronize for a record behind a delayed stream here', async function () {
       const h = t.hooks;
-      if (h === null) this.skip(); // needs standinDelayStream
+      if (h === null) skipBecause(this, "needs the stand-in's standinDelayStream hook; running on a real driver");
       const event = driver.eventCreate(CudaEventFlags.INTERPROCESS | CudaEventFlags.DISABLE_TIMING);
       const handle = driver.ipcGetEventHandle(event);
       child = new ChildDriver(driver.path);
@@ -178,7 +178,7 @@ describe('CudaDriver interprocess communication', function () {
     });
 
     it('refuses to open an event handle in the process that made it with CUDA_ERROR_INVALID_CONTEXT', function () {
-      if (t.hooks === null) this.skip(); // the stand-in's choice (Note [Opening a handle in its own process])
+      if (t.hooks === null) skipBecause(this, "event handles opened in their own process: the stand-in's choice (Note [Opening a handle in its own process])");
       const event = driver.eventCreate(CudaEventFlags.INTERPROCESS | CudaEventFlags.DISABLE_TIMING);
       expect(thrown(() => driver.ipcOpenEventHandle(driver.ipcGetEventHandle(event)))).to.include({ call: 'cuIpcOpenEventHandle', driverName: 'CUDA_ERROR_INVALID_CONTEXT' });
       driver.eventDestroy(event);

@@ -48,3 +48,15 @@ export function thrown(fn: () => unknown): unknown {
 export function pattern(bytes: number, seed: number): Uint8Array {
   return Uint8Array.from({ length: bytes }, (_, i) => (i * 31 + seed) & 0xff);
 }
+
+/** Skips the calling test, printing why (a test the real driver cannot run, or a capability it lacks). */
+export function skipBecause(ctx: Mocha.Context, reason: string): never {
+  console.log(`      skipped: ${reason}`);
+  return ctx.skip();
+}
+
+/** The stand-in's hooks; skips the test, saying so, on a real driver (which has none). */
+export function standInHooks(ctx: Mocha.Context, t: TestDriver): StandInHooks {
+  if (t.hooks === null) skipBecause(ctx, "needs the stand-in libcuda's test hooks; running on a real driver");
+  return t.hooks!;
+}
