@@ -1,12 +1,14 @@
 // pnpm bench:ipc — sharing storages through a StorageQueue with a worker thread and with a child process, against a
 // baseline that copies the same bytes through the same kind of channel (a MessagePort for the worker, the process
-// channel with advanced serialization for the child). One JSON line per (transport, method, size):
-//   { transport, device, method: 'share' | 'copy', bytes, latencyUs, storagesPerSec, iterations }
+// channel with advanced serialization for the child). One JSON line per (transport, batch, method, size):
+//   { transport, device, batch, method: 'share' | 'copy', bytes, latencyUs, storagesPerSec, iterations }
+// batch: whether the producer's queue batches its puts (Note [Batched puts]: the default on a MessagePort; on a
+// process channel only with { batch: true }, so the process runs twice, unbatched (the default) and batched).
 // latencyUs: median round trip of one storage (put → the consumer gets and releases it → its ack back);
 // storagesPerSec: N storages put back to back, timed until the consumer's single ack for all N.
 // Sharing re-sends one sharedMemoryCpu() storage (one counter slot per send, released by the consumer); the copy
 // baseline posts a fresh copy of its bytes each time. Then one line with the environment.
-// STOWAGE_BENCH_MAX_BYTES caps the sizes (default 1 GiB).
+// STOWAGE_BENCH_MAX_BYTES and STOWAGE_BENCH_MIN_BYTES bound the sizes (default 1 KiB to 1 GiB).
 import 'reflect-metadata';
 
 import type { ChildProcess } from 'node:child_process';
@@ -22,7 +24,8 @@ const KiB = 1024;
 const MiB = 1024 * KiB;
 const GiB = 1024 * MiB;
 const maxBytes = Number(process.env['STOWAGE_BENCH_MAX_BYTES'] ?? GiB);
-const SIZES = [KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB, GiB].filter((b) => b <= maxBytes);
+const minBytes = Number(process.env['STOWAGE_BENCH_MIN_BYTES'] ?? 0);
+const SIZES = [KiB, 64 * KiB, MiB, 16 * MiB, 256 * MiB, GiB].filter((b) => b >= minBytes && b <= maxBytes);
 const peerScript = fileURLToPath(new URL('./ipcBenchPeer.js', import.meta.url));
 
 interface Peer {
@@ -34,7 +37,7 @@ interface Peer {
   stop(): Promise<void>;
 }
 
-async function startPeer(transport: 'worker' | 'process', rt: Awaited<ReturnType<typeof createRuntime>>): Promise<Peer> {
+async function startPeer(transport: 'worker' | 'process', batch: boolean, rt: Awaited<ReturnType<typeof createRuntime>>): Promise<Peer> {
   const inbox: { bench: string }[] = [];
   const waiting: ((m: { bench: string }) => void)[] = [];
   const arrived = (m: { bench?: string }): void => {
@@ -49,12 +52,12 @@ async function startPeer(transport: 'worker' | 'process', rt: Awaited<ReturnType
     const { port1, port2 } = new MessageChannel();
     const worker = new Worker(peerScript, { workerData: { port: port2 }, transferList: [port2] });
     worker.on('message', arrived);
-    const queue = new StorageQueue(rt, port1);
+    const queue = new StorageQueue(rt, port1, { batch });
     peer = { transport, queue, control: (m) => worker.postMessage(m), next, stop: async () => void (await worker.terminate()) };
   } else {
     const child: ChildProcess = fork(peerScript, [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
     child.on('message', arrived);
-    const queue = new StorageQueue(rt, child);
+    const queue = new StorageQueue(rt, child, { batch });
     const exited = new Promise<void>((r) => child.once('exit', () => r()));
     peer = {
       transport,
@@ -74,49 +77,90 @@ async function startPeer(transport: 'worker' | 'process', rt: Awaited<ReturnType
 
 const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
-async function measure(peer: Peer, send: () => void, bytes: number): Promise<{ latencyUs: number; storagesPerSec: number; iterations: number }> {
-  const rounds = Math.max(3, Math.min(200, Math.floor((512 * MiB) / bytes)));
+/**
+ * Times `send` (see the file comment). A copy moves `bytes` each time, so its rounds and storages shrink with the
+ * size (at least 3); a share moves none: 200 rounds and 5000 storages at every size, the first round (the
+ * consumer's first mapping of the segment) excluded.
+ */
+async function measure(peer: Peer, send: () => void, bytes: number, copies: boolean): Promise<{ latencyUs: number; storagesPerSec: number; iterations: number }> {
+  const rounds = copies ? Math.max(3, Math.min(200, Math.floor((512 * MiB) / bytes))) : 201;
   const roundTrips: number[] = [];
   for (let i = 0; i < rounds; i++) {
     const t0 = process.hrtime.bigint();
     peer.control({ bench: 'expect', n: 1 });
     send();
+    peer.queue.flush();
     await peer.next();
-    roundTrips.push(Number(process.hrtime.bigint() - t0) / 1000);
+    if (copies || i > 0) roundTrips.push(Number(process.hrtime.bigint() - t0) / 1000);
   }
-  const n = Math.max(3, Math.min(5000, Math.floor((2 * GiB) / bytes)));
+  const n = copies ? Math.max(3, Math.min(5000, Math.floor((2 * GiB) / bytes))) : 5000;
   const t0 = process.hrtime.bigint();
   peer.control({ bench: 'expect', n });
   for (let i = 0; i < n; i++) {
     send();
     if (i % 256 === 255) await new Promise((r) => setImmediate(r));
   }
+  peer.queue.flush();
   await peer.next();
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
   return { latencyUs: Number(median(roundTrips).toFixed(1)), storagesPerSec: Math.round(n / seconds), iterations: n };
 }
 
 const rt = await createRuntime({ plugins: [sharedMemoryCpu(), ipc({ limboWarningBytes: Infinity })] });
-for (const transport of ['worker', 'process'] as const) {
-  const peer = await startPeer(transport, rt);
-  for (const bytes of SIZES) {
+const runs = [
+  { transport: 'worker', batch: true },
+  { transport: 'process', batch: false },
+  { transport: 'process', batch: true },
+] as const;
+for (const { transport, batch } of runs) {
+  const peer = await startPeer(transport, batch, rt);
+  const copies = !(transport === 'process' && batch); // the copy baseline does not depend on batching
+  const share: { bytes: number; latencyUs: number; storagesPerSec: number }[] = [];
+  const copy: { bytes: number; latencyUs: number }[] = [];
+  // Every share first: the copies' garbage (up to 1 GiB a message) must not land in the shares' timings.
+  const storages = SIZES.map((bytes) => {
     const storage = rt.storage(bytes);
     const p = storage.data();
     new Uint8Array(p.handle as ArrayBuffer, p.byteOffset, p.byteLength).fill(1);
-    const share = await measure(peer, () => void peer.queue.put(storage), bytes);
-    console.log(JSON.stringify({ transport, device: 'cpu', method: 'share', bytes, ...share }));
-    let copy: object;
+    return storage;
+  });
+  for (const [i, bytes] of SIZES.entries()) {
+    const shared = await measure(peer, () => void peer.queue.put(storages[i]!), bytes, false);
+    share.push({ bytes, ...shared });
+    console.log(JSON.stringify({ transport, device: 'cpu', batch, method: 'share', bytes, ...shared }));
+  }
+  for (const [i, bytes] of SIZES.entries()) {
+    if (!copies) break;
+    const p = storages[i]!.data();
+    let copied: object;
     try {
       const source = new Uint8Array(p.handle as ArrayBuffer, p.byteOffset, p.byteLength);
-      copy = await measure(peer, () => peer.control({ bench: 'bytes', data: source.slice() }), bytes);
+      copied = await measure(peer, () => peer.control({ bench: 'bytes', data: source.slice() }), bytes, true);
+      copy.push({ bytes, ...(copied as { latencyUs: number }) });
     } catch (error) {
-      copy = { error: (error as Error).message };
+      copied = { error: (error as Error).message };
     }
-    console.log(JSON.stringify({ transport, device: 'cpu', method: 'copy', bytes, ...copy }));
-    storage.release();
+    console.log(JSON.stringify({ transport, device: 'cpu', batch, method: 'copy', bytes, ...copied }));
   }
+  for (const storage of storages) storage.release();
   peer.queue.close();
   await peer.stop();
+  // Targets: share latency within 2× from the smallest to the largest size; storages a second (of the smallest).
+  const spread = (xs: { latencyUs: number }[]): number => Number((xs.at(-1)!.latencyUs / xs[0]!.latencyUs).toFixed(2));
+  console.log(
+    JSON.stringify({
+      summary: {
+        transport,
+        batch,
+        sizes: `${SIZES[0]}..${SIZES.at(-1)}`,
+        shareLatencyLargestOverSmallest: spread(share),
+        shareLatencyMaxOverMin: Number((Math.max(...share.map((x) => x.latencyUs)) / Math.min(...share.map((x) => x.latencyUs))).toFixed(2)),
+        copyLatencyLargestOverSmallest: copy.length === SIZES.length ? spread(copy) : null,
+        storagesPerSecMin: Math.min(...share.map((x) => x.storagesPerSec)),
+        storagesPerSecSmallest: share[0]!.storagesPerSec,
+      },
+    }),
+  );
 }
 await rt.dispose();
 console.log(JSON.stringify({ environment: { node: process.version, cpu: os.cpus()[0]?.model, cores: os.cpus().length, platform: `${os.platform()} ${os.release()}` } }));

@@ -80,7 +80,8 @@ describe('StorageQueue (worker threads)', () => {
   let consumer: Consumer;
   let port: import('node:worker_threads').MessagePort;
   beforeEach(async () => {
-    rt = await createRuntime({ plugins: [cpu({ shared: true }), ipc()] });
+    // No periodic collection (Note [Dead consumers]): these tests count the bytes ipcCollect frees.
+    rt = await createRuntime({ plugins: [cpu({ shared: true }), ipc({ deadCheckIntervalMs: 0 })] });
     const channel = new MessageChannel();
     port = channel.port1;
     queue = new StorageQueue(rt, channel.port1);
@@ -105,6 +106,36 @@ describe('StorageQueue (worker threads)', () => {
       expect(got.bytes).to.deep.equal([...view(s)]);
       expect(got.tensor).to.equal(null);
       await consumer.call('release', { key: 'a' });
+      s.release();
+      expect(ipcOf(rt).limboBytes()).to.equal(0);
+    });
+
+    it('posts the puts of one task as one message per 256, and they are got in the order they were put', async () => {
+      let messages = 0;
+      const postMessage = port.postMessage.bind(port);
+      port.postMessage = (...args: Parameters<typeof postMessage>) => {
+        messages++;
+        postMessage(...args);
+      };
+      const storages = Array.from({ length: 600 }, (_, i) => {
+        const s = rt.storage(8 + (i % 3) * 8);
+        view(s)[0] = i % 251;
+        return s;
+      });
+      for (const s of storages) queue.put(s);
+      expect(messages, 'the first 512 went as two messages; the other 88 wait for the end of the task').to.equal(2);
+      const first = await consumer.call<number[]>('drain', { count: 600 });
+      expect(messages).to.equal(3);
+      expect(first).to.deep.equal(storages.map((_, i) => i % 251));
+      for (const s of storages) s.release();
+      expect(ipcOf(rt).limboBytes()).to.equal(0);
+    });
+
+    it('refuses a put once the other end closed the queue with DisposedError, and frees the storage as usual', async () => {
+      await consumer.call('close');
+      expect(await queue.get().catch((e: unknown) => e), 'the close arrived').to.be.instanceOf(DisposedError);
+      const s = rt.storage(16);
+      expect(() => queue.put(s)).to.throw(DisposedError, /other end closed/);
       s.release();
       expect(ipcOf(rt).limboBytes()).to.equal(0);
     });
@@ -186,6 +217,7 @@ describe('StorageQueue (worker threads)', () => {
     it('refuses a descriptor received twice, malformed or forged descriptors and foreign messages with typed errors, and keeps working', async () => {
       const s = rt.storage(16);
       const d: StorageDescriptor = queue.put(s);
+      await Promise.resolve(); // the put is posted at the end of this task's microtasks (Note [Batched puts])
       const post = (descriptor: unknown): void => port.postMessage({ stowage: 'ipc.storage', descriptor });
       post(d); // received twice
       post({ ...d, slot: { ...d.slot, nonce: d.slot.nonce ^ 1n } }); // forged nonce

@@ -13,8 +13,8 @@ import type { Runtime } from '@stowage/core';
 import { cuda } from '@stowage/allocator-cuda';
 import { testLibcuda } from '@stowage/allocator-cuda/testing';
 import type { Device } from '@stowage/core';
-import { cpu, createRuntime, DataPtr, ForwardingAllocator, InvalidArgumentError, StorageImpl } from '@stowage/core';
-import { ipc, ipcCollect, ipcOf, sharedMemoryCpu, StorageQueue } from '@stowage/ipc';
+import { cpu, createRuntime, DataPtr, DisposedError, ForwardingAllocator, InvalidArgumentError, StorageImpl } from '@stowage/core';
+import { ipc, ipcCollect, ipcOf, sharedMemoryCpu, StorageQueue, UNSENT_WARNING_CODE } from '@stowage/ipc';
 
 import { shmExists, shmObjects } from './childProcess.js';
 import type { ChildCommand } from './storageQueueChild.js';
@@ -79,7 +79,8 @@ describe('StorageQueue (child process, POSIX shared memory)', () => {
   let queue: StorageQueue;
   let consumer: ChildConsumer;
   beforeEach(async () => {
-    rt = await createRuntime({ plugins: [sharedMemoryCpu(), ipc()] });
+    // No periodic collection (Note [Dead consumers]): these tests count the bytes ipcCollect frees.
+    rt = await createRuntime({ plugins: [sharedMemoryCpu(), ipc({ deadCheckIntervalMs: 0 })] });
     consumer = await ChildConsumer.start();
     queue = new StorageQueue(rt, consumer.child);
   });
@@ -109,6 +110,48 @@ describe('StorageQueue (child process, POSIX shared memory)', () => {
     await consumer.call('release', { key: 'a' });
     expect((await consumer.call('readAfterRelease', { key: 'a' }).catch((e: { code: string }) => e.code))).to.equal('USE_AFTER_RELEASE');
     expect(ipcCollect(rt)).to.equal(4096);
+  });
+
+  it('posts each put at once on a process channel, so a message sent right after it arrives after it', async () => {
+    let sends = 0;
+    const send = consumer.child.send.bind(consumer.child);
+    consumer.child.send = ((...args: Parameters<typeof send>) => (sends++, send(...args))) as typeof send;
+    const storages = [1, 2, 3].map((i) => {
+      const s = rt.storage(64);
+      view(s)[0] = i;
+      queue.put(s);
+      return s;
+    });
+    expect(sends).to.equal(3);
+    expect(await consumer.call<number[]>('drain', { value: 3 })).to.deep.equal([1, 2, 3]);
+    for (const s of storages) s.release();
+    expect(ipcCollect(rt)).to.equal(0);
+    expect(ipcOf(rt).limboSize).to.equal(0);
+  });
+
+  it('batches puts on a process channel when asked ({ batch: true }); flush() posts them before a message that must follow', async () => {
+    const other = await ChildConsumer.start();
+    const batched = new StorageQueue(rt, other.child, { batch: true });
+    try {
+      let sends = 0;
+      const send = other.child.send.bind(other.child);
+      other.child.send = ((...args: Parameters<typeof send>) => (sends++, send(...args))) as typeof send;
+      const storages = Array.from({ length: 300 }, (_, i) => {
+        const s = rt.storage(32);
+        view(s)[0] = i % 251;
+        batched.put(s);
+        return s;
+      });
+      expect(sends, '256 puts fill one message').to.equal(1);
+      batched.flush();
+      expect(sends).to.equal(2);
+      expect(await other.call<number[]>('drain', { value: 300 })).to.deep.equal(storages.map((_, i) => i % 251));
+      for (const s of storages) s.release();
+      expect(ipcOf(rt).limboSize).to.equal(0);
+    } finally {
+      batched.close();
+      await other.stop();
+    }
   });
 
   it('unlinks the segments when the runtime is disposed', async () => {
@@ -214,7 +257,8 @@ describe('StorageQueue (child process, CUDA on the stand-in or a real libcuda)',
 
   for (const expandableSegments of [false, true]) {
     it(`round-trips a storage of ${expandableSegments ? 'an expandable' : 'a fixed'} segment zero copy (${expandableSegments ? "its pages' descriptors taken with pidfd_getfd" : 'a legacy handle'}), and frees it after the consumer's release`, async () => {
-      const rt = await createRuntime({ plugins: [cuda({ libcuda: lib.path, allocConf: '', expandableSegments }), ipc()] });
+      // No periodic collection (Note [Dead consumers]): these tests count the bytes ipcCollect frees.
+      const rt = await createRuntime({ plugins: [cuda({ libcuda: lib.path, allocConf: '', expandableSegments }), ipc({ deadCheckIntervalMs: 0 })] });
       const consumer = await ChildConsumer.start('./storageQueueChild.js', { ...process.env, STOWAGE_LIBCUDA: lib.path });
       const queue = new StorageQueue(rt, consumer.child);
       try {
@@ -292,7 +336,8 @@ describe('StorageQueue (a net.Socket between processes)', function () {
   let socket: Socket;
   beforeEach(async () => {
     const withCuda = typeof lib === 'string' ? [] : [cuda({ libcuda: lib.path, allocConf: '' })];
-    rt = await createRuntime({ plugins: [...withCuda, sharedMemoryCpu(), ipc()] });
+    // No periodic collection (Note [Dead consumers]): these tests count the bytes ipcCollect frees.
+    rt = await createRuntime({ plugins: [...withCuda, sharedMemoryCpu(), ipc({ deadCheckIntervalMs: 0 })] });
     dir = mkdtempSync(join(tmpdir(), 'stowage-queue-'));
     const path = join(dir, 'queue.sock');
     const server = createServer();
@@ -329,6 +374,27 @@ describe('StorageQueue (a net.Socket between processes)', function () {
     expect(ipcCollect(rt)).to.equal(4096);
   });
 
+  it('gives back the references of puts whose stream closed before they were posted, with a warning', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error & { code?: string }): void => void (w.code === UNSENT_WARNING_CODE && warnings.push(w.message));
+    process.on('warning', onWarning);
+    try {
+      const storages = [rt.storage(64), rt.storage(128)];
+      for (const s of storages) queue.put(s);
+      socket.destroy(); // before the end of this task, when the batch would go
+      await new Promise((r) => setImmediate(r));
+      expect(warnings).to.have.length(1);
+      expect(warnings[0]).to.match(/2 storage\(s\) put on a StorageQueue were never sent/);
+      for (const s of storages) s.release();
+      expect(ipcOf(rt).limboSize, 'nothing waits for a consumer that never got them').to.equal(0);
+      const late = rt.storage(8);
+      expect(() => queue.put(late)).to.throw(DisposedError);
+      late.release();
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
   it('refuses a descriptor received twice and a frame that is not JSON with typed errors, and keeps working', async () => {
     const s = rt.storage(32);
     const d = queue.put(s);
@@ -339,9 +405,16 @@ describe('StorageQueue (a net.Socket between processes)', function () {
       return Buffer.concat([header, Buffer.from(text)]);
     };
     const again = JSON.stringify({ stowage: 'ipc.storage', descriptor: d }, (_k, v: unknown) => (typeof v === 'bigint' ? { $bigint: v.toString() } : v));
-    socket.write(Buffer.concat([frame(again), frame('{x}')]));
+    const otherObject = JSON.stringify(
+      { stowage: 'ipc.storage', descriptor: { ...d, memory: { ...d.memory, inode: (d.memory as { inode: number }).inode + 1 } } },
+      (_k, v: unknown) => (typeof v === 'bigint' ? { $bigint: v.toString() } : v),
+    );
+    socket.write(Buffer.concat([frame(again), frame('{x}'), frame(otherObject)]));
     expect(await consumer.call('get', { key: 'b' }).catch((e: { code: string }) => e), 'the same descriptor again').to.include({ code: 'INVALID_ARGUMENT' });
     expect(await consumer.call('get', { key: 'c' }).catch((e: { code: string }) => e), 'not JSON').to.include({ code: 'INVALID_ARGUMENT' });
+    const inode = await consumer.call('get', { key: 'e' }).catch((e: { code: string; message: string }) => e);
+    expect(inode, 'the name of another object').to.include({ code: 'INVALID_ARGUMENT' });
+    expect((inode as { message: string }).message).to.match(/was freed, and its name now belongs to another/);
     const t = rt.storage(8);
     queue.put(t);
     expect((await consumer.call<{ byteLength: number }>('get', { key: 'd' })).byteLength).to.equal(8);

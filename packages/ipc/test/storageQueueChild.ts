@@ -27,7 +27,8 @@ const transport = socketPath === undefined ? process : await new Promise<Socket>
   const socket = connect(socketPath, () => resolve(socket));
   socket.once('error', reject);
 });
-const queue = new StorageQueue(rt, transport);
+// With STOWAGE_QUEUE_BATCH=1, the queue batches its puts (Note [Batched puts]) even on this shared channel.
+const queue = new StorageQueue(rt, transport, { batch: process.env['STOWAGE_QUEUE_BATCH'] === '1' });
 const held = new Map<string, ReceivedStorage>();
 
 /** The bytes of a received storage: its view on the host, or a read through its CUDA allocator. */
@@ -53,6 +54,15 @@ async function run(c: ChildCommand): Promise<unknown> {
       held.set(c.key ?? '', r);
       const bytes = c.value === 1 ? [] : await bytesOf(r); // value 1: no bytes back (big storages: 'digest' them)
       return { byteLength: r.byteLength, bytes, memory: r.descriptor.memory.kind, device: r.descriptor.device };
+    }
+    case 'drain': {
+      // Gets `value` storages and releases each: their first bytes, in the order they came.
+      const first: number[] = [];
+      for (let i = 0; i < (c.value ?? 0); i++) {
+        using r = await queue.get();
+        first.push(r.bytes()[0]!);
+      }
+      return first;
     }
     case 'read':
       return bytesOf(received());

@@ -44,6 +44,15 @@ async function run(c: WorkerCommand): Promise<unknown> {
       held.set(key, r);
       return describe(r);
     }
+    case 'drain': {
+      // Gets `count` storages and releases each: their first bytes, in the order they came.
+      const first: number[] = [];
+      for (let i = 0; i < (c.count ?? 0); i++) {
+        using r = await queue.get();
+        first.push(r.bytes()[0]!);
+      }
+      return first;
+    }
     case 'read':
       return describe(received());
     case 'write':

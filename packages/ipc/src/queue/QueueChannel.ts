@@ -16,6 +16,8 @@ export interface QueueChannel {
   readonly crossesProcesses: boolean;
   /** False for a process's channel, whose messages that are not the queue's belong to its other listeners. */
   readonly exclusive: boolean;
+  /** False once the transport can carry nothing more (a disconnected channel, an ended stream). */
+  isOpen(): boolean;
   /** Posts `message`; `transfer` (ports only) moves MessagePorts with it. */
   post(message: unknown, transfer?: readonly MessagePort[]): void;
   listen(onMessage: (message: unknown) => void, onClose: () => void): void;
@@ -55,6 +57,7 @@ function portChannel(port: MessagePort): QueueChannel {
   return {
     crossesProcesses: false,
     exclusive: true,
+    isOpen: () => true, // a closed port drops what is posted; the queue learns of it through 'close'
     post: (message, transfer) => port.postMessage(message, transfer === undefined ? undefined : [...transfer]),
     listen(onMessage, onClose) {
       listeners = { message: onMessage, close: onClose };
@@ -77,6 +80,7 @@ function processChannel(p: ProcessLike): QueueChannel {
   return {
     crossesProcesses: true,
     exclusive: false,
+    isOpen: () => p.connected !== false,
     post(message) {
       if (p.connected === false) throw new DisposedError('The IPC channel of the process is disconnected.');
       p.send!(message);
@@ -116,6 +120,7 @@ function streamChannel(stream: Duplex): QueueChannel {
   return {
     crossesProcesses: true,
     exclusive: true,
+    isOpen: () => !(stream.destroyed || stream.writableEnded),
     post(message) {
       if (stream.destroyed || stream.writableEnded) throw new DisposedError('The stream of the queue is closed.');
       const body = Buffer.from(JSON.stringify(message, (_key, value: unknown) => encodeValue(value)));

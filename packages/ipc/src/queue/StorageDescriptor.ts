@@ -21,6 +21,8 @@ export interface ShmMemory {
   readonly kind: 'shm';
   /** The object's name, as `SharedMemoryFile.open` takes it. */
   readonly name: string;
+  /** The object's inode: a consumer maps the object of this name only while it is this one (Note [Idle mappings]). */
+  readonly inode: number;
   readonly byteOffset: number;
 }
 
@@ -67,6 +69,8 @@ export interface StorageDescriptor {
 /** What a StorageQueue posts on its port. */
 export type QueueMessage =
   | { readonly stowage: 'ipc.storage'; readonly descriptor: StorageDescriptor }
+  /** Several puts in one message (Note [Batched puts] in StorageQueue.ts). */
+  | { readonly stowage: 'ipc.storages'; readonly descriptors: readonly StorageDescriptor[] }
   | { readonly stowage: 'ipc.close' }
   /** From the consumer: it took the file descriptors of the export sent with `slot`; the producer closes its copies. */
   | { readonly stowage: 'ipc.ack'; readonly file: string; readonly slot: number }
@@ -88,10 +92,10 @@ export function checkStorageDescriptor(d: unknown): asserts d is StorageDescript
   if (x.device !== 'cpu:0' && cudaDevice === null) throw bad('.device', x.device, "'cpu:0' (host memory) or 'cuda:N' (CUDA device memory)");
   const memory = x.memory as Record<string, unknown> | null;
   const sab = typeof memory === 'object' && memory !== null && memory.kind === 'sab' && memory.buffer instanceof SharedArrayBuffer;
-  const shm = typeof memory === 'object' && memory !== null && memory.kind === 'shm' && typeof memory.name === 'string' && SHARED_MEMORY_NAME.test(memory.name);
+  const shm = typeof memory === 'object' && memory !== null && memory.kind === 'shm' && typeof memory.name === 'string' && SHARED_MEMORY_NAME.test(memory.name) && isIndex(memory.inode);
   const cuda = typeof memory === 'object' && memory !== null && memory.kind === 'cuda';
   if (cudaDevice === null ? !sab && !shm : !cuda) {
-    throw bad('.memory', memory, cudaDevice === null ? "{ kind: 'sab', buffer: SharedArrayBuffer, byteOffset } or { kind: 'shm', name, byteOffset }" : "{ kind: 'cuda', exported, byteOffset: 0 }");
+    throw bad('.memory', memory, cudaDevice === null ? "{ kind: 'sab', buffer: SharedArrayBuffer, byteOffset } or { kind: 'shm', name, inode, byteOffset }" : "{ kind: 'cuda', exported, byteOffset: 0 }");
   }
   if (!isIndex(memory!.byteOffset) || (cuda && memory!.byteOffset !== 0)) throw bad('.memory.byteOffset', memory!.byteOffset, cuda ? '0' : 'an integer ≥ 0');
   if (!isIndex(x.byteLength)) throw bad('.byteLength', x.byteLength, 'an integer ≥ 0');

@@ -4,6 +4,8 @@ import { DisposedError, formatDevice, InvalidArgumentError, resolveAll, Runtime,
 
 import { ipcOf } from '../ipc.js';
 import type { Ipc } from '../sent/Ipc.js';
+import { UNSENT_WARNING_CODE } from '../sent/Ipc.js';
+import type { SharedMemoryBackend } from '../shm/SharedMemoryBackend.js';
 import { SharedMemoryBackendToken } from '../shm/SharedMemoryBackend.js';
 import type { QueueChannel, QueueTransport } from './QueueChannel.js';
 import { queueChannel } from './QueueChannel.js';
@@ -11,6 +13,20 @@ import type { ReceivedStorage } from './ReceivedStorage.js';
 import type { CudaMemory, QueueMessage, SabMemory, ShmMemory, StorageDescriptor } from './StorageDescriptor.js';
 import { cudaIpcAllocatorOf } from '../cuda/CudaIpcAllocator.js';
 import { checkStorageDescriptor } from './StorageDescriptor.js';
+
+/** The most descriptors one message carries (Note [Batched puts]); a stream frame of this many stays far under 1 MiB. */
+const MAX_BATCH = 256;
+
+/** Options of {@link StorageQueue}. */
+export interface StorageQueueOptions {
+  /**
+   * Whether puts are batched (Note [Batched puts]). Default: true on a MessagePort or a stream, which the queue
+   * owns; false on a process channel, which other code shares: there a message the program sends right after a put
+   * would otherwise arrive before it. With `batch: true` on a process channel, call {@link StorageQueue.flush}
+   * before sending anything that must arrive after the puts.
+   */
+  readonly batch?: boolean;
+}
 
 interface Waiter {
   resolve(value: ReceivedStorage | undefined): void;
@@ -31,8 +47,8 @@ interface Waiter {
  *   The queue owns the stream: `close()` ends it.
  *
  * - `put(storage | tensor)`: one send (`Ipc#send`: ownership of the DataPtr, a fresh counter slot at count 1) and
- *   a descriptor posted on the port. The producer keeps using and releasing its storage as usual; released while a
- *   consumer holds it, the memory waits in its limbo.
+ *   a descriptor posted on the port (batched: Note [Batched puts]). The producer keeps using and releasing its
+ *   storage as usual; released while a consumer holds it, the memory waits in its limbo.
  * - `get()`: the next descriptor, checked, as a {@link ReceivedStorage} (its slot acquired). A message that is not
  *   a good descriptor rejects that `get()` with a typed error; the next `get()` takes the next message.
  * - `for await (const r of queue)` gets until the other end closes (an error ends the loop: call `get()` again).
@@ -42,7 +58,20 @@ interface Waiter {
  * A port is referenced (keeps the thread alive) only while a `get()` waits; a process channel stays referenced by
  * the queue's listener until `close()`.
  *
- * Invariants: waiters.length > 0 ⇒ inbox is empty; after close, inbox and waiters are empty.
+ * Note [Batched puts]: a message costs more than a send — structured cloning and a 'message' event on a port, a
+ * serialized frame on a process channel (about 50 µs a round trip either way), while a send is a counter increment.
+ * So, batching, `put` adds the descriptor to an outbox, and the outbox goes as one `ipc.storages` message at the
+ * end of the current task's microtasks, or as soon as it holds {@link MAX_BATCH} descriptors: a single put is posted
+ * before any other task runs (no added latency), and puts in a loop cost one message per 256. The queue's own
+ * messages (close, ack) post the outbox first. What batching gives up is the order against messages that other
+ * code sends on the same transport between a put and the flush: nothing else may post on a queue's port or stream,
+ * but a process channel is shared — there batching is off unless asked for (`{ batch: true }`, then `flush()` before
+ * a message that must follow the puts). A transport that closes between a put and its post (a put on a closed
+ * transport throws) cannot carry the outbox: the references are given back, so the producer frees as if the
+ * storages were never put, and a warning ({@link UNSENT_WARNING_CODE}) says how many.
+ *
+ * Invariants: waiters.length > 0 ⇒ inbox is empty; after close, inbox, waiters and outbox are empty; the outbox is
+ * not empty ⇒ a flush is queued.
  */
 export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable {
   readonly #rt: Runtime;
@@ -50,6 +79,9 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
   readonly #port: QueueChannel;
   readonly #inbox: unknown[] = [];
   readonly #waiters: Waiter[] = [];
+  #outbox: StorageDescriptor[] = [];
+  readonly #batch: boolean;
+  #backends: readonly SharedMemoryBackend[] | undefined;
   #closed = false;
   #remoteClosed = false;
   readonly #onMessage = (message: unknown): void => this.#arrived(message);
@@ -60,11 +92,14 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
    * @param transport one end of a MessageChannel (the other end goes to the other thread, to its own
    *   StorageQueue), a ChildProcess forked with an IPC channel and `serialization: 'advanced'`, in such a
    *   child `process`, or a `stream.Duplex` connected to the other end's
-   * @throws InvalidArgumentError when `rt` has no `ipc()` plugin or `transport` is none of those
+   * @throws InvalidArgumentError when `rt` has no `ipc()` plugin, `transport` is none of those, or `options.batch`
+   *   is not a boolean
    */
-  constructor(rt: Runtime, transport: QueueTransport) {
+  constructor(rt: Runtime, transport: QueueTransport, options: StorageQueueOptions = {}) {
     if (!(rt instanceof Runtime)) throw new InvalidArgumentError('rt', rt, 'a Runtime created with the ipc() plugin');
+    if (options.batch !== undefined && typeof options.batch !== 'boolean') throw new InvalidArgumentError('options.batch', options.batch, 'true, false or nothing');
     this.#port = queueChannel(transport);
+    this.#batch = options.batch ?? this.#port.exclusive;
     this.#rt = rt;
     this.#ipc = ipcOf(rt);
     this.#port.listen(this.#onMessage, this.#onClose);
@@ -85,10 +120,12 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
    * @throws InvalidArgumentError for a storage that is not in a SharedArrayBuffer (make it with
    *   `cpu({ shared: true })` or `{ shared: true }`), on a device other than the host, received from another
    *   thread (copy it first), or what `Ipc#send` refuses; UseAfterReleaseError for a released one; DisposedError
-   *   after close
+   *   after close, once the other end closed, or when the transport is closed
    */
   put(item: StorageImpl | TensorImpl): StorageDescriptor {
     if (this.#closed) throw new DisposedError('StorageQueue.put() was called after close().');
+    if (this.#remoteClosed) throw new DisposedError('StorageQueue.put(): the other end closed the queue; nothing put now would be got.');
+    if (!this.#port.isOpen()) throw new DisposedError('StorageQueue.put(): the transport of the queue is closed (a disconnected channel or an ended stream).');
     const tensor = item instanceof TensorImpl ? item : null;
     const storage = tensor?.storage ?? item;
     if (!(storage instanceof StorageImpl)) throw new InvalidArgumentError('item', item, 'a StorageImpl or a TensorImpl');
@@ -110,14 +147,31 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
       const slot = this.#ipc.send(storage); // throws for a received, COW or LMS storage; nothing sent then
       descriptor = { device: 'cpu:0', memory, byteLength: ptr.byteLength, ...layout, slot, producer: { pid: process.pid, threadId } };
     }
-    try {
-      this.#port.post({ stowage: 'ipc.storage', descriptor } satisfies QueueMessage);
-    } catch (error) {
-      this.#ipc.dropReference(descriptor.slot); // never sent: the count goes back to 0
-      this.#ipc.exportTaken(descriptor.slot);
-      throw error;
-    }
+    this.#outbox.push(descriptor);
+    if (!this.#batch || this.#outbox.length >= MAX_BATCH) this.flush();
+    else if (this.#outbox.length === 1) queueMicrotask(() => this.flush());
     return descriptor;
+  }
+
+  /**
+   * Posts the puts not yet posted now, as one message (Note [Batched puts]); a batching queue does it by itself at
+   * the end of the current task's microtasks. Nothing to do without batching.
+   */
+  flush(): void {
+    if (this.#outbox.length === 0) return;
+    const descriptors = this.#outbox;
+    this.#outbox = [];
+    try {
+      if (this.#remoteClosed) throw new DisposedError('the other end closed the queue');
+      this.#port.post(descriptors.length === 1 ? { stowage: 'ipc.storage', descriptor: descriptors[0]! } : { stowage: 'ipc.storages', descriptors } satisfies QueueMessage);
+    } catch (error) {
+      this.#giveBack(descriptors);
+      if (!this.#batch) throw error; // put() throws, as it always did unbatched
+      process.emitWarning(`${descriptors.length} storage(s) put on a StorageQueue were never sent (${(error as Error).message}); their references were given back.`, {
+        type: 'StowageIpcWarning',
+        code: UNSENT_WARNING_CODE,
+      });
+    }
   }
 
   /**
@@ -144,6 +198,7 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
   close(): void {
     if (this.#closed) return;
     this.#closed = true;
+    this.flush();
     try {
       if (!this.#remoteClosed) this.#port.post({ stowage: 'ipc.close' } satisfies QueueMessage);
     } catch {
@@ -158,6 +213,14 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
 
   [Symbol.dispose](): void {
     this.close();
+  }
+
+  /** Gives back the references of descriptors that were never sent: the counts go back to 0. */
+  #giveBack(descriptors: readonly StorageDescriptor[]): void {
+    for (const d of descriptors) {
+      this.#ipc.dropReference(d.slot);
+      this.#ipc.exportTaken(d.slot);
+    }
   }
 
   #next(): Promise<ReceivedStorage | undefined> {
@@ -182,6 +245,16 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
       else message.alive.close();
       return;
     }
+    const batch = (message as { stowage?: unknown; descriptors?: unknown } | null)?.stowage === 'ipc.storages' ? (message as { descriptors: unknown }).descriptors : undefined;
+    if (Array.isArray(batch)) {
+      for (const descriptor of batch) this.#arrivedOne({ stowage: 'ipc.storage', descriptor });
+      return;
+    }
+    this.#arrivedOne(message);
+  }
+
+  /** One storage message (or a message that is none, which rejects one get()). */
+  #arrivedOne(message: unknown): void {
     const waiter = this.#waiters.shift();
     if (waiter === undefined) {
       this.#inbox.push(message);
@@ -222,6 +295,7 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
     } finally {
       // Note [CUDA over IPC]: the descriptors were taken (or never will be); the producer may close its copies.
       try {
+        this.flush();
         this.#port.post({ stowage: 'ipc.ack', file: descriptor.slot.file, slot: descriptor.slot.slot } satisfies QueueMessage);
       } catch {
         // The producer is gone: its descriptors went with it.
@@ -254,11 +328,9 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
    * @throws InvalidArgumentError for memory that cannot cross this transport, saying how to allocate it
    */
   #memoryOf(handle: unknown, byteOffset: number): SabMemory | ShmMemory {
-    const container = this.#rt.container;
-    const backends = container.isRegistered(SharedMemoryBackendToken, true) ? resolveAll(container, SharedMemoryBackendToken) : [];
-    for (const backend of backends) {
-      const name = backend.nameOf(handle);
-      if (name !== undefined) return { kind: 'shm', name, byteOffset };
+    for (const backend of this.#sharedMemoryBackends()) {
+      const object = backend.objectOf(handle);
+      if (object !== undefined) return { kind: 'shm', name: object.name, inode: object.inode, byteOffset };
     }
     if (handle instanceof SharedArrayBuffer && !this.#port.crossesProcesses) return { kind: 'sab', buffer: handle, byteOffset };
     if (this.#port.crossesProcesses) {
@@ -275,6 +347,15 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
     );
   }
 
+  /** The runtime's `sharedMemoryCpu()` backends (resolved once: a put asks for every storage). */
+  #sharedMemoryBackends(): readonly SharedMemoryBackend[] {
+    if (this.#backends === undefined) {
+      const container = this.#rt.container;
+      this.#backends = container.isRegistered(SharedMemoryBackendToken, true) ? resolveAll(container, SharedMemoryBackendToken) : [];
+    }
+    return this.#backends;
+  }
+
   /** Gives back the reference of a message that will never be got. */
   #drop(message: unknown): void {
     try {
@@ -287,7 +368,7 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
 
 function isQueueMessage(message: unknown): boolean {
   const kind = typeof message === 'object' && message !== null ? (message as { stowage?: unknown }).stowage : undefined;
-  return kind === 'ipc.storage' || kind === 'ipc.close' || kind === 'ipc.ack';
+  return kind === 'ipc.storage' || kind === 'ipc.storages' || kind === 'ipc.close' || kind === 'ipc.ack';
 }
 
 function isHelloMessage(message: unknown): message is { pid: number; threadId: number; alive: MessagePort } {

@@ -28,6 +28,9 @@ export interface IpcOptions {
 /** The `code` of the warning emitted when a received storage was garbage-collected without its release. */
 export const FORGOTTEN_RELEASE_WARNING_CODE = 'STOWAGE_IPC_FORGOTTEN_RELEASE';
 
+/** The `code` of the warning emitted when storages put on a queue were never sent: its transport closed first. */
+export const UNSENT_WARNING_CODE = 'STOWAGE_IPC_UNSENT';
+
 /** The `code` of the warning emitted when the limbo passes `limboWarningBytes`. */
 export const LIMBO_WARNING_CODE = 'STOWAGE_IPC_LIMBO';
 

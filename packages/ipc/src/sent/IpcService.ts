@@ -208,10 +208,12 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
 
   /**
    * Collects the limbo: frees every allocation (on `device`, or on every device) whose counters are all 0, after
-   * reclaiming the references of consumer processes that died. Returns the bytes freed.
+   * reclaiming the references of consumer processes that died, and unmaps the consumer's idle mappings (Note [Idle
+   * mappings] in SharedMappings.ts). Returns the bytes freed.
    */
   collect(device?: Device): number {
     if (this.#disposed) return 0;
+    this.#mappings.closeIdle();
     if (this.#limbo.size > 0) this.counters.reclaimDead(this.#endedThreads);
     return this.#collect(device);
   }
@@ -228,12 +230,12 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     if (descriptor.memory.kind === 'cuda') return this.#receiveCuda(rt, descriptor, descriptor.memory.exported);
     const slot = descriptor.slot;
     const memory = descriptor.memory;
-    const name = memory.kind === 'shm' ? memory.name : undefined;
-    const handle = name === undefined ? (memory as { buffer: SharedArrayBuffer }).buffer : this.#mappings.map(name, memory.byteOffset + descriptor.byteLength);
+    const shm = memory.kind === 'shm' ? memory : undefined;
+    const handle = shm === undefined ? (memory as { buffer: SharedArrayBuffer }).buffer : this.#mappings.map(shm, memory.byteOffset + descriptor.byteLength);
     try {
       this.client.acquire(slot);
     } catch (error) {
-      if (name !== undefined) this.#mappings.unmap(name);
+      if (shm !== undefined) this.#mappings.unmap(shm);
       throw error;
     }
     const state = { released: false };
@@ -244,14 +246,14 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       this.#forgotten.unregister(token);
       if (this.#disposed) return;
       // The last holder unlinks: the producer left the name of a segment still held (it exited or was disposed).
-      const unlink = name !== undefined && this.#mappings.uses(name) === 1 && this.client.producerGone(slot);
+      const unlink = shm !== undefined && this.#mappings.uses(shm) === 1 && this.client.producerGone(slot);
       try {
         this.client.release(slot);
       } finally {
-        if (name !== undefined) this.#mappings.unmap(name);
+        if (shm !== undefined) this.#mappings.unmap(shm);
         if (unlink) {
           try {
-            SharedMemoryFile.unlink(name!);
+            SharedMemoryFile.unlink(shm.name);
           } catch {
             // Another consumer unlinked it first.
           }

@@ -45,9 +45,9 @@ export class SharedMemoryBackend implements MemoryBackend<ArrayBuffer> {
     return this.#reservedBytes;
   }
 
-  /** The shared-memory object of a segment handle this backend made and has not freed, or undefined. */
-  nameOf(handle: unknown): string | undefined {
-    return handle instanceof ArrayBuffer ? this.#files.get(handle)?.name : undefined;
+  /** The shared-memory object (name and inode) of a segment handle this backend made and has not freed, or undefined. */
+  objectOf(handle: unknown): { readonly name: string; readonly inode: number } | undefined {
+    return handle instanceof ArrayBuffer ? this.#files.get(handle) : undefined;
   }
 
   /** One kind: every segment is shared memory (`shared: true` asks for nothing more). */

@@ -53,6 +53,11 @@ export class SharedMemoryFile implements Disposable {
     fd: number,
     /** The mapping's size in bytes. */
     readonly byteLength: number,
+    /**
+     * The object's inode number: what tells this object from a later one that took its name after an unlink (an
+     * inode that is still mapped is not reused).
+     */
+    readonly inode: number,
   ) {
     this.#libc = c;
     this.#fd = fd;
@@ -94,7 +99,7 @@ export class SharedMemoryFile implements Disposable {
         throw new SharedMemoryError({ call: 'ftruncate', errno, errnoName: c.errnoName(errno), target: `${name}, ${byteLength}`, hint: '/dev/shm may be full (df /dev/shm)' });
       }
       try {
-        return new SharedMemoryFile(c, name, fd, byteLength);
+        return new SharedMemoryFile(c, name, fd, byteLength, fstatSync(fd).ino);
       } catch (error) {
         c.shmUnlink(name);
         throw error;
@@ -111,14 +116,14 @@ export class SharedMemoryFile implements Disposable {
     expectName(name);
     const c = libc();
     const fd = check(c, c.shmOpen(name, O_RDWR, 0), 'shm_open', name, 'no shared-memory object of this name exists (never created, or already unlinked)');
-    let byteLength: number;
+    let stat: { size: number; ino: number };
     try {
-      byteLength = fstatSync(fd).size;
+      stat = fstatSync(fd);
     } catch (cause) {
       c.close(fd);
       throw cause;
     }
-    return new SharedMemoryFile(c, name, fd, byteLength);
+    return new SharedMemoryFile(c, name, fd, stat.size, stat.ino);
   }
 
   /**

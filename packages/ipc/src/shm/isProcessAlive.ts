@@ -10,10 +10,11 @@ export function expectPid(value: number): void {
 /**
  * True when process `pid` exists (`kill(pid, 0)` succeeds or fails with EPERM: it exists but belongs to another
  * user); false when the kernel says ESRCH. A zombie (exited, not yet reaped by its parent) still exists. Pids are
- * reused, so "alive" means "some process has this pid".
+ * reused, so "alive" means "some process has this pid". This process's own pid is alive without a system call.
  */
 export function isProcessAlive(pid: number): boolean {
   expectPid(pid);
+  if (pid === process.pid) return true;
   const c = libc();
   if (c.kill(pid, 0) === 0) return true;
   const errno = c.errno();
