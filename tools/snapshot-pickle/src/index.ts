@@ -4,3 +4,7 @@ export { MalformedPickleError, UnsafePickleError } from './PickleError.js';
 export { readPickle } from './readPickle.js';
 export type { WritePickleOptions } from './writePickle.js';
 export { writePickle } from './writePickle.js';
+export { toPytorchSnapshot, writeSnapshotPickle } from './toPytorchSnapshot.js';
+export { fromPytorchSnapshot, readSnapshotPickle } from './fromPytorchSnapshot.js';
+export type { TraceEventsOptions } from './toTraceEvents.js';
+export { formatTraceLines, toTraceEvents } from './toTraceEvents.js';
