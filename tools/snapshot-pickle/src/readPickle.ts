@@ -317,19 +317,19 @@ class PickleReader {
   }
 
   #u8(): number {
-    this.#need(1, opcodeName(this.#data[this.#at]!));
+    this.#need(1);
     return this.#data[this.#pos++]!;
   }
 
   #u32(): number {
-    this.#need(4, opcodeName(this.#data[this.#at]!));
+    this.#need(4);
     this.#pos += 4;
     return this.#view.getUint32(this.#pos - 4, true);
   }
 
   /** An 8-byte length; beyond 2^53 it is imprecise, which is fine: such a length always exceeds the input. */
   #u64(): number {
-    this.#need(8, opcodeName(this.#data[this.#at]!));
+    this.#need(8);
     this.#pos += 8;
     return Number(this.#view.getBigUint64(this.#pos - 8, true));
   }
@@ -338,8 +338,11 @@ class PickleReader {
     return this.#data.length - this.#pos;
   }
 
-  #need(n: number, what: string): void {
-    if (n > this.#remaining()) throw this.#malformed(`${what} needs ${n} bytes but ${this.#remaining()} remain (is the file truncated?)`);
+  /** @param what the opcode's name; default the name of the opcode at #at */
+  #need(n: number, what?: string): void {
+    if (n > this.#remaining()) {
+      throw this.#malformed(`${what ?? opcodeName(this.#data[this.#at]!)} needs ${n} bytes but ${this.#remaining()} remain (is the file truncated?)`);
+    }
   }
 
   #malformed(problem: string, options?: ErrorOptions): MalformedPickleError {

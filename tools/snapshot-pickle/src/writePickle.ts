@@ -38,7 +38,7 @@ export function writePickle(value: PickleValue, options: WritePickleOptions = {}
   const protocol = options.protocol ?? 4;
   if (protocol !== 2 && protocol !== 3 && protocol !== 4) throw new InvalidArgumentError('options.protocol', protocol, '2, 3 or 4');
   const writer = new PickleWriter(protocol);
-  writer.save(value, 'value', 0);
+  writer.save(value);
   return writer.finish();
 }
 
@@ -55,6 +55,8 @@ class PickleWriter {
   readonly #open = new Set<PickleTuple>();
   readonly #encoder = new TextEncoder();
   readonly #scratch = new DataView(new ArrayBuffer(8));
+  /** Where the value being written sits: keys and indices from the root, joined into a path only for errors. */
+  readonly #path: (string | number)[] = [];
 
   constructor(readonly protocol: 2 | 3 | 4) {
     this.#byte(Op.PROTO);
@@ -66,42 +68,54 @@ class PickleWriter {
     return this.#bytes.slice(0, this.#length);
   }
 
-  save(value: PickleValue, path: string, depth: number): void {
+  save(value: PickleValue): void {
     if (value === null) this.#byte(Op.NONE);
     else if (value === true) this.#byte(Op.NEWTRUE);
     else if (value === false) this.#byte(Op.NEWFALSE);
     else if (typeof value === 'number') {
-      if (Number.isSafeInteger(value) && !Object.is(value, -0)) this.#int(BigInt(value));
+      if (Number.isSafeInteger(value) && !Object.is(value, -0)) this.#int(value);
       else this.#float(value);
     } else if (typeof value === 'bigint') this.#int(value);
-    else if (typeof value === 'string') this.#string(value, path);
+    else if (typeof value === 'string') this.#string(value);
     else if (value instanceof PickleFloat) {
-      if (typeof value.value !== 'number') throw new InvalidArgumentError(`${path}.value`, value.value, 'a number');
+      if (typeof value.value !== 'number') throw new InvalidArgumentError(`${this.#where()}.value`, value.value, 'a number');
       this.#float(value.value);
-    } else if (value instanceof Uint8Array) this.#bytesValue(value, path);
-    else if (typeof value !== 'object') throw new InvalidArgumentError(path, value, 'a PickleValue (null, boolean, number, bigint, string, Uint8Array, PickleFloat, PickleTuple, array or plain object)');
+    } else if (value instanceof Uint8Array) this.#bytesValue(value);
+    else if (typeof value !== 'object') throw new InvalidArgumentError(this.#where(), value, 'a PickleValue (null, boolean, number, bigint, string, Uint8Array, PickleFloat, PickleTuple, array or plain object)');
     else if (this.#get(this.#objects.get(value))) return;
     else {
-      if (depth >= MAX_DEPTH) throw new InvalidArgumentError(path, value, `nested at most ${MAX_DEPTH} deep`);
-      if (value instanceof PickleTuple) this.#tuple(value, path, depth);
-      else if (Array.isArray(value)) this.#list(value, path, depth);
-      else if (isPickleDict(value)) this.#dict(value, path, depth);
-      else throw new InvalidArgumentError(path, value, 'a PickleValue (null, boolean, number, bigint, string, Uint8Array, PickleFloat, PickleTuple, array or plain object)');
+      if (this.#path.length >= MAX_DEPTH) throw new InvalidArgumentError(this.#where(), value, `nested at most ${MAX_DEPTH} deep`);
+      if (value instanceof PickleTuple) this.#tuple(value);
+      else if (Array.isArray(value)) this.#list(value);
+      else if (isPickleDict(value)) this.#dict(value);
+      else throw new InvalidArgumentError(this.#where(), value, 'a PickleValue (null, boolean, number, bigint, string, Uint8Array, PickleFloat, PickleTuple, array or plain object)');
     }
   }
 
-  #list(list: readonly PickleValue[], path: string, depth: number): void {
+  /** Writes `value`, a member of the value being written, as `[key]` or `.key` of its path. */
+  #saveMember(key: string | number, value: PickleValue): void {
+    this.#path.push(key);
+    this.save(value);
+    this.#path.pop();
+  }
+
+  /** The path of the value being written, for an error: `value.segments[2].frames`. */
+  #where(): string {
+    return `value${this.#path.map((k) => (typeof k === 'number' ? `[${k}]` : `.${k}`)).join('')}`;
+  }
+
+  #list(list: readonly PickleValue[]): void {
     this.#byte(Op.EMPTY_LIST);
     this.#objects.set(list, this.#put());
     for (let start = 0; start < list.length; start += BATCH) {
       const end = Math.min(list.length, start + BATCH);
       if (end - start > 1) this.#byte(Op.MARK);
-      for (let i = start; i < end; i++) this.save(list[i]!, `${path}[${i}]`, depth + 1);
+      for (let i = start; i < end; i++) this.#saveMember(i, list[i]!);
       this.#byte(end - start > 1 ? Op.APPENDS : Op.APPEND);
     }
   }
 
-  #dict(dict: PickleDict, path: string, depth: number): void {
+  #dict(dict: PickleDict): void {
     this.#byte(Op.EMPTY_DICT);
     this.#objects.set(dict, this.#put());
     const keys = Object.keys(dict);
@@ -110,31 +124,31 @@ class PickleWriter {
       if (end - start > 1) this.#byte(Op.MARK);
       for (let i = start; i < end; i++) {
         const key = keys[i]!;
-        this.#string(key, `${path} key ${JSON.stringify(key)}`);
-        this.save(dict[key]!, `${path}.${key}`, depth + 1);
+        this.#string(key);
+        this.#saveMember(key, dict[key]!);
       }
       this.#byte(end - start > 1 ? Op.SETITEMS : Op.SETITEM);
     }
   }
 
-  #tuple(tuple: PickleTuple, path: string, depth: number): void {
+  #tuple(tuple: PickleTuple): void {
     const items = tuple.items;
     if (items.length === 0) {
       this.#byte(Op.EMPTY_TUPLE);
       return;
     }
-    if (this.#open.has(tuple)) throw new InvalidArgumentError(path, tuple, 'a tuple that does not contain itself');
+    if (this.#open.has(tuple)) throw new InvalidArgumentError(this.#where(), tuple, 'a tuple that does not contain itself');
     this.#open.add(tuple);
     if (items.length > 3) this.#byte(Op.MARK);
-    for (let i = 0; i < items.length; i++) this.save(items[i]!, `${path}.items[${i}]`, depth + 1);
+    for (let i = 0; i < items.length; i++) this.#saveMember(i, items[i]!);
     this.#open.delete(tuple);
     this.#byte(items.length === 1 ? Op.TUPLE1 : items.length === 2 ? Op.TUPLE2 : items.length === 3 ? Op.TUPLE3 : Op.TUPLE);
     this.#objects.set(tuple, this.#put());
   }
 
-  #string(text: string, path: string): void {
+  #string(text: string): void {
     if (this.#get(this.#strings.get(text))) return;
-    if (LONE_SURROGATE.test(text)) throw new InvalidArgumentError(path, text, 'a string without lone surrogates (Python str written as UTF-8)');
+    if (LONE_SURROGATE.test(text)) throw new InvalidArgumentError(this.#where(), text, 'a string without lone surrogates (Python str written as UTF-8)');
     const utf8 = this.#encoder.encode(text);
     if (utf8.length < 256 && this.protocol >= 4) {
       this.#byte(Op.SHORT_BINUNICODE);
@@ -150,8 +164,8 @@ class PickleWriter {
     this.#strings.set(text, this.#put());
   }
 
-  #bytesValue(bytes: Uint8Array, path: string): void {
-    if (this.protocol < 3) throw new InvalidArgumentError(path, bytes, 'no bytes under protocol 2 (use protocol 3 or 4)');
+  #bytesValue(bytes: Uint8Array): void {
+    if (this.protocol < 3) throw new InvalidArgumentError(this.#where(), bytes, 'no bytes under protocol 2 (use protocol 3 or 4)');
     if (bytes.length < 256) {
       this.#byte(Op.SHORT_BINBYTES);
       this.#byte(bytes.length);
@@ -165,19 +179,21 @@ class PickleWriter {
     this.#raw(bytes);
   }
 
-  #int(value: bigint): void {
-    if (value >= 0n && value < 256n) {
+  /** @param value a safe integer or a bigint */
+  #int(value: number | bigint): void {
+    const small = typeof value === 'number' ? value : value >= -(2n ** 31n) && value < 2n ** 31n ? Number(value) : undefined;
+    if (small !== undefined && small >= 0 && small < 256) {
       this.#byte(Op.BININT1);
-      this.#byte(Number(value));
-    } else if (value >= 0n && value < 65536n) {
+      this.#byte(small);
+    } else if (small !== undefined && small >= 0 && small < 65536) {
       this.#byte(Op.BININT2);
-      this.#byte(Number(value) & 0xff);
-      this.#byte(Number(value) >> 8);
-    } else if (value >= -(2n ** 31n) && value < 2n ** 31n) {
+      this.#byte(small & 0xff);
+      this.#byte(small >> 8);
+    } else if (small !== undefined && small >= -(2 ** 31) && small < 2 ** 31) {
       this.#byte(Op.BININT);
-      this.#uint32(Number(value) >>> 0);
+      this.#uint32(small >>> 0);
     } else {
-      const bytes = twosComplement(value);
+      const bytes = twosComplement(BigInt(value));
       if (bytes.length < 256) {
         this.#byte(Op.LONG1);
         this.#byte(bytes.length);
