@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Parser } from 'pickleparser';
 import type { MemorySnapshot } from '@stowage/core';
-import { CachingAllocator } from '@stowage/core';
+import { CachingAllocator, OutOfMemoryError } from '@stowage/core';
 import { findTraceRoot, readTrace, replayTrace } from '@stowage/core/replay';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 import type { PickleValue } from '@stowage/snapshot-pickle';
@@ -47,6 +47,24 @@ while True:
     try: out.append(structure(pickle.load(sys.stdin.buffer)))
     except EOFError: break
 print(json.dumps(out))
+`;
+
+/**
+ * The opcodes that PyTorch's memory viewer (torch/utils/viz/MemoryViz.js, the page behind pytorch.org/memory_viz)
+ * reads with its own unpickler; it throws on any other opcode and on a PROTO above 4.
+ */
+const VIEWER_OPCODES = [
+  'PROTO', 'FRAME', 'STOP', 'MARK', 'NONE', 'NEWTRUE', 'NEWFALSE', 'BININT', 'BININT1', 'BININT2', 'LONG1', 'BINFLOAT',
+  'SHORT_BINUNICODE', 'BINUNICODE', 'EMPTY_LIST', 'APPEND', 'APPENDS', 'LIST', 'EMPTY_DICT', 'SETITEM', 'SETITEMS', 'DICT',
+  'EMPTY_TUPLE', 'TUPLE', 'TUPLE1', 'TUPLE2', 'TUPLE3', 'MEMOIZE', 'BINPUT', 'LONG_BINPUT', 'BINGET', 'LONG_BINGET',
+];
+
+/** The opcode names (pickletools.genops) and PROTO versions of the pickle on standard input. */
+const OPCODES = `
+import sys, json, pickletools
+data = sys.stdin.buffer.read()
+ops = list(pickletools.genops(data))
+print(json.dumps([sorted({op.name for op, arg, pos in ops}), [arg for op, arg, pos in ops if op.name == 'PROTO']]))
 `;
 
 interface Structure {
@@ -168,6 +186,23 @@ describe('PyTorch snapshot pickles', function () {
       for (const key of Object.keys(theirs.settings)) if (key in ours.settings) expect(ours.settings[key], `allocator_settings.${key}`).to.equal(theirs.settings[key]);
       expect(ours.states).to.include.members(theirs.states);
       expect(ours.actions).to.include.members(theirs.actions);
+    });
+
+    it('uses only the opcodes PyTorch\'s memory viewer reads, in protocol 4', function () {
+      if (!hasPython()) {
+        console.log('    skipped: python3 is not on PATH');
+        this.skip();
+      }
+      const engine = new CachingAllocator(new VirtualMemoryBackend({ storeData: false }), { preset: 'pytorch', memoryLimit: '64MiB' });
+      engine.recordHistory({ stacks: true });
+      const ptrs = [engine.allocate(100), engine.allocate(3 << 20), engine.allocate(30 << 20)];
+      expect(() => engine.allocate(60 << 20)).to.throw(OutOfMemoryError);
+      engine.free(ptrs[1]!);
+      for (const snapshot of [engine.snapshot(), readSnapshotPickle(original)]) {
+        const [ops, protocols] = JSON.parse(runPython(OPCODES, writeSnapshotPickle(snapshot))) as [string[], number[]];
+        expect(VIEWER_OPCODES).to.include.members(ops);
+        expect(protocols).to.deep.equal([4]);
+      }
     });
 
     it('round-trips an engine snapshot through the pickle unchanged', () => {
