@@ -4,11 +4,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Parser } from 'pickleparser';
 import type { MemorySnapshot } from '@stowage/core';
-import { CachingAllocator, OutOfMemoryError } from '@stowage/core';
+import { CachingAllocator, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
 import { findTraceRoot, readTrace, replayTrace } from '@stowage/core/replay';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 import type { PickleValue } from '@stowage/snapshot-pickle';
-import { formatTraceLines, fromPytorchSnapshot, PickleFloat, PickleTuple, readPickle, readSnapshotPickle, toTraceEvents, writeSnapshotPickle } from '@stowage/snapshot-pickle';
+import { formatTraceLines, fromPytorchSnapshot, MalformedPickleError, PickleFloat, PickleTuple, readPickle, readSnapshotPickle, toTraceEvents, UnsafePickleError, writePickle, writeSnapshotPickle } from '@stowage/snapshot-pickle';
 import { hasPython, runPython } from './canonical.js';
 
 /**
@@ -117,6 +117,39 @@ describe('PyTorch snapshot pickles', function () {
       expect(entry.action).to.equal('alloc');
       expect(entry.frames[0]).to.have.keys(['name', 'filename', 'line']);
       expect(snapshot.allocator_settings.garbage_collection_threshold).to.equal(0);
+    });
+
+    it('fills the keys older PyTorch releases leave out as PyTorch\'s viewer does', () => {
+      const legacy = writePickle({
+        segments: [{ address: 4096, total_size: 3072, blocks: [{ size: 1024, state: 'active_allocated' }, { size: 2048, state: 'inactive' }] }],
+        device_traces: [[{ action: 'alloc', addr: 4096, size: 1000 }, { action: 'workspace_snapshot', addr: 0, size: 0 }]],
+      });
+      const snapshot = readSnapshotPickle(legacy);
+      const segment = snapshot.segments[0]!;
+      expect(segment.blocks.map((b) => [b.address, b.requested_size, b.frames])).to.deep.equal([
+        [4096, 1024, []],
+        [5120, 2048, []],
+      ]);
+      expect(segment).to.include({ device: 0, stream: 0, allocated_size: 1024, active_size: 1024, segment_type: 'large', is_expandable: false });
+      expect(snapshot.device_traces[0]).to.deep.equal([{ action: 'alloc', addr: 4096, size: 1000, stream: 0, time_us: 0, frames: [], compile_context: 'N/A', user_metadata: '' }]);
+    });
+
+    it('gives a typed error for a file that is not a snapshot pickle: JSON lines, another pickle, a forged one', () => {
+      expect(() => readSnapshotPickle(Buffer.from('{"seq":0,"action":"alloc"}\n'))).to.throw(MalformedPickleError, /byte 0x7b is not a pickle opcode/);
+      expect(() => readSnapshotPickle(writePickle([1, 2]))).to.throw(InvalidArgumentError, /snapshot must be a PyTorch memory snapshot/);
+      expect(() => readSnapshotPickle(writePickle({ segments: [{ address: -1 }] }))).to.throw(InvalidArgumentError, /snapshot\.segments\[0\]\.address must be a non-negative safe integer/);
+      const forged = Buffer.concat([Buffer.from(writePickle({ segments: [] })).subarray(0, -1), Buffer.from('cos\nsystem\n.', 'latin1')]);
+      expect(() => readSnapshotPickle(forged)).to.throw(UnsafePickleError, /os\.system/);
+    });
+
+    it('refuses at once a forged snapshot that refers to one segment many times', () => {
+      const blocks = Array.from({ length: 20_000 }, () => ({ address: 0, size: 512, requested_size: 512, state: 'inactive', frames: [] }));
+      const segment = { address: 0, total_size: 512 * 20_000, blocks };
+      const forged = writePickle({ segments: Array.from({ length: 20_000 }, () => segment), device_traces: [] });
+      expect(forged.length).to.be.lessThan(1_000_000);
+      const start = performance.now();
+      expect(() => readSnapshotPickle(forged)).to.throw(InvalidArgumentError, /snapshot\.segments\[1\] must be an object of its own/);
+      expect(performance.now() - start).to.be.lessThan(5_000);
     });
 
     it('reads the example as pickleparser (another JavaScript reader) does', () => {

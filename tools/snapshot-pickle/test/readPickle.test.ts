@@ -65,7 +65,7 @@ describe('readPickle', () => {
     }
   });
 
-  it('reports every truncation of a pickle as MalformedPickleError at the end of the data', () => {
+  it('reports every truncation of a pickle as MalformedPickleError', () => {
     const whole = writePickle({ segments: [{ address: 2 ** 40, blocks: [new PickleTuple([1, 'x'])], f: 0.25 }], big: 2n ** 300n, s: 'x'.repeat(300) });
     for (let n = 0; n < whole.length; n++) {
       const error = readError(whole.subarray(0, n));
@@ -119,6 +119,22 @@ describe('readPickle', () => {
     fc.assert(
       fc.property(fc.uint8Array({ maxLength: 64 }), (tail) => {
         const data = Uint8Array.from([0x80, 4, ...tail]);
+        try {
+          readPickle(data);
+        } catch (error) {
+          expect(error instanceof MalformedPickleError || error instanceof UnsafePickleError, String(error)).to.equal(true);
+        }
+      }),
+      { numRuns: 5000 },
+    );
+  });
+
+  it('either reads a pickle with corrupted bytes or throws a typed pickle error', () => {
+    const whole = writePickle({ segments: [{ address: 2 ** 40, blocks: [new PickleTuple([1, 'x']), [1.5, null, true]], frames: [] }], big: -(2n ** 300n) });
+    fc.assert(
+      fc.property(fc.array(fc.tuple(fc.nat(whole.length - 1), fc.integer({ min: 0, max: 255 })), { minLength: 1, maxLength: 4 }), (flips) => {
+        const data = whole.slice();
+        for (const [at, byte] of flips) data[at] = byte;
         try {
           readPickle(data);
         } catch (error) {
