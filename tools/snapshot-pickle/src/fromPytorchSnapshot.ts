@@ -10,8 +10,9 @@ const BLOCK_STATES: readonly SnapshotBlockState[] = ['active_allocated', 'active
 /**
  * A PyTorch snapshot (the dict `torch.cuda.memory._snapshot()` returns, read by `readPickle`) as a Stowage
  * {@link MemorySnapshot}. Keys that older PyTorch releases leave out get the defaults PyTorch's viewer gives
- * them: a block's `address` runs on from its segment's, `requested_size` is its size, `frames` is empty,
- * `time_us` is 0, `compile_context` 'N/A', `user_metadata` ''. Trace entries of actions Stowage does not know
+ * them: a block's `address` runs on from its segment's, its `requested_size` and `frames` come from its first
+ * `history` record (the legacy form) or are its size and empty, `time_us` is 0, `compile_context` 'N/A',
+ * `user_metadata` ''. Trace entries of actions Stowage does not know
  * (newer PyTorch releases add some) are left out; keys Stowage does not know are ignored.
  * @throws InvalidArgumentError naming the first field that does not fit (`snapshot.segments[3].total_size must be
  * a non-negative safe integer`)
@@ -56,12 +57,16 @@ function readSegment(path: string, value: PickleValue, frames: FrameReader, owne
     const size = count(`${at}.size`, block.size);
     const blockAddress = block.address === undefined ? next : count(`${at}.address`, block.address);
     next = blockAddress + size;
+    // PyTorch's legacy form kept a block's frames and requested size in its first `history` record.
+    const history = Array.isArray(block.history) && isPickleDict(block.history[0]) ? block.history[0] : undefined;
+    const requested =
+      block.requested_size !== undefined ? count(`${at}.requested_size`, block.requested_size) : history?.real_size !== undefined ? count(`${at}.history[0].real_size`, history.real_size) : size;
     return {
       address: blockAddress,
       size,
-      requested_size: block.requested_size === undefined ? size : count(`${at}.requested_size`, block.requested_size),
+      requested_size: requested,
       state: oneOf(`${at}.state`, block.state, BLOCK_STATES),
-      frames: frames.read(`${at}.frames`, block.frames),
+      frames: block.frames === undefined && history !== undefined ? frames.read(`${at}.history[0].frames`, history.frames) : frames.read(`${at}.frames`, block.frames),
     };
   });
   const total = count(`${path}.total_size`, s.total_size);

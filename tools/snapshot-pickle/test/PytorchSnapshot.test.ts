@@ -121,7 +121,17 @@ describe('PyTorch snapshot pickles', function () {
 
     it('fills the keys older PyTorch releases leave out as PyTorch\'s viewer does', () => {
       const legacy = writePickle({
-        segments: [{ address: 4096, total_size: 3072, blocks: [{ size: 1024, state: 'active_allocated' }, { size: 2048, state: 'inactive' }] }],
+        segments: [
+          {
+            address: 4096,
+            total_size: 3584,
+            blocks: [
+              { size: 1024, state: 'active_allocated' },
+              { size: 2048, state: 'inactive' },
+              { size: 512, state: 'active_allocated', history: [{ addr: 7168, real_size: 500, frames: [{ name: 'f', filename: 'a.py', line: 3 }] }] },
+            ],
+          },
+        ],
         device_traces: [[{ action: 'alloc', addr: 4096, size: 1000 }, { action: 'workspace_snapshot', addr: 0, size: 0 }]],
       });
       const snapshot = readSnapshotPickle(legacy);
@@ -129,8 +139,9 @@ describe('PyTorch snapshot pickles', function () {
       expect(segment.blocks.map((b) => [b.address, b.requested_size, b.frames])).to.deep.equal([
         [4096, 1024, []],
         [5120, 2048, []],
+        [7168, 500, [{ name: 'f', filename: 'a.py', line: 3 }]],
       ]);
-      expect(segment).to.include({ device: 0, stream: 0, allocated_size: 1024, active_size: 1024, segment_type: 'large', is_expandable: false });
+      expect(segment).to.include({ device: 0, stream: 0, allocated_size: 1536, active_size: 1536, segment_type: 'large', is_expandable: false });
       expect(snapshot.device_traces[0]).to.deep.equal([{ action: 'alloc', addr: 4096, size: 1000, stream: 0, time_us: 0, frames: [], compile_context: 'N/A', user_metadata: '' }]);
     });
 
