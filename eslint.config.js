@@ -19,7 +19,7 @@ export default tseslint.config(
   ...tseslint.configs.recommended,
   { files: ['**/*.cjs'], languageOptions: { sourceType: 'commonjs', globals: { require: 'readonly', module: 'writable', console: 'readonly' } }, rules: { '@typescript-eslint/no-require-imports': 'off' } },
   {
-    files: ['packages/*/src/**/*.ts', 'examples/*/src/**/*.ts'],
+    files: ['packages/*/src/**/*.ts', 'examples/*/src/**/*.ts', 'tools/*/src/**/*.ts'],
     rules: { 'no-restricted-imports': ['error', noGlobalContainer] },
   },
   {

@@ -8,7 +8,7 @@ import ts from 'typescript';
 import { openWebGpuDevice } from '@stowage/allocator-webgpu';
 
 // Note [README examples]
-// Every ```ts block of the root README.md and of packages/*/README.md and examples/*/README.md is checked as a
+// Every ```ts block of the root README.md and of packages/*/, examples/*/ and tools/*/README.md is checked as a
 // user would paste it into a file of their own:
 // - type-checked, each block as its own module, with the repository's compiler options plus
 //   `exactOptionalPropertyTypes` (a stricter setting a user may have), against the built packages (`dist/*.d.ts`);
@@ -16,7 +16,8 @@ import { openWebGpuDevice } from '@stowage/allocator-webgpu';
 //   Node without it, as it does in a pasted .mjs file), written as an .mjs file and run with this Node; it must
 //   exit 0.
 // The files live under packages/cow/dist-test/readme-examples/ because cow's node_modules resolves every package a
-// README imports (@stowage/core, @stowage/cow by self-reference, @stowage/allocator-webgpu, @stowage/lms, @stowage/example-train, reflect-metadata).
+// README imports (@stowage/core, @stowage/cow by self-reference, @stowage/allocator-webgpu, @stowage/lms, @stowage/example-train,
+// @stowage/snapshot-pickle, reflect-metadata).
 // A block preceded by `<!-- readme-test: mocha (reason) -->` is a mocha test file: it is type-checked, then run
 // with mocha and must pass. One preceded by `<!-- readme-test: typecheck-only (reason) -->` is type-checked but not
 // run, one preceded by `<!-- readme-test: skip (reason) -->` neither; the reason is required and shown in the
@@ -70,7 +71,7 @@ function examplesOf(readme: string): Example[] {
 
 function readmes(): string[] {
   const found = ['README.md'];
-  for (const parent of ['packages', 'examples']) {
+  for (const parent of ['packages', 'examples', 'tools']) {
     for (const dir of readdirSync(join(repoRoot, parent)).sort()) {
       const path = `${parent}/${dir}/README.md`;
       if (existsSync(join(repoRoot, path))) found.push(path);

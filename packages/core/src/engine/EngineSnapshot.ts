@@ -5,10 +5,11 @@
  *   them: an unmapped gap in the middle ends one entry and the next mapped block starts another.
  * - Each entry's blocks tile exactly `[address, address + total_size)`, in address order, each in the state
  *   PyTorch names (active_allocated, active_pending_free, inactive).
- * - Entries are sorted by address; `device_traces` holds the history recordHistory() asked for.
+ * - Entries are sorted by address; `device_traces[d]`, for the engine's device index d, holds the history
+ *   recordHistory() asked for (the lists before it are empty), as PyTorch indexes traces by device.
  * - `allocator_settings` lists the resolved options under PyTorch's names where it has them.
  */
-import type { MemorySnapshot, SnapshotBlock, SnapshotSegment } from '../contracts/MemorySnapshot.js';
+import type { MemorySnapshot, SnapshotBlock, SnapshotSegment, SnapshotTraceEntry } from '../contracts/MemorySnapshot.js';
 import type { Block, Segment } from './Block.js';
 import type { EngineState } from './EngineState.js';
 import { ROUNDUP_INTERVALS } from './SizeClass.js';
@@ -21,7 +22,11 @@ export class EngineSnapshot<H> {
     const segments: SnapshotSegment[] = [];
     for (const segment of this.state.segments) this.#snapshotSegment(segment, segments);
     segments.sort((a, b) => a.address - b.address);
-    return { segments, device_traces: [this.state.history?.entries() ?? []], allocator_settings: this.#settings(), external_annotations: [] };
+    // PyTorch's viewer reads the trace of device d at device_traces[d].
+    const device = this.state.backend.device.index;
+    const device_traces: SnapshotTraceEntry[][] = Array.from({ length: device + 1 }, () => []);
+    device_traces[device] = this.state.history?.entries() ?? [];
+    return { segments, device_traces, allocator_settings: this.#settings(), external_annotations: [] };
   }
 
   /** Adds a segment's snapshot entries to `out`: one per contiguous mapped range. */

@@ -12,7 +12,9 @@ export type StowageErrorCode =
   | 'BACKEND_UNAVAILABLE'
   | 'DEVICE_ERROR'
   | 'DISPOSED'
-  | 'PAGE_IN_PENDING';
+  | 'PAGE_IN_PENDING'
+  | 'MALFORMED_PICKLE'
+  | 'UNSAFE_PICKLE';
 
 /** Base class of every error Stowage throws on purpose. */
 export class StowageError extends Error {

@@ -786,6 +786,15 @@ describe('CachingAllocator#snapshot', () => {
     expect(() => allocator.recordHistory({ maxEntries: 0 })).to.throw(InvalidArgumentError);
   });
 
+  it('puts the history of device N at device_traces[N], where PyTorch\'s memory viewer looks for it', () => {
+    const allocator = new CachingAllocator(new VirtualMemoryBackend({ device: { type: 'virtual', index: 2 }, storeData: false }), { preset: 'pytorch' });
+    allocator.recordHistory();
+    allocator.allocate(100);
+    const snapshot = allocator.snapshot();
+    expect(snapshot.segments[0]!.device).to.equal(2);
+    expect(snapshot.device_traces.map((t) => t.length)).to.deep.equal([0, 0, 2]);
+  });
+
   it('records segment events and an oom entry with the free bytes', () => {
     const { allocator } = engine({ preset: 'pytorch', memoryLimit: '20MiB' });
     allocator.recordHistory({ stacks: true });

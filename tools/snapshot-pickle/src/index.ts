@@ -1,0 +1,10 @@
+export type { PickleDict, PickleValue } from './PickleValue.js';
+export { isPickleDict, PickleFloat, pickleNumber, PickleTuple, setPickleItem } from './PickleValue.js';
+export { MalformedPickleError, UnsafePickleError } from './PickleError.js';
+export { readPickle } from './readPickle.js';
+export type { WritePickleOptions } from './writePickle.js';
+export { writePickle } from './writePickle.js';
+export { toPytorchSnapshot, writeSnapshotPickle } from './toPytorchSnapshot.js';
+export { fromPytorchSnapshot, readSnapshotPickle } from './fromPytorchSnapshot.js';
+export type { TraceEventsOptions } from './toTraceEvents.js';
+export { formatTraceLines, toTraceEvents } from './toTraceEvents.js';
