@@ -13,7 +13,7 @@ import type { Runtime } from '@stowage/core';
 import { cuda } from '@stowage/allocator-cuda';
 import { testLibcuda } from '@stowage/allocator-cuda/testing';
 import type { Device } from '@stowage/core';
-import { cpu, createRuntime, DataPtr, DisposedError, ForwardingAllocator, InvalidArgumentError, StorageImpl } from '@stowage/core';
+import { cpu, createRuntime, DataPtr, DisposedError, ForwardingAllocator, InvalidArgumentError, StorageImpl, UseAfterReleaseError } from '@stowage/core';
 import { ipc, ipcCollect, ipcOf, sharedMemoryCpu, StorageQueue, UNSENT_WARNING_CODE } from '@stowage/ipc';
 
 import { shmExists, shmObjects } from './childProcess.js';
@@ -297,6 +297,29 @@ describe('StorageQueue (child process, CUDA on the stand-in or a real libcuda)',
       }
     });
   }
+
+  it('refuses a CUDA storage whose producer died before it was got with UseAfterReleaseError, and releases one got before without error', async () => {
+    const rt = await createRuntime({ plugins: [cuda({ libcuda: lib.path, allocConf: '' }), ipc({ deadCheckIntervalMs: 0 })] });
+    const producer = await ChildConsumer.start('./storageQueueProducerChild.js', { ...process.env, STOWAGE_LIBCUDA: lib.path });
+    const queue = new StorageQueue(rt, producer.child);
+    try {
+      await producer.call('put', { bytes: MiB, value: 3, device: 'cuda:0' } as never);
+      await producer.call('put', { bytes: MiB, value: 4, device: 'cuda:0' } as never);
+      const held = await queue.get();
+      expect((await rt.allocator('cuda:0').readBytes(held.storage.data()))[0]).to.equal(3);
+      const exited = new Promise((r) => producer.child.once('exit', r));
+      producer.child.kill('SIGKILL');
+      await exited;
+      const late = await queue.get().catch((e: unknown) => e);
+      expect(late).to.be.instanceOf(UseAfterReleaseError);
+      expect((late as Error).message).to.match(/has exited, and its device memory went with its CUDA context/);
+      expect(() => held.release(), 'a release after the producer died').to.not.throw();
+      expect(await queue.get().catch((e: unknown) => e), 'the channel ended with the producer').to.be.instanceOf(DisposedError);
+    } finally {
+      queue.close();
+      await rt.dispose();
+    }
+  });
 
   it('refuses a storage of a device that cannot cross processes (WebGPU) with a typed error that says so, and keeps working', async () => {
     const rt = await createRuntime({ plugins: [sharedMemoryCpu(), ipc()] });

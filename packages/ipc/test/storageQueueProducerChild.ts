@@ -1,8 +1,10 @@
 // A producer child process for the StorageQueue tests: a sharedMemoryCpu() runtime with ipc() that puts storages on
-// this process's IPC channel when told ({ cmd: { id, op: 'put', bytes, value } }) and exits when told
-// ({ op: 'exit', dispose }), with or without disposing its runtime first.
+// this process's IPC channel when told ({ cmd: { id, op: 'put', bytes, value, device } }) and exits when told
+// ({ op: 'exit', dispose }), with or without disposing its runtime first. With STOWAGE_LIBCUDA set, the runtime also
+// has CUDA (that libcuda), and `device: 'cuda:0'` puts a CUDA storage.
 import 'reflect-metadata';
 
+import { cuda } from '@stowage/allocator-cuda';
 import { createRuntime } from '@stowage/core';
 import { ipc, sharedMemoryCpu, StorageQueue } from '@stowage/ipc';
 
@@ -12,21 +14,23 @@ interface ProducerCommand {
   readonly bytes?: number;
   readonly value?: number;
   readonly dispose?: boolean;
+  readonly device?: string;
 }
 
-const rt = await createRuntime({ plugins: [sharedMemoryCpu(), ipc()] });
+const libcuda = process.env['STOWAGE_LIBCUDA'];
+const rt = await createRuntime({ plugins: [...(libcuda === undefined ? [] : [cuda({ libcuda, allocConf: '' })]), sharedMemoryCpu(), ipc()] });
 const queue = new StorageQueue(rt, process);
 
 process.on('message', (m: { cmd?: ProducerCommand }) => {
   const c = m.cmd;
   if (c === undefined) return;
   if (c.op === 'put') {
-    const s = rt.storage(c.bytes ?? 64);
-    const p = s.data();
-    new Uint8Array(p.handle as ArrayBuffer, p.byteOffset, p.byteLength).fill(c.value ?? 0);
+    const device = c.device ?? 'cpu:0';
+    const s = rt.storage(c.bytes ?? 64, { device });
+    rt.allocator(device).writeBytes(s.data(), new Uint8Array(s.byteLength).fill(c.value ?? 0));
     const d = queue.put(s);
     s.release(); // the consumer holds it: it waits in the limbo
-    process.send!({ reply: { id: c.id, value: (d.memory as { name: string }).name } });
+    process.send!({ reply: { id: c.id, value: (d.memory as { name?: string }).name ?? null } });
     return;
   }
   void (async () => {

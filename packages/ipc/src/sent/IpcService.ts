@@ -12,6 +12,7 @@ import type { StorageDescriptor } from '../queue/StorageDescriptor.js';
 import type { CounterSlot } from '../refcount/CounterSlot.js';
 import { SharedMappings } from '../queue/SharedMappings.js';
 import { SharedMemoryFile } from '../shm/SharedMemoryFile.js';
+import { isProcessAlive } from '../shm/isProcessAlive.js';
 import { RefCounterClient } from '../refcount/RefCounterClient.js';
 import { RefCounterFiles } from '../refcount/RefCounterFiles.js';
 import type { Ipc, IpcOptions } from './Ipc.js';
@@ -291,6 +292,13 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     }
     const slot = descriptor.slot;
     this.client.acquire(slot);
+    const producer = descriptor.producer.pid;
+    if (!isProcessAlive(producer)) {
+      this.client.release(slot);
+      throw new UseAfterReleaseError(
+        `The producer of this ${descriptor.device} storage (process ${producer}) has exited, and its device memory went with its CUDA context: device memory, unlike host shared memory, does not outlive the process that allocated it. Keep a producer alive until its consumers have released what it sent.`,
+      );
+    }
     let ptr: DataPtr<bigint>;
     try {
       ptr = opener.openIpc(exported.kind === 'shareable' ? { ...exported, fds: takeFds(descriptor.producer.pid, exported.fds) } : exported);
