@@ -57,6 +57,12 @@ describe('SharedMappings', () => {
     expect(fresh.byteLength).to.equal(128);
     expect(() => m.map({ name: first.name, inode: second.inode + first.inode + 1 }, 8)).to.throw(InvalidArgumentError, /was freed, and its name now belongs to another/);
     expect(m.uses(objectOf(second))).to.equal(1);
+    expect(m.uses(objectOf(first)), 'the older object, still in use').to.equal(2);
+    m.unmap(objectOf(first));
+    m.unmap(objectOf(first));
+    expect(m.uses(objectOf(first))).to.equal(0);
+    expect(m.idleCount, 'an older object is not kept idle: no descriptor can name it again').to.equal(0);
+    expect(m.uses(objectOf(second))).to.equal(1);
     m.closeAll();
   });
 

@@ -39,11 +39,18 @@ interface Mapping {
  * mapping of an unlinked object holds its pages until it is closed: the memory a consumer keeps after the producer
  * freed it is bounded by `idleMappings` objects and `idleMs`.
  *
- * Invariants: every entry with refs == 0 is in `#idle` (in the order its refs fell to 0) and vice versa; a closed
- * file is in neither map.
+ * The mappings are found by name, and the inode compared (no key string made per storage); the rare older object
+ * of a name still in use when a newer one arrives moves to `#displaced`, by name and inode.
+ *
+ * Invariants: every entry with refs == 0 is in `#idle` (in the order its refs fell to 0) and vice versa; a displaced
+ * entry has refs ≥ 1 (closed when its last use goes); a closed file is in no map.
  */
 export class SharedMappings {
+  /** By name: the newest object of each name mapped here. */
   readonly #mappings = new Map<string, Mapping>();
+  /** Older objects of a name, still used by live storages, by `name#inode`. */
+  readonly #displaced = new Map<string, Mapping>();
+  /** Unused mappings (in #mappings), by name, oldest first. */
   readonly #idle = new Map<string, Mapping>();
   readonly #idleMappings: number;
   readonly #idleMs: number;
@@ -60,26 +67,31 @@ export class SharedMappings {
    *   that name is another one (the producer freed it and the name was taken again) or too small
    */
   map(object: SharedObject, endBytes: number): ArrayBuffer {
-    const key = keyOf(object);
-    let m = this.#mappings.get(key);
+    const name = object.name;
+    let m = this.#find(object);
     if (m === undefined) {
-      const file = SharedMemoryFile.open(object.name);
+      const file = SharedMemoryFile.open(name);
       if (file.inode !== object.inode) {
         file.close();
         throw new InvalidArgumentError(
           'descriptor.memory.inode',
           object.inode,
-          `the inode of the shared-memory object ${object.name} (${file.inode}): the object the producer sent was freed, and its name now belongs to another`,
+          `the inode of the shared-memory object ${name} (${file.inode}): the object the producer sent was freed, and its name now belongs to another`,
         );
       }
+      const older = this.#mappings.get(name);
+      if (older !== undefined) {
+        if (older.refs === 0) this.#close(name, older);
+        else this.#displaced.set(keyOf(older.file), older);
+      }
       m = { file, refs: 0, idleSince: 0 };
-      this.#mappings.set(key, m);
+      this.#mappings.set(name, m);
     } else if (m.refs === 0) {
-      this.#idle.delete(key);
+      this.#idle.delete(name);
     }
     if (endBytes > m.file.byteLength) {
-      if (m.refs === 0) this.#becameIdle(key, m);
-      throw new InvalidArgumentError('descriptor.byteLength', endBytes, `a range inside the shared-memory object ${object.name} (${m.file.byteLength} bytes)`);
+      if (m.refs === 0) this.#becameIdle(name, m);
+      throw new InvalidArgumentError('descriptor.byteLength', endBytes, `a range inside the shared-memory object ${name} (${m.file.byteLength} bytes)`);
     }
     m.refs++;
     return m.file.buffer;
@@ -87,15 +99,19 @@ export class SharedMappings {
 
   /** One use of the mapping of `object` less; kept idle when none is left (Note [Idle mappings]). */
   unmap(object: SharedObject): void {
-    const key = keyOf(object);
-    const m = this.#mappings.get(key);
-    if (m === undefined || m.refs === 0) return;
-    if (--m.refs === 0) this.#becameIdle(key, m);
+    const m = this.#find(object);
+    if (m === undefined || m.refs === 0 || --m.refs > 0) return;
+    if (this.#mappings.get(object.name) === m) {
+      this.#becameIdle(object.name, m);
+    } else {
+      this.#displaced.delete(keyOf(object));
+      m.file.close();
+    }
   }
 
   /** How many live received storages use the mapping of `object` (0: none, mapped idle or not at all). */
   uses(object: SharedObject): number {
-    return this.#mappings.get(keyOf(object))?.refs ?? 0;
+    return this.#find(object)?.refs ?? 0;
   }
 
   /** How many unused mappings are kept (Note [Idle mappings]). */
@@ -111,14 +127,23 @@ export class SharedMappings {
   /** Unmaps everything (the runtime is disposed). */
   closeAll(): void {
     for (const { file } of this.#mappings.values()) file.close();
+    for (const { file } of this.#displaced.values()) file.close();
     this.#mappings.clear();
+    this.#displaced.clear();
     this.#idle.clear();
     this.#stopTimer();
   }
 
-  #becameIdle(key: string, m: Mapping): void {
+  /** The mapping of exactly this object (name and inode), if any. */
+  #find(object: SharedObject): Mapping | undefined {
+    const m = this.#mappings.get(object.name);
+    if (m === undefined || m.file.inode === object.inode) return m;
+    return this.#displaced.size === 0 ? undefined : this.#displaced.get(keyOf(object));
+  }
+
+  #becameIdle(name: string, m: Mapping): void {
     m.idleSince = performance.now();
-    this.#idle.set(key, m);
+    this.#idle.set(name, m);
     if (this.#idle.size > this.#idleMappings) {
       const [oldest, o] = this.#idle.entries().next().value!;
       this.#close(oldest, o);
@@ -131,16 +156,16 @@ export class SharedMappings {
 
   /** Unmaps the idle mappings that became idle before `before` (performance.now()). */
   #closeIdle(before: number): void {
-    for (const [key, m] of this.#idle) {
+    for (const [name, m] of this.#idle) {
       if (m.idleSince >= before) break;
-      this.#close(key, m);
+      this.#close(name, m);
     }
     if (this.#idle.size === 0) this.#stopTimer();
   }
 
-  #close(key: string, m: Mapping): void {
-    this.#idle.delete(key);
-    this.#mappings.delete(key);
+  #close(name: string, m: Mapping): void {
+    this.#idle.delete(name);
+    this.#mappings.delete(name);
     m.file.close();
   }
 
