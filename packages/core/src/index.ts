@@ -4,7 +4,7 @@ export type { AllocatorEvents } from './contracts/AllocatorEvents.js';
 export { AllocatorContext, AllocatorDecorator, AllocatorFactory } from './contracts/AllocatorFactory.js';
 export { wrapAllocators } from './runtime/wrapAllocators.js';
 export { AllocatorRegistry } from './runtime/AllocatorRegistry.js';
-export type { AllocatorStats, CounterName, StatField, StatKey, StatName, StatPool } from './contracts/AllocatorStats.js';
+export type { AllocatorStats, CounterName, PluginStats, StatField, StatKey, StatName, StatPool } from './contracts/AllocatorStats.js';
 export type { CpuAllocatorOptions } from './runtime/cpu.js';
 export { cpu, createCpuAllocator, registerCpuAllocator } from './runtime/cpu.js';
 export type { CpuMemoryBackendOptions, HostBuffer } from './backends/CpuMemoryBackend.js';
@@ -17,6 +17,7 @@ export type { CachingAllocatorOptions, ResolvedCachingOptions } from './engine/C
 export type { HistoryOptions } from './engine/History.js';
 export { isSmallRequest, roundSize, segmentSize } from './engine/SizeClass.js';
 export { DataPtr } from './storage/DataPtr.js';
+export { isAllocatorDeleter } from './internal/allocatorDeleters.js';
 export type { Device, DeviceLike, DeviceType, KnownDeviceType } from './contracts/Device.js';
 export { formatDevice, isSameDevice, parseDevice } from './contracts/Device.js';
 export type { DType } from './contracts/DType.js';

@@ -86,6 +86,13 @@ class LimboStatsAllocator extends ForwardingAllocator {
   }
 
   override memoryStats(): AllocatorStats {
-    return { ...super.memoryStats(), limbo_bytes: this.#ipc.limboBytes(this.#device) } as AllocatorStats;
+    return { ...super.memoryStats(), limbo_bytes: this.#ipc.limboBytes(this.#device) };
+  }
+}
+
+declare module '@stowage/core' {
+  interface PluginStats {
+    /** Bytes this runtime sent that wait in its limbo for consumers to release them (`ipc()` in the runtime). */
+    readonly limbo_bytes?: number;
   }
 }

@@ -286,7 +286,7 @@ describe('StorageQueue (child process, CUDA on the stand-in or a real libcuda)',
         expect((await allocator.readBytes(s.data())).every((b) => b === 4)).to.equal(true);
         s.release();
         expect(ipcOf(rt).limboBytes()).to.equal(3 * MiB, 'held by the child');
-        expect((allocator.memoryStats() as unknown as Record<string, number>)['limbo_bytes']).to.equal(3 * MiB);
+        expect(allocator.memoryStats().limbo_bytes).to.equal(3 * MiB);
         await consumer.call('release', { key: 'g' });
         expect(ipcCollect(rt)).to.equal(3 * MiB);
         spacer.release();

@@ -40,4 +40,13 @@ export type StatKey = `${StatName}.${StatPool}.${StatField}` | `oversize_${'allo
  * `large_pool` figures follow the pool that holds a block (see {@link StatPool}): under unified pools small
  * allocations show under `large_pool`.
  */
-export type AllocatorStats = Readonly<Record<StatKey, number>>;
+export type AllocatorStats = Readonly<Record<StatKey, number>> & Readonly<PluginStats>;
+
+/**
+ * Figures that plugins add to `memoryStats()` beside PyTorch's keys, declared by each plugin with module
+ * augmentation, so that a reader finds them typed without a cast:
+ * `declare module '@stowage/core' { interface PluginStats { readonly limbo_bytes?: number } }` (as `@stowage/ipc`
+ * does). Optional: present only when the plugin is in the runtime.
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type -- an extension point: plugins merge their keys in
+export interface PluginStats {}

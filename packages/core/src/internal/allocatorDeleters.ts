@@ -18,6 +18,10 @@ export function markAllocatorDeleter<D extends Deleter>(deleter: D): D {
   return deleter;
 }
 
+/**
+ * True when `deleter` is a Stowage allocator's (its pointer was made by an allocator, which frees it): what a plugin
+ * that takes ownership of pointers (IPC's sent data) checks before it wraps one.
+ */
 export function isAllocatorDeleter(deleter: Deleter | null): boolean {
   return deleter !== null && (deleter as MarkedDeleter)[ALLOCATOR_DELETER] === true;
 }

@@ -2,7 +2,7 @@ import { MessageChannel } from 'node:worker_threads';
 import type { MessagePort } from 'node:worker_threads';
 
 import type { DataPtr, Deleter, Device, MemoryReclaimer, Runtime } from '@stowage/core';
-import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, isAllocatorDeleter, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
 
 import type { CudaExport, CudaIpcAllocator } from '../cuda/CudaIpcAllocator.js';
 import { cudaIpcAllocatorOf } from '../cuda/CudaIpcAllocator.js';
@@ -530,13 +530,6 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       { type: 'StowageIpcWarning', code: LIMBO_WARNING_CODE },
     );
   }
-}
-
-const ALLOCATOR_DELETER = Symbol.for('stowage.allocatorDeleter');
-
-/** Core's mark on the deleter of a Stowage allocator (a registered symbol, the same in every copy of core). */
-function isAllocatorDeleter(deleter: unknown): boolean {
-  return typeof deleter === 'function' && (deleter as unknown as Record<symbol, unknown>)[ALLOCATOR_DELETER] === true;
 }
 
 const slotKey = (slot: Pick<CounterSlot, 'file' | 'slot'>): string => `${slot.file}#${slot.slot}`;
