@@ -14,7 +14,7 @@ import { cuda } from '@stowage/allocator-cuda';
 import { testLibcuda } from '@stowage/allocator-cuda/testing';
 import type { Device } from '@stowage/core';
 import { cpu, createRuntime, DataPtr, DisposedError, ForwardingAllocator, InvalidArgumentError, StorageImpl, UseAfterReleaseError } from '@stowage/core';
-import { ipc, ipcCollect, ipcOf, sharedMemoryCpu, StorageQueue, UNSENT_WARNING_CODE } from '@stowage/ipc';
+import { ipc, ipcCollect, ipcOf, SharedMemoryError, sharedMemoryCpu, StorageQueue, UNSENT_WARNING_CODE } from '@stowage/ipc';
 
 import { shmExists, shmObjects } from './childProcess.js';
 import type { ChildCommand } from './storageQueueChild.js';
@@ -238,6 +238,35 @@ describe('Ipc (dead consumers and early producers, processes)', () => {
         await rt.dispose();
       }
       // Its counter file too: a crashed producer's is unlinked by the consumer that unmaps it last (here at dispose).
+      expect(shmObjects(`stowage-ipc-${pid}-`), "the producer's objects left").to.deep.equal([]);
+    });
+
+    it(`${dispose ? 'refuses a storage still in flight when its producer disposed its runtime with SharedMemoryError ENOENT' : 'gets a storage put before its producer died'}, and leaves nothing in /dev/shm`, async () => {
+      const rt = await createRuntime({ plugins: [ipc()] });
+      const producer = await ChildConsumer.start('./storageQueueProducerChild.js');
+      const queue = new StorageQueue(rt, producer.child);
+      const pid = producer.child.pid!;
+      try {
+        const name = await producer.call<string>('put', { bytes: 3 << 20, value: 9 } as never);
+        const exited = new Promise((r) => producer.child.once('exit', r));
+        producer.child.send({ cmd: { id: 99, op: 'exit', dispose } });
+        await exited;
+        if (dispose) {
+          expect(shmExists(name), 'a dispose frees what no consumer received').to.equal(false);
+          const error = await queue.get().catch((e: unknown) => e);
+          expect(error).to.be.instanceOf(SharedMemoryError);
+          expect((error as SharedMemoryError).errnoName).to.equal('ENOENT');
+        } else {
+          expect(shmExists(name), 'the segment of a storage in flight outlives its producer').to.equal(true);
+          const late = await queue.get(); // its counter file is opened only now
+          expect(late.bytes().every((b) => b === 9)).to.equal(true);
+          late.release();
+          expect(shmExists(name), 'unlinked by its last holder').to.equal(false);
+        }
+      } finally {
+        queue.close();
+        await rt.dispose();
+      }
       expect(shmObjects(`stowage-ipc-${pid}-`), "the producer's objects left").to.deep.equal([]);
     });
   }

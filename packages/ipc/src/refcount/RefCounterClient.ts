@@ -8,6 +8,7 @@ import type { CounterSlot } from './CounterSlot.js';
 import { describeSlot, expectCounterSlot } from './RefCounterFiles.js';
 import type { CounterViews } from './RefCounterLayout.js';
 import {
+  anyInFlight,
   counterViews,
   FLAG_CLOSED,
   fileBytes,
@@ -272,13 +273,22 @@ export class RefCounterClient implements Disposable {
   }
 
   /**
-   * Unmaps `f`. A file whose producer died without closing it (no closed flag, producer pid gone) is unlinked
-   * here, so that a crashed producer's counters do not stay in /dev/shm once its consumers are done with them.
+   * Unmaps `f`, and unlinks it when it is orphaned and nothing in it is in flight.
+   *
+   * Note [Orphaned counter files]: a producer that died without closing its counters (a crash, kill -9) unlinked
+   * none of its files: they are orphaned, no producer will unlink them. The consumer that unmaps one when nothing in
+   * it is in flight (no descriptor sent and not yet received: every count at most what its holder acquired)
+   * unlinks it. Consumers that hold slots have the file mapped and release into the mapping, so a departed
+   * producer's counters do not stay in /dev/shm once its consumers have what was sent, and a consumer that is done
+   * early does not take the file from one whose descriptor is still on its way. A descriptor that never reaches
+   * anyone (its consumer died before reading it) leaves its file behind. A producer's close() unlinks its files
+   * itself (RefCounterFiles).
    */
   #unmap(name: string, f: ClientFile): void {
     const { i32 } = f.views;
     const producer = Atomics.load(i32, H_PRODUCER_PID);
-    const orphaned = (Atomics.load(i32, H_FLAGS) & FLAG_CLOSED) === 0 && producer > 0 && !isProcessAlive(producer);
+    const producerGone = (Atomics.load(i32, H_FLAGS) & FLAG_CLOSED) !== 0 || (producer > 0 && !isProcessAlive(producer));
+    const orphaned = producerGone && !anyInFlight(f.views);
     f.file.close();
     if (!orphaned) return;
     try {

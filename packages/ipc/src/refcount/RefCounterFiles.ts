@@ -64,7 +64,9 @@ const MAX_SLOTS_PER_FILE = 1 << 20;
  *   mappings stay valid; the name is gone.
  * - `close()` unlinks every file at once and marks it closed in its header. A consumer that still holds slots
  *   keeps its mapping and may release into it (harmless: nobody reads it); a consumer that opens a file by name
- *   after the close gets SharedMemoryError ENOENT. No file outlives the producer's `close()`.
+ *   after the close gets SharedMemoryError ENOENT (a descriptor still in flight cannot be received). No file
+ *   outlives the producer's `close()`; a producer that dies without it leaves its files to its consumers
+ *   (RefCounterClient, Note [Orphaned counter files]).
  * - One slot has at most one holder (see {@link RefCounterClient}): give each consumer, in practice each send, its
  *   own slot. `reclaimDead()` subtracts what a dead holder acquired (the slot's `held`).
  *
@@ -129,6 +131,12 @@ export class RefCounterFiles implements Disposable {
   count(slot: CounterSlot): number {
     const { f, b } = this.#live(slot, 'count');
     return Number(Atomics.load(f.views.i64, b + S_COUNT));
+  }
+
+  /** The references of `slot` its holder acquired (received and not yet released). Throws as {@link increment}. */
+  held(slot: CounterSlot): number {
+    const { f, b } = this.#live(slot, 'held');
+    return Number(Atomics.load(f.views.i64, b + S_HELD));
   }
 
   /**

@@ -73,3 +73,18 @@ export interface CounterViews {
 export function counterViews(buffer: ArrayBuffer): CounterViews {
   return { i32: new Int32Array(buffer), i64: new BigInt64Array(buffer) };
 }
+
+/**
+ * True when a live slot handed out in the file has a reference in flight: a count above what its holder acquired (a
+ * descriptor sent and not yet received). The consumers that received theirs have the file mapped; one in flight
+ * still has to open it by name.
+ */
+export function anyInFlight(views: CounterViews): boolean {
+  const { i32, i64 } = views;
+  const handedOut = Atomics.load(i32, H_NEXT_SLOT);
+  for (let slot = 0; slot < handedOut; slot++) {
+    const b = slotBigIndex(slot);
+    if (Atomics.load(i32, slotIntIndex(slot) + S32_STATE) === STATE_LIVE && Atomics.load(i64, b + S_COUNT) > Atomics.load(i64, b + S_HELD)) return true;
+  }
+  return false;
+}

@@ -130,13 +130,15 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   }
 
   /**
-   * True when the segment `handle` holds an allocation a consumer still references (a sent, unfreed block with a
-   * count above 0): the shared-memory backend then leaves the segment's name for the last holder to unlink.
+   * True when the segment `handle` holds an allocation a consumer received and still holds (a sent, unfreed block
+   * whose slot a consumer acquired): the shared-memory backend then leaves the segment's name for the last holder to
+   * unlink. A block only in flight does not hold its segment: its counters go with the runtime, so it cannot be
+   * received any more (get() throws SharedMemoryError ENOENT), and nobody would unlink the name.
    */
   holdsSegment(handle: unknown): boolean {
     if (this.#disposed) return false;
     for (const sent of this.#sent) {
-      if (sent.ptr.handle === handle && !this.#unreferenced(sent)) return true;
+      if (sent.ptr.handle === handle && this.#received(sent)) return true;
     }
     return false;
   }
@@ -464,6 +466,15 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   }
 
   /** True when every slot of `sent` is at count 0 (or the counters are gone). */
+  /**
+   * Whether a consumer received (acquired) a reference to `sent` and holds it still. What is in flight does not
+   * count: once the counter files are closed with the runtime, a descriptor still in flight cannot be received.
+   */
+  #received(sent: SentData): boolean {
+    if (this.#disposed) return false;
+    return sent.slots.some((slot) => this.counters.held(slot) > 0);
+  }
+
   #unreferenced(sent: SentData): boolean {
     if (this.#disposed) return true;
     return sent.slots.every((slot) => this.counters.count(slot) === 0);
