@@ -128,6 +128,7 @@ for (const { transport, batch } of runs) {
     new Uint8Array(p.handle as ArrayBuffer, p.byteOffset, p.byteLength).fill(1);
     return storage;
   });
+  await measure(peer, () => void peer.queue.put(storages[0]!), SIZES[0]!, false); // untimed: both ends' JIT warm
   for (const [i, bytes] of SIZES.entries()) {
     const shared = await measure(peer, () => void peer.queue.put(storages[i]!), bytes, false);
     share.push({ bytes, ...shared });

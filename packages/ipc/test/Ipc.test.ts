@@ -3,7 +3,7 @@ import type { Runtime, StorageImpl } from '@stowage/core';
 import { cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, UseAfterReleaseError } from '@stowage/core';
 import { Ipc, ipc, ipcCollect, ipcOf, LIMBO_WARNING_CODE, RefCounterClient, RefCounterFiles } from '@stowage/ipc';
 
-import { shmObjects } from './childProcess.js';
+import { shmExists, shmObjects } from './childProcess.js';
 
 const KiB = 1024;
 const MiB = 1024 * KiB;
@@ -105,6 +105,28 @@ describe('Ipc', () => {
       other.release(b);
       other.close();
       expect(ipcCollect(rt)).to.equal(4 * KiB);
+    });
+
+    it('finishes the slots of a storage sent over and over as its consumers release them, so its counter files do not pile up', async () => {
+      const local = await createRuntime({ plugins: [ipc({ slotsPerFile: 4 })] });
+      try {
+        const service = ipcOf(local);
+        const s = local.storage(64);
+        const names = new Set<string>();
+        for (let i = 0; i < 40; i++) {
+          const slot = service.send(s);
+          names.add(slot.file);
+          consumer.acquire(slot);
+          consumer.release(slot);
+        }
+        expect(names.size, 'ten files of 4 slots were used').to.equal(10);
+        expect(service.counters.fileNames.length, 'full files whose slots are all done are unlinked').to.be.at.most(2);
+        expect([...names].filter(shmExists).length, 'left in /dev/shm').to.be.at.most(2);
+        s.release();
+        expect(service.limboBytes(), 'its consumers are done: freed at once').to.equal(0);
+      } finally {
+        await local.dispose();
+      }
     });
 
     it('collects the limbo when any sent storage is released', () => {

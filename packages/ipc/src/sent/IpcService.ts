@@ -170,10 +170,29 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     }
     const ptr = storage.peekDataPtr();
     const sent = this.#own(ptr);
+    this.#retireFinished(sent);
     const slot = this.counters.allocate();
     this.counters.increment(slot);
     sent.slots.push(slot);
     return slot;
+  }
+
+  /**
+   * Finishes the oldest slots of `sent` whose count is back at 0 (their consumers released them): `done()`, and out
+   * of the list. A slot's count never rises again once it is 0 (each send takes a fresh slot), so a storage sent
+   * over and over (weights shared every step) keeps only the slots its consumers still hold, and its counter files
+   * fill up and are unlinked instead of piling up in /dev/shm. Oldest first, as consumers mostly release in order:
+   * amortized O(1) a send.
+   */
+  #retireFinished(sent: SentData): void {
+    const slots = sent.slots;
+    let finished = 0;
+    while (finished < slots.length && this.counters.count(slots[finished]!) === 0) finished++;
+    if (finished === 0) return;
+    for (const slot of slots.splice(0, finished)) {
+      this.exportTaken(slot);
+      this.counters.done(slot);
+    }
   }
 
   /**

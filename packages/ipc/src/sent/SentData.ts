@@ -7,8 +7,9 @@ import type { CounterSlot } from '../refcount/CounterSlot.js';
  * context it displaced on the DataPtr, and one counter slot per send. Its owner decides, when the producer's
  * storage is released, whether the allocation is freed at once or waits in the limbo.
  *
- * Invariants: `slots` only grows while the DataPtr is live; once `released`, the allocation is either in the
- * owner's limbo or freed (`freed`), never both.
+ * Invariants: `slots` holds the sends not yet finished, in send order (a send appends; the oldest with a count back
+ * at 0 are finished and removed at the next send); once `released`, the allocation is either in the owner's limbo
+ * or freed (`freed`), never both.
  */
 export interface SentData {
   readonly owner: SentDataOwner;
@@ -17,7 +18,7 @@ export interface SentData {
   readonly ptr: DataPtr;
   readonly originalDeleter: Deleter | null;
   readonly originalContext: unknown;
-  /** One slot per send, in send order. */
+  /** One slot per send not yet finished, in send order. */
   readonly slots: CounterSlot[];
   /** The producer released its storage (the DataPtr's deleter ran). */
   released: boolean;
