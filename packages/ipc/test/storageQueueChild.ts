@@ -11,6 +11,8 @@ import { createRuntime, isStowageError } from '@stowage/core';
 import type { ReceivedStorage } from '@stowage/ipc';
 import { ipc, StorageQueue } from '@stowage/ipc';
 
+import { drainQueue } from './drainQueue.js';
+
 export interface ChildCommand {
   readonly id: number;
   readonly op: string;
@@ -55,15 +57,8 @@ async function run(c: ChildCommand): Promise<unknown> {
       const bytes = c.value === 1 ? [] : await bytesOf(r); // value 1: no bytes back (big storages: 'digest' them)
       return { byteLength: r.byteLength, bytes, memory: r.descriptor.memory.kind, device: r.descriptor.device };
     }
-    case 'drain': {
-      // Gets `value` storages and releases each: their first bytes, in the order they came.
-      const first: number[] = [];
-      for (let i = 0; i < (c.value ?? 0); i++) {
-        using r = await queue.get();
-        first.push(r.bytes()[0]!);
-      }
-      return first;
-    }
+    case 'drain': // gets storages and releases each: their first bytes, in order
+      return drainQueue(queue, c.value ?? 0);
     case 'read':
       return bytesOf(received());
     case 'digest':

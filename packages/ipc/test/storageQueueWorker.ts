@@ -11,6 +11,8 @@ import { cpu, createRuntime, isStowageError } from '@stowage/core';
 import type { ReceivedStorage } from '@stowage/ipc';
 import { FORGOTTEN_RELEASE_WARNING_CODE, ipc, StorageQueue } from '@stowage/ipc';
 
+import { drainQueue } from './drainQueue.js';
+
 export interface WorkerCommand {
   readonly id: number;
   readonly op: string;
@@ -44,15 +46,8 @@ async function run(c: WorkerCommand): Promise<unknown> {
       held.set(key, r);
       return describe(r);
     }
-    case 'drain': {
-      // Gets `count` storages and releases each: their first bytes, in the order they came.
-      const first: number[] = [];
-      for (let i = 0; i < (c.count ?? 0); i++) {
-        using r = await queue.get();
-        first.push(r.bytes()[0]!);
-      }
-      return first;
-    }
+    case 'drain': // gets storages and releases each: their first bytes, in order
+      return drainQueue(queue, c.count ?? 0);
     case 'read':
       return describe(received());
     case 'write':
