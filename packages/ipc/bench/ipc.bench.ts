@@ -5,7 +5,11 @@
 // batch: whether the producer's queue batches its puts (Note [Batched puts]: the default on a MessagePort; on a
 // process channel only with { batch: true }, so the process runs twice, unbatched (the default) and batched).
 // latencyUs: median round trip of one storage (put → the consumer gets and releases it → its ack back);
-// storagesPerSec: N storages put back to back, timed until the consumer's single ack for all N.
+// storagesPerSec: N storages put back to back, timed until the consumer's single ack for all N;
+// producerUs, consumerUs: CPU time a storage costs each end in that run (its event loop's busy time over N:
+// performance.eventLoopUtilization), and capacityPerSec = 1e6 / max(producerUs, consumerUs), the rate the slower
+// end could sustain with a core to itself (busy time is wall-clock time inside callbacks: a thread descheduled while
+// busy still counts, so a loaded machine inflates these too, though less than the wall-clock rate).
 // Sharing re-sends one sharedMemoryCpu() storage (one counter slot per send, released by the consumer); the copy
 // baseline posts a fresh copy of its bytes each time. Then one line with the environment.
 // STOWAGE_BENCH_MAX_BYTES and STOWAGE_BENCH_MIN_BYTES bound the sizes (default 1 KiB to 1 GiB).
@@ -14,6 +18,7 @@ import 'reflect-metadata';
 import type { ChildProcess } from 'node:child_process';
 import { fork } from 'node:child_process';
 import os from 'node:os';
+import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 import { MessageChannel, Worker } from 'node:worker_threads';
 
@@ -33,7 +38,7 @@ interface Peer {
   readonly queue: StorageQueue;
   control(m: unknown): void;
   /** The next message from the peer. */
-  next(): Promise<{ bench: string }>;
+  next(): Promise<{ bench: string; activeMs?: number }>;
   stop(): Promise<void>;
 }
 
@@ -82,7 +87,16 @@ const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floo
  * size (at least 3); a share moves none: 200 rounds and 20,000 storages at every size, the first round (the
  * consumer's first mapping of the segment) excluded, and the storages timed after 5000 untimed ones (the JIT warm).
  */
-async function measure(peer: Peer, send: () => void, bytes: number, copies: boolean): Promise<{ latencyUs: number; storagesPerSec: number; iterations: number }> {
+interface Measured {
+  latencyUs: number;
+  storagesPerSec: number;
+  iterations: number;
+  producerUs: number;
+  consumerUs: number;
+  capacityPerSec: number;
+}
+
+async function measure(peer: Peer, send: () => void, bytes: number, copies: boolean): Promise<Measured> {
   const rounds = copies ? Math.max(3, Math.min(200, Math.floor((512 * MiB) / bytes))) : 201;
   const roundTrips: number[] = [];
   for (let i = 0; i < rounds; i++) {
@@ -93,21 +107,32 @@ async function measure(peer: Peer, send: () => void, bytes: number, copies: bool
     await peer.next();
     if (copies || i > 0) roundTrips.push(Number(process.hrtime.bigint() - t0) / 1000);
   }
-  const stream = async (n: number): Promise<void> => {
+  /** Streams n storages; returns the consumer's busy milliseconds. */
+  const stream = async (n: number): Promise<number> => {
     peer.control({ bench: 'expect', n });
     for (let i = 0; i < n; i++) {
       send();
       if (i % 256 === 255) await new Promise((r) => setImmediate(r));
     }
     peer.queue.flush();
-    await peer.next();
+    return (await peer.next()).activeMs ?? NaN;
   };
   if (!copies) await stream(5000);
   const n = copies ? Math.max(3, Math.min(5000, Math.floor((2 * GiB) / bytes))) : 20_000;
+  const elu = performance.eventLoopUtilization();
   const t0 = process.hrtime.bigint();
-  await stream(n);
+  const consumerMs = await stream(n);
   const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
-  return { latencyUs: Number(median(roundTrips).toFixed(1)), storagesPerSec: Math.round(n / seconds), iterations: n };
+  const producerUs = (performance.eventLoopUtilization(elu).active * 1000) / n;
+  const consumerUs = (consumerMs * 1000) / n;
+  return {
+    latencyUs: Number(median(roundTrips).toFixed(1)),
+    storagesPerSec: Math.round(n / seconds),
+    iterations: n,
+    producerUs: Number(producerUs.toFixed(2)),
+    consumerUs: Number(consumerUs.toFixed(2)),
+    capacityPerSec: Math.round(1e6 / Math.max(producerUs, consumerUs)),
+  };
 }
 
 const rt = await createRuntime({ plugins: [sharedMemoryCpu(), ipc({ limboWarningBytes: Infinity })] });
@@ -119,7 +144,7 @@ const runs = [
 for (const { transport, batch } of runs) {
   const peer = await startPeer(transport, batch, rt);
   const copies = !(transport === 'process' && batch); // the copy baseline does not depend on batching
-  const share: { bytes: number; latencyUs: number; storagesPerSec: number }[] = [];
+  const share: ({ bytes: number } & Measured)[] = [];
   const copy: { bytes: number; latencyUs: number }[] = [];
   // Every share first: the copies' garbage (up to 1 GiB a message) must not land in the shares' timings.
   const storages = SIZES.map((bytes) => {
@@ -163,6 +188,7 @@ for (const { transport, batch } of runs) {
         copyLatencyLargestOverSmallest: copy.length === SIZES.length ? spread(copy) : null,
         storagesPerSecMin: Math.min(...share.map((x) => x.storagesPerSec)),
         storagesPerSecSmallest: share[0]!.storagesPerSec,
+        capacityPerSecMin: Math.min(...share.map((x) => x.capacityPerSec)),
       },
     }),
   );
