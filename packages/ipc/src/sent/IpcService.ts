@@ -22,8 +22,12 @@ import type { SentData, SentDataOwner } from './SentData.js';
 import { sentDeleter } from './SentData.js';
 
 /** What the safety net keeps of a received storage (never the storage itself, which it watches). */
+/**
+ * A received storage as the forgotten-release safety net sees it: one object per storage, at once its released
+ * flag, the registry's held value and its unregister token.
+ */
 interface Forgotten {
-  readonly state: { released: boolean };
+  released: boolean;
   readonly slot: CounterSlot;
   readonly byteLength: number;
 }
@@ -260,12 +264,11 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       if (shm !== undefined) this.#mappings.unmap(shm);
       throw error;
     }
-    const state = { released: false };
-    const token = {};
+    const entry: Forgotten = { released: false, slot, byteLength: descriptor.byteLength };
     const release = (): void => {
-      if (state.released) return;
-      state.released = true;
-      this.#forgotten.unregister(token);
+      if (entry.released) return;
+      entry.released = true;
+      this.#forgotten.unregister(entry);
       if (this.#disposed) return;
       // The last holder unlinks: the producer left the name of a segment still held (it exited or was disposed).
       const unlink = shm !== undefined && this.#mappings.uses(shm) === 1 && this.client.producerGone(slot);
@@ -283,7 +286,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       }
     };
     const ptr = receivedDataPtr(descriptor, handle, { slot, release });
-    this.#forgotten.register(ptr, { state, slot, byteLength: descriptor.byteLength }, token);
+    this.#forgotten.register(ptr, entry, entry);
     let storage: StorageImpl | undefined;
     try {
       storage = new StorageImpl({ dataPtr: ptr, allocator: rt.allocator('cpu') });
@@ -329,12 +332,11 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     }
     const closeDeleter = ptr.deleter as Deleter;
     const closeContext = ptr.context;
-    const state = { released: false };
-    const token = {};
+    const entry: Forgotten = { released: false, slot, byteLength: descriptor.byteLength };
     const release = (): void => {
-      if (state.released) return;
-      state.released = true;
-      this.#forgotten.unregister(token);
+      if (entry.released) return;
+      entry.released = true;
+      this.#forgotten.unregister(entry);
       let failure: unknown;
       try {
         if (!this.#disposed) this.client.release(slot);
@@ -349,7 +351,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       if (failure !== undefined) throw failure;
     };
     ptr.compareExchangeDeleter(closeDeleter, receivedDeleter, { slot, release });
-    this.#forgotten.register(ptr, { state, slot, byteLength: descriptor.byteLength }, token);
+    this.#forgotten.register(ptr, entry, entry);
     let storage: StorageImpl | undefined;
     try {
       storage = new StorageImpl({ dataPtr: ptr, allocator });
@@ -530,8 +532,8 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   }
 
   #releaseForgotten(f: Forgotten): void {
-    if (f.state.released || this.#disposed) return;
-    f.state.released = true;
+    if (f.released || this.#disposed) return;
+    f.released = true;
     // Its shared-memory mapping (if any) stays until dispose: a view of its bytes may outlive the storage.
     try {
       this.client.release(f.slot);
