@@ -215,42 +215,51 @@ describe('Ipc (dead consumers and early producers, processes)', () => {
     expect(shmObjects(), 'shared-memory objects left after the producer disposed').to.deep.equal([]);
   });
 
+  /**
+   * Runs `body` against a producer child (storageQueueProducerChild.js) and a queue from it in a consumer runtime;
+   * `exit()` ends the child, disposing its runtime first or not. Afterwards nothing of the producer is left in
+   * /dev/shm: its counter files are unlinked by its dispose, or by the consumer that unmaps them last.
+   */
+  async function withProducer(dispose: boolean, body: (queue: StorageQueue, put: (bytes: number, value: number) => Promise<string>, exit: () => Promise<void>) => Promise<void>): Promise<void> {
+    const rt = await createRuntime({ plugins: [ipc()] });
+    const producer = await ChildConsumer.start('./storageQueueProducerChild.js');
+    const queue = new StorageQueue(rt, producer.child);
+    const pid = producer.child.pid!;
+    try {
+      await body(
+        queue,
+        (bytes, value) => producer.call<string>('put', { bytes, value } as never),
+        async () => {
+          const exited = new Promise((r) => producer.child.once('exit', r));
+          producer.child.send({ cmd: { id: 99, op: 'exit', dispose } });
+          await exited;
+        },
+      );
+    } finally {
+      queue.close();
+      await rt.dispose();
+    }
+    expect(shmObjects(`stowage-ipc-${pid}-`), "the producer's objects left").to.deep.equal([]);
+  }
+
   for (const dispose of [true, false]) {
-    it(`leaves host memory readable by the consumer when its producer exits first (${dispose ? 'after disposing its runtime' : 'without disposing it'}); the last holder unlinks it`, async () => {
-      const rt = await createRuntime({ plugins: [ipc()] });
-      const producer = await ChildConsumer.start('./storageQueueProducerChild.js');
-      const queue = new StorageQueue(rt, producer.child);
-      const pid = producer.child.pid!;
-      try {
-        const name = await producer.call<string>('put', { bytes: 8192, value: 7 } as never);
+    it(`leaves host memory readable by the consumer when its producer exits first (${dispose ? 'after disposing its runtime' : 'without disposing it'}); the last holder unlinks it`, () =>
+      withProducer(dispose, async (queue, put, exit) => {
+        const name = await put(8192, 7);
         const received = await queue.get();
-        const exited = new Promise((r) => producer.child.once('exit', r));
-        producer.child.send({ cmd: { id: 99, op: 'exit', dispose } });
-        await exited;
+        await exit();
         expect(shmExists(name), 'the segment outlives its producer').to.equal(true);
         expect([...received.bytes()]).to.deep.equal(new Array(8192).fill(7));
         received.bytes().fill(8); // still the memory, writable
         expect(received.bytes()[8191]).to.equal(8);
         received.release();
         expect(shmExists(name), 'unlinked by the last holder').to.equal(false);
-      } finally {
-        queue.close();
-        await rt.dispose();
-      }
-      // Its counter file too: a crashed producer's is unlinked by the consumer that unmaps it last (here at dispose).
-      expect(shmObjects(`stowage-ipc-${pid}-`), "the producer's objects left").to.deep.equal([]);
-    });
+      }));
 
-    it(`${dispose ? 'refuses a storage still in flight when its producer disposed its runtime with SharedMemoryError ENOENT' : 'gets a storage put before its producer died'}, and leaves nothing in /dev/shm`, async () => {
-      const rt = await createRuntime({ plugins: [ipc()] });
-      const producer = await ChildConsumer.start('./storageQueueProducerChild.js');
-      const queue = new StorageQueue(rt, producer.child);
-      const pid = producer.child.pid!;
-      try {
-        const name = await producer.call<string>('put', { bytes: 3 << 20, value: 9 } as never);
-        const exited = new Promise((r) => producer.child.once('exit', r));
-        producer.child.send({ cmd: { id: 99, op: 'exit', dispose } });
-        await exited;
+    it(`${dispose ? 'refuses a storage still in flight when its producer disposed its runtime with SharedMemoryError ENOENT' : 'gets a storage put before its producer died'}, and leaves nothing in /dev/shm`, () =>
+      withProducer(dispose, async (queue, put, exit) => {
+        const name = await put(3 << 20, 9);
+        await exit();
         if (dispose) {
           expect(shmExists(name), 'a dispose frees what no consumer received').to.equal(false);
           const error = await queue.get().catch((e: unknown) => e);
@@ -263,12 +272,7 @@ describe('Ipc (dead consumers and early producers, processes)', () => {
           late.release();
           expect(shmExists(name), 'unlinked by its last holder').to.equal(false);
         }
-      } finally {
-        queue.close();
-        await rt.dispose();
-      }
-      expect(shmObjects(`stowage-ipc-${pid}-`), "the producer's objects left").to.deep.equal([]);
-    });
+      }));
   }
 });
 
