@@ -37,11 +37,11 @@ const READ_WRITE_STORAGE = 'var<storage, read_write>';
  *   split the pools into segments by role, growing peak memory, which the issue's targets weigh first;
  * - an allocator option giving each tensor a buffer of its own above some size: that is tfjs's own manager again.
  *
- * The rewrite is made by a proxy of the backend's GPUDevice whose `createShaderModule` edits the source; every
- * other member is the device's own (methods bound to it). Other users of the device (another backend, Stowage's
- * kernels) are not affected.
+ * The rewrite is made by a proxy of the backend's GPUDevice whose `createShaderModule` edits the source; its
+ * `queue` is `queue` (default: the device's); every other member is the device's own (methods bound to it). Other
+ * users of the device (another backend, Stowage's kernels) are not affected.
  */
-export function readWriteStorageDevice(device: GPUDevice, counts: ReadWriteStorageCounts): GPUDevice {
+export function readWriteStorageDevice(device: GPUDevice, counts: ReadWriteStorageCounts, queue: GPUQueue = device.queue): GPUDevice {
   const bound = new Map<PropertyKey, unknown>();
   const createShaderModule = (descriptor: GPUShaderModuleDescriptor): GPUShaderModule => {
     let rewritten = 0;
@@ -56,6 +56,7 @@ export function readWriteStorageDevice(device: GPUDevice, counts: ReadWriteStora
   return new Proxy(device, {
     get(target, key) {
       if (key === 'createShaderModule') return createShaderModule;
+      if (key === 'queue') return queue;
       const value: unknown = Reflect.get(target, key, target);
       if (typeof value !== 'function') return value;
       let method = bound.get(key);

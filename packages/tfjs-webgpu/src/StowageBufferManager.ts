@@ -1,18 +1,20 @@
 import type { Runtime, StorageImpl } from '@stowage/core';
 import type { WebGpuAllocator } from '@stowage/allocator-webgpu';
 import type { BufferManager } from '@tensorflow/tfjs-backend-webgpu/dist/buffer_manager.js';
+import type { UniformCapture } from './UniformCapture.js';
+import { UNIFORM_USAGE } from './UniformCapture.js';
 
 /** GPUBufferUsage STORAGE | COPY_SRC | COPY_DST (spec values): a tfjs tensor's buffer. */
 export const TENSOR_USAGE = 0x0080 | 0x0004 | 0x0008;
 
 /**
  * The buffer manager of the Stowage backend: tensor storage (STORAGE | COPY_SRC | COPY_DST) as Stowage storages,
- * binding ranges of the WebGPU allocator's segments; every other buffer (uniforms, query and readback buffers, and
- * a whole buffer a caller asks for with `dataToGPU`) from tfjs's own BufferManager, which it wraps.
+ * binding ranges of the WebGPU allocator's segments; every other buffer (query and readback buffers, a whole buffer
+ * a caller asks for with `dataToGPU`, uniforms unless they go through Stowage) from tfjs's own BufferManager, which
+ * it wraps.
  *
- * Uniforms stay with tfjs's manager: its `makeUniforms` packs them, writes the buffer and binds it whole at offset
- * 0, so a range of a Stowage segment could only be had by writing that packing again; they are a few hundred bytes,
- * pooled by exact size (a few dozen buffers per model). Staging is Stowage's: reads go through the allocator's
+ * Uniforms go to Stowage's uniform segments through a capture buffer (Note [Uniforms through Stowage]), or, with
+ * `uniforms: 'tfjs'`, stay in tfjs's pool (by exact size). Staging is Stowage's: reads go through the allocator's
  * readback pool (`Runtime#read`) and uploads are `queue.writeBuffer` (`Runtime#write`), so tfjs's mapped staging
  * buffers are not used for tensors.
  *
@@ -31,6 +33,8 @@ export class StowageBufferManager {
     readonly device: string,
     /** tfjs's own manager, for the buffers that are not tensor storage. */
     readonly whole: BufferManager,
+    /** Where tfjs's uniforms go when they go through Stowage (Note [Uniforms through Stowage]); else null. */
+    readonly uniformCapture: UniformCapture | null = null,
   ) {}
 
   /**
@@ -59,13 +63,18 @@ export class StowageBufferManager {
     return this.#live.has(storage);
   }
 
-  /** tfjs's BufferManager#acquireBuffer: a whole buffer from its pool. */
+  /**
+   * tfjs's BufferManager#acquireBuffer: a whole buffer from its pool; for a dispatch's uniforms, the capture buffer
+   * when uniforms go through Stowage.
+   */
   acquireBuffer(size: number, usage: GPUBufferUsageFlags, mappedAtCreation = false, reuse = true): GPUBuffer {
+    if (this.uniformCapture !== null && usage === UNIFORM_USAGE && !mappedAtCreation) return this.uniformCapture.buffer;
     return this.whole.acquireBuffer(size, usage, mappedAtCreation, reuse);
   }
 
-  /** tfjs's BufferManager#releaseBuffer. */
+  /** tfjs's BufferManager#releaseBuffer (the capture buffer is not the pool's: nothing to do). */
   releaseBuffer(buffer: GPUBuffer, reuse = true): void {
+    if (buffer === this.uniformCapture?.buffer) return;
     this.whole.releaseBuffer(buffer, reuse);
   }
 

@@ -2,12 +2,13 @@ import type { BackendValues, DataType, GPUData, Tensor, TensorInfo, WebGPUData }
 import { engine, util } from '@tensorflow/tfjs-core';
 import { WebGPUBackend, webgpu_util } from '@tensorflow/tfjs-backend-webgpu';
 import type { BufferManager } from '@tensorflow/tfjs-backend-webgpu/dist/buffer_manager.js';
-import type { Runtime } from '@stowage/core';
-import { StorageImpl } from '@stowage/core';
+import type { DataPtr, Runtime } from '@stowage/core';
+import { checkEnum, StorageImpl } from '@stowage/core';
 import { fromGpuBuffer } from '@stowage/allocator-webgpu';
 import type { ReadWriteStorageCounts } from './ReadWriteStorage.js';
 import { readWriteStorageDevice } from './ReadWriteStorage.js';
 import { StowageBufferManager, TENSOR_USAGE } from './StowageBufferManager.js';
+import { UniformCapture } from './UniformCapture.js';
 import type { DataId, WebGpuBackendInternalsClass } from './TfjsBackendInternals.js';
 import { webGpuAllocatorOf } from './webGpuAllocatorOf.js';
 
@@ -16,7 +17,15 @@ export interface StowageWebGpuBackendOptions {
   readonly device?: string;
   /** Passed to tfjs's backend (it tunes a few kernels for Intel GPUs by it). */
   readonly adapterInfo?: GPUAdapterInfo;
+  /**
+   * Where a dispatch's uniforms go: `'stowage'` (default), ranges of the allocator's uniform segments (Note
+   * [Uniforms through Stowage]); `'tfjs'`, tfjs's pool of whole buffers by exact size (no uniform segment: one
+   * segment less reserved, a few dozen more createBuffer calls).
+   */
+  readonly uniforms?: 'stowage' | 'tfjs';
 }
+
+const UNIFORM_PLACES = ['stowage', 'tfjs'] as const;
 
 /** tfjs's class with the members it overrides visible (Note [Overriding tfjs's private members]). */
 const TfjsWebGpuBackend = WebGPUBackend as unknown as WebGpuBackendInternalsClass;
@@ -34,8 +43,9 @@ const TfjsWebGpuBackend = WebGPUBackend as unknown as WebGpuBackendInternalsClas
  *   destroyed by Stowage) when it has STORAGE | COPY_SRC | COPY_DST usage, else keeps tfjs's handling;
  * - `releaseResource` releases the storage inside `freeingSubmitted`: tfjs calls it only once the last command
  *   buffer that bound the tensor is submitted (Note [Frees after their submit] in @stowage/allocator-webgpu).
- * Shaders see inputs as `read_write` (Note [Storage usage per buffer]). Uniforms stay in tfjs's pool
- * (StowageBufferManager says why).
+ * - `makeUniforms`: a dispatch's uniforms land in a range of a Stowage uniform segment (Note [Uniforms through
+ *   Stowage]), freed at the submit.
+ * Shaders see inputs as `read_write` (Note [Storage usage per buffer]).
  *
  * `readSync` is tfjs's (it reads through a canvas, so only in a browser; in Node use `data()`).
  */
@@ -49,6 +59,8 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   readonly readWriteCounts: ReadWriteStorageCounts;
   /** The storages bound so far by the dispatch being recorded; null outside `recordAndSubmit`. */
   #bound: Set<StorageImpl> | null = null;
+  /** Uniform blocks of the dispatches recorded since the last submit (Note [Uniforms through Stowage]). */
+  #uniforms: DataPtr[] = [];
   /** Copies of inputs bound twice in one dispatch (whole buffers of tfjs's pool), released at the next submit. */
   #aliasCopies: GPUBuffer[] = [];
 
@@ -58,14 +70,30 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
    */
   constructor(runtime: Runtime, options: StowageWebGpuBackendOptions = {}) {
     const device = options.device ?? 'webgpu';
+    checkEnum('options.uniforms', options.uniforms, UNIFORM_PLACES);
     const allocator = webGpuAllocatorOf(runtime, device);
+    const gpuDevice = allocator.backend.gpuDevice;
     const counts: ReadWriteStorageCounts = { shaders: 0, rewrittenDeclarations: 0, aliasCopies: 0, aliasCopyBytes: 0 };
-    super(readWriteStorageDevice(allocator.backend.gpuDevice, counts), options.adapterInfo);
+    const capture = (options.uniforms ?? 'stowage') === 'stowage' ? new UniformCapture(gpuDevice) : null;
+    super(readWriteStorageDevice(gpuDevice, counts, capture?.queue), options.adapterInfo);
     this.runtime = runtime;
-    this.gpuDevice = allocator.backend.gpuDevice;
+    this.gpuDevice = gpuDevice;
     this.readWriteCounts = counts;
-    this.storageManager = new StowageBufferManager(runtime, allocator, device, this.bufferManager as BufferManager);
+    this.storageManager = new StowageBufferManager(runtime, allocator, device, this.bufferManager as BufferManager, capture);
     this.bufferManager = this.storageManager;
+  }
+
+  /** tfjs packs and "writes" the uniforms; with uniforms through Stowage they land in a uniform block's range. */
+  override makeUniforms(programUniform: unknown): GPUBindingResource {
+    const binding = super.makeUniforms(programUniform) as GPUBufferBinding;
+    const capture = this.storageManager.uniformCapture;
+    if (capture === null || binding.buffer !== capture.buffer) return binding;
+    const allocator = this.storageManager.allocator;
+    const bytes = capture.take();
+    const ptr = allocator.allocate(bytes.byteLength, { usage: 'uniform' });
+    allocator.writeBytes(ptr, bytes);
+    this.#uniforms.push(ptr);
+    return allocator.bindingOf(ptr);
   }
 
   override uploadToGPU(dataId: DataId): void {
@@ -115,13 +143,31 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     return { buffer: copy, offset: 0, size: from.size };
   }
 
-  /** tfjs's submit, then the copies its dispatches bound are released (their last use is submitted). */
+  /** tfjs's submit, then the copies and uniform blocks its dispatches bound are released (their last use is submitted). */
   override submitQueue(): void {
     super.submitQueue();
-    if (this.#aliasCopies.length === 0) return;
-    const copies = this.#aliasCopies;
-    this.#aliasCopies = [];
-    for (const copy of copies) this.storageManager.releaseBuffer(copy);
+    if (this.#aliasCopies.length > 0) {
+      const copies = this.#aliasCopies;
+      this.#aliasCopies = [];
+      for (const copy of copies) this.storageManager.releaseBuffer(copy);
+    }
+    if (this.#uniforms.length > 0) this.#freeUniforms();
+  }
+
+  /** tfjs's dispose (its pools, and every tensor storage: StowageBufferManager#dispose), then the uniform blocks. */
+  override dispose(): void {
+    super.dispose();
+    if (!this.runtime.isDisposed) this.#freeUniforms(); // a disposed runtime took its allocators with it
+    this.storageManager.uniformCapture?.dispose();
+  }
+
+  #freeUniforms(): void {
+    const uniforms = this.#uniforms;
+    this.#uniforms = [];
+    const allocator = this.storageManager.allocator;
+    allocator.freeingSubmitted(() => {
+      for (const ptr of uniforms) allocator.free(ptr);
+    });
   }
 
   override async getBufferData(resource: unknown): Promise<ArrayBuffer> {

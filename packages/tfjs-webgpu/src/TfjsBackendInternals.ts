@@ -29,6 +29,8 @@ export interface WebGpuBackendInternals extends Omit<WebGPUBackend, 'tensorMap' 
   commandEncoder: GPUCommandEncoder | null;
   tensorToBinding(tensor?: TensorInfo): GPUBindingResource | null;
   submitQueue(): void;
+  dispose(): void;
+  makeUniforms(programUniform: unknown): GPUBindingResource;
   recordAndSubmit(program: unknown, output: TensorInfo, inputs: TensorInfo[], programDefinedUniform?: unknown): void;
   releaseResource(dataId: DataId): void;
   copyBuffer(srcBuffer: GPUBuffer): unknown;

@@ -8,8 +8,10 @@
 export class DeviceMemoryCounter {
   /** createBuffer calls since install, all usages. */
   calls = 0;
-  /** createBuffer calls for tensor storage (STORAGE usage, not mappable) since install. */
+  /** createBuffer calls for tensor storage (STORAGE usage) since install. */
   storageCalls = 0;
+  /** createBuffer calls for buffers with UNIFORM usage since install. */
+  uniformCalls = 0;
   liveBytes = 0;
   peakBytes = 0;
   #installed = false;
@@ -24,6 +26,7 @@ export class DeviceMemoryCounter {
       const buffer = create(descriptor);
       this.calls++;
       if ((descriptor.usage & 0x0080) !== 0) this.storageCalls++;
+      if ((descriptor.usage & 0x0040) !== 0) this.uniformCalls++;
       this.liveBytes += descriptor.size;
       this.peakBytes = Math.max(this.peakBytes, this.liveBytes);
       const destroy = buffer.destroy.bind(buffer);

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs-core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { createRuntime, cpu, StowageError, StorageImpl } from '@stowage/core';
+import { webgpu } from '@stowage/allocator-webgpu';
 import { deviceOrSkip } from '@stowage/allocator-webgpu/testing';
 import { installWebGpuGlobals, registerStowageWebGpuBackend, StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
 import { DeviceMemoryCounter } from './DeviceMemoryCounter.js';
@@ -97,6 +98,56 @@ describe('StowageWebGpuBackend', function () {
         expect([...(await z.data()).slice(0, 2)]).to.deep.equal([4, 4]);
         tf.dispose([x, z]);
       });
+    });
+  });
+
+  describe('#tensorToBinding', () => {
+    it('binds a tensor that is two inputs of one dispatch once as itself and once as a copy, so no two writable bindings overlap', async () => {
+      await onBackend(context, 'stowage', async (backend) => {
+        const x = tf.add(tf.tensor1d([1, 2, 3, 4]), 1); // on the GPU
+        context.device.pushErrorScope('validation');
+        const square = tf.mul(x, x);
+        const values = [...(await square.data())];
+        expect((await context.device.popErrorScope())?.message ?? null).to.equal(null);
+        expect(values).to.deep.equal([4, 9, 16, 25]);
+        expect(asStowage(backend).readWriteCounts.aliasCopies).to.equal(1);
+        expect(asStowage(backend).readWriteCounts.aliasCopyBytes).to.equal(16);
+        tf.dispose([x, square]);
+      });
+    });
+  });
+
+  describe('#makeUniforms', () => {
+    for (const uniforms of ['stowage', 'tfjs'] as const) {
+      it(`puts a dispatch's uniforms ${uniforms === 'stowage' ? 'in ranges of one Stowage uniform segment' : "in tfjs's pool of whole buffers"} (uniforms: '${uniforms}')`, async () => {
+        const counter = new DeviceMemoryCounter(context.device).install();
+        try {
+          await onBackend(
+            context,
+            'stowage',
+            async () => {
+              let t = tf.fill([64], 1);
+              for (let i = 0; i < 40; i++) t = tf.add(tf.reshape(t, [8 * (1 + (i % 4)), 64 / (8 * (1 + (i % 4)))]), 1); // uniforms of several sizes
+              expect([...(await t.data()).slice(0, 2)]).to.deep.equal([41, 41]);
+            },
+            { uniforms },
+          );
+          // The allocator's byte-copy kernel has a 16-byte params buffer of its own.
+          if (uniforms === 'stowage') expect(counter.uniformCalls, 'the capture buffer, one uniform segment, the byte-copy params').to.equal(3);
+          else expect(counter.uniformCalls, "tfjs's pool: a buffer per uniform size").to.be.greaterThan(4);
+        } finally {
+          counter.uninstall();
+        }
+      });
+    }
+
+    it("refuses an unknown uniforms option with a typed error", async () => {
+      const runtime = await createRuntime({ plugins: [webgpu({ device: context.device })] });
+      try {
+        expect(() => new StowageWebGpuBackend(runtime, { uniforms: 'gpu' as 'tfjs' })).to.throw(StowageError, /options.uniforms/);
+      } finally {
+        await runtime.dispose();
+      }
     });
   });
 
