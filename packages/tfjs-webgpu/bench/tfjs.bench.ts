@@ -2,11 +2,14 @@
 // (test/models.ts). JSON lines:
 //   {"scenario":"step", model, backend, msPerStep, steps, createBufferCalls, storageCreateBufferCalls, peakGpuBytes, peakLiveTensorBytes, …}
 //   {"scenario":"summary", model, …ratios of Stowage to stock}
+//   {"scenario":"readWriteKernel", kernel, msStock, msReadWrite, ratio}   single kernels, tfjs's backend with and
+//   without every input declared read_write (Note [Storage usage per buffer]), alternating rounds, medians
 // Backends: `stock` (tfjs's), `stock-read_write` (tfjs's with every storage binding declared read_write: the cost
 // of Note [Storage usage per buffer] alone), `stowage` (default segments, 48 MiB first) and `stowage-2MiB` (2 MiB
 // first segment). Peak GPU bytes are counted at the device (every createBuffer and destroy while the model runs,
 // staging and uniform buffers included); peak live tensor bytes are tfjs's `numBytesInGPU` sampled after each
-// step. Options: --steps N (timed steps after 2 untimed; default 10), --models a,b.
+// step. Options: --steps N (timed steps after 2 untimed; default 10), --models a,b (none: only the kernels), --kernels
+// matMul,conv2d,add (none: only the models).
 import 'reflect-metadata';
 import { parseArgs } from 'node:util';
 import * as tf from '@tensorflow/tfjs-core';
@@ -24,7 +27,7 @@ const BACKENDS = ['stock', 'stock-read_write', 'stowage', 'stowage-2MiB'] as con
 type BackendName = (typeof BACKENDS)[number];
 const MiB = 2 ** 20;
 
-const { values } = parseArgs({ options: { steps: { type: 'string', default: '10' }, models: { type: 'string' } } });
+const { values } = parseArgs({ options: { steps: { type: 'string', default: '10' }, models: { type: 'string' }, kernels: { type: 'string' } } });
 const steps = Number(values.steps);
 const models = MODELS.filter((m) => values.models === undefined || values.models.split(',').includes(m.name));
 
@@ -107,6 +110,45 @@ for (const { name: modelName, make } of models) {
     stowagePeakRatio: ratio('stowage', 'peakGpuBytes'),
     stowage2MiBPeakRatio: ratio('stowage-2MiB', 'peakGpuBytes'),
     stowage2MiBTimeRatio: ratio('stowage-2MiB', 'msPerStep'),
+  });
+}
+// The read_write cost on single kernels, with less noise than whole steps: tfjs's own backend with and without
+// the rewrite, alternating, each round on a fresh backend after an untimed warm-up, the median round reported.
+const KERNELS: { readonly name: string; run(): tf.Tensor }[] = [
+  { name: 'matMul 512', run: () => tf.matMul(tf.ones([512, 512]), tf.ones([512, 512])) },
+  { name: 'conv2d 64x64x16', run: () => tf.conv2d(tf.ones([4, 64, 64, 16]) as tf.Tensor4D, tf.ones([3, 3, 16, 16]) as tf.Tensor4D, 1, 'same') },
+  { name: 'add 1M', run: () => tf.add(tf.ones([1 << 20]), tf.ones([1 << 20])) },
+];
+const ROUNDS = 5;
+const REPEATS = 10;
+for (const kernel of KERNELS.filter((k) => values.kernels === undefined || values.kernels.split(',').includes(k.name.split(' ')[0]!))) {
+  const rounds: Record<string, number[]> = { stock: [], 'stock-read_write': [] };
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const backendName of ['stock', 'stock-read_write'] as const) {
+      await useBackend(backendName);
+      const once = async (): Promise<void> => {
+        const out = tf.tidy(() => kernel.run());
+        await out.data();
+        out.dispose();
+      };
+      await once();
+      const started = performance.now();
+      for (let i = 0; i < REPEATS; i++) await once();
+      rounds[backendName]!.push((performance.now() - started) / REPEATS);
+      tf.removeBackend('webgpu');
+    }
+  }
+  const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const stock = median(rounds['stock']!);
+  const readWrite = median(rounds['stock-read_write']!);
+  emit({
+    scenario: 'readWriteKernel',
+    kernel: kernel.name,
+    rounds: ROUNDS,
+    repeats: REPEATS,
+    msStock: Math.round(stock * 100) / 100,
+    msReadWrite: Math.round(readWrite * 100) / 100,
+    ratio: Math.round((readWrite / stock) * 1000) / 1000,
   });
 }
 device.destroy();
