@@ -152,6 +152,17 @@ export class WebGpuAllocator extends ForwardingAllocator {
     this.backend.releaseTransferBuffers();
   }
 
+  /**
+   * Runs `release` (which frees pointers of this allocator, or releases their storages) with every free inside it
+   * taken as ordered after the last `queue.submit` (Note [Frees after their submit] in WebGpuMemoryBackend.ts):
+   * the blocks are reusable by the next allocation instead of after the next submit. Precondition: every command
+   * buffer that uses those blocks was submitted; a block named by an encoder not yet submitted may be overwritten
+   * before that encoder runs (undefined results, no error). Returns what `release` returns.
+   */
+  freeingSubmitted<T>(release: () => T): T {
+    return this.backend.freeingSubmitted(release);
+  }
+
   /** Resolves once released segments are really freed (destroy takes effect after the queue moves on). */
   flush(): Promise<void> {
     return this.backend.flush();

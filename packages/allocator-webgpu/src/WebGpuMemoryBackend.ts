@@ -52,6 +52,14 @@ interface EpochEvent extends BackendEvent {
  * after it is the caller's risk under memory pressure. A free after it waits for the next submit as usual (each
  * event carries the number of synchronizations before it). Other backends on the queue are not affected.
  *
+ * Note [Frees after their submit]: a program that itself holds a release until the submit that used the block
+ * (TensorFlow.js's WebGPU backend frees a tensor's memory only after `queue.submit` of the last command buffer
+ * that bound it, or at once when nothing recorded since the last submit bound it) would otherwise wait twice: its
+ * free, made right after that submit, waits for the next one. `freeingSubmitted(release)` records the frees made
+ * inside `release` with the previous epoch's event, which is complete: the next allocation may reuse the block.
+ * That is the caller's promise that no unsubmitted encoder names the block; a `queue.writeBuffer` for its next
+ * owner then runs after every command buffer that used it.
+ *
  * Invariants: reservedBytes == sum of live segment sizes; reservedBytes <= capacityBytes when one was given
  * (malloc returns null past it). The allocator's budget is not here: the engine enforces its `memoryLimit`.
  */
@@ -83,6 +91,8 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   readonly #epochs: SubmitCounter;
   /** The event of the current epoch, once a free recorded it (recordEvent). */
   #lastEvent: EpochEvent | null = null;
+  /** Depth of `freeingSubmitted` calls in progress: frees inside are already ordered after their last use. */
+  #submittedFrees = 0;
   /** Synchronizations so far: events of earlier generations are complete though no submit ended them. */
   #synchronized = 0;
   /**
@@ -328,9 +338,25 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     return stream === 0;
   }
 
-  /** Every free of one epoch and generation records the same event (they are immutable): no object per free. */
+  /**
+   * Runs `release` with every free it makes treated as ordered after the last submit (Note [Frees after their
+   * submit]): their blocks are reusable by the next allocation, without waiting for another submit.
+   */
+  freeingSubmitted<T>(release: () => T): T {
+    this.#submittedFrees++;
+    try {
+      return release();
+    } finally {
+      this.#submittedFrees--;
+    }
+  }
+
+  /**
+   * Every free of one epoch and generation records the same event (they are immutable): no object per free.
+   * Inside `freeingSubmitted` the event is the previous epoch's, complete already.
+   */
   recordEvent(stream: StreamId): BackendEvent {
-    const epoch = this.#epochs.count;
+    const epoch = this.#submittedFrees > 0 ? this.#epochs.count - 1 : this.#epochs.count;
     const generation = this.#synchronized;
     let event = this.#lastEvent;
     if (event === null || event.epoch !== epoch || event.generation !== generation) this.#lastEvent = event = { stream, epoch, generation };

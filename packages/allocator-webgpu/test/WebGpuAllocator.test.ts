@@ -128,6 +128,30 @@ describe('WebGpuAllocator', function () {
       out.destroy();
     });
 
+    it('reuses at once a block freed inside freeingSubmitted after the submit that used it, without a second deferral', async () => {
+      using allocator = allocatorOn(context, { preset: 'pytorch' });
+      const device = context.device;
+      const a = allocator.allocate(256);
+      allocator.writeBytes(a, new Uint8Array(256).fill(0xaa));
+      const out = device.createBuffer({ size: 256, usage: COPY_SRC | COPY_DST });
+      const encoder = device.createCommandEncoder();
+      encoder.copyBufferToBuffer(a.handle as GPUBuffer, a.byteOffset, out, 0, 256);
+      device.queue.submit([encoder.finish()]); // the last use of `a` is submitted
+      const returned = allocator.freeingSubmitted(() => {
+        allocator.free(a);
+        return 'freed';
+      });
+      expect(returned).to.equal('freed');
+      const b = allocator.allocate(256);
+      expect(b.address, 'reused without waiting for another submit').to.equal(a.address);
+      allocator.writeBytes(b, new Uint8Array(256).fill(0xbb)); // runs after the submitted copy
+      expect([...(await readBuffer(device, out, 0, 4))], 'the submitted copy read the old bytes').to.deep.equal([0xaa, 0xaa, 0xaa, 0xaa]);
+      const c = allocator.allocate(256);
+      allocator.free(c); // outside freeingSubmitted: deferred as before
+      expect(allocator.allocate(256).address, 'an ordinary free still waits for the next submit').to.not.equal(c.address);
+      out.destroy();
+    });
+
     it('reuses a block freed since the last submit instead of reporting out of memory at the limit', () => {
       using allocator = allocatorOn(context, { limit: '64MiB' });
       // Under a 64 MiB budget segments start at 8 MiB (Note [WebGPU segment sizing]); larger requests get their own.

@@ -1,0 +1,154 @@
+// `pnpm bench:tfjs`: tfjs's own WebGPU backend against tfjs on Stowage, on one device, per model built in code
+// (test/models.ts). JSON lines:
+//   {"scenario":"step", model, backend, msPerStep, steps, createBufferCalls, storageCreateBufferCalls, peakGpuBytes, peakLiveTensorBytes, …}
+//   {"scenario":"summary", model, …ratios of Stowage to stock}
+//   {"scenario":"readWriteKernel", kernel, msStock, msReadWrite, ratio}   single kernels, tfjs's backend with and
+//   without every input declared read_write (Note [Storage usage per buffer]), alternating rounds, medians
+// Backends: `stock` (tfjs's), `stock-read_write` (tfjs's with every storage binding declared read_write: the cost
+// of Note [Storage usage per buffer] alone), `stowage` (default segments, 48 MiB first) and `stowage-2MiB` (2 MiB
+// first segment). Peak GPU bytes are counted at the device (every createBuffer and destroy while the model runs,
+// staging and uniform buffers included); peak live tensor bytes are tfjs's `numBytesInGPU` sampled after each
+// step. Options: --steps N (timed steps after 2 untimed; default 10), --models a,b (none: only the kernels), --kernels
+// matMul,conv2d,add (none: only the models).
+import 'reflect-metadata';
+import { parseArgs } from 'node:util';
+import * as tf from '@tensorflow/tfjs-core';
+import { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
+import { createRuntime } from '@stowage/core';
+import type { Runtime } from '@stowage/core';
+import { openWebGpuDevice, webgpu, webGpuEngineDefaults } from '@stowage/allocator-webgpu';
+import { installWebGpuGlobals, readWriteStorageDevice, registerStowageWebGpuBackend, StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
+import { DeviceMemoryCounter } from '../test/DeviceMemoryCounter.js';
+import type { Model } from '../test/models.js';
+import { MODELS } from '../test/models.js';
+import { registerTfjsGradients } from '../test/tfjsGradients.js';
+
+const BACKENDS = ['stock', 'stock-read_write', 'stowage', 'stowage-2MiB'] as const;
+type BackendName = (typeof BACKENDS)[number];
+const MiB = 2 ** 20;
+
+const { values } = parseArgs({ options: { steps: { type: 'string', default: '10' }, models: { type: 'string' }, kernels: { type: 'string' } } });
+const steps = Number(values.steps);
+const models = MODELS.filter((m) => values.models === undefined || values.models.split(',').includes(m.name));
+
+const context = await openWebGpuDevice();
+await installWebGpuGlobals(context.keepAlive);
+await registerTfjsGradients();
+const device = context.device;
+const emit = (line: object): void => console.log(JSON.stringify(line));
+emit({ scenario: 'environment', adapter: context.adapterInfo, node: process.version, tfjs: tf.version_core, steps });
+
+async function useBackend(name: BackendName): Promise<Runtime | undefined> {
+  if (tf.findBackendFactory('webgpu') != null) tf.removeBackend('webgpu');
+  let runtime: Runtime | undefined;
+  if (name === 'stock') tf.registerBackend('webgpu', () => new WebGPUBackend(device));
+  else if (name === 'stock-read_write') {
+    const counts = { shaders: 0, rewrittenDeclarations: 0, aliasCopies: 0, aliasCopyBytes: 0 };
+    tf.registerBackend('webgpu', () => new WebGPUBackend(readWriteStorageDevice(device, counts)));
+  } else {
+    const engine = name === 'stowage-2MiB' ? webGpuEngineDefaults({ maxBufferSize: device.limits.maxBufferSize, minimumSegmentBytes: 2 * MiB }) : {};
+    runtime = await createRuntime({ plugins: [webgpu({ device, limit: '2GiB', ...engine })] });
+    await registerStowageWebGpuBackend(runtime, { gpu: context.keepAlive });
+  }
+  await tf.setBackend('webgpu');
+  return runtime;
+}
+
+/** One training step (Adam on softmax cross-entropy), finished: its loss read back. */
+async function step(model: Model, optimizer: tf.Optimizer): Promise<void> {
+  const loss = optimizer.minimize(() => tf.losses.softmaxCrossEntropy(model.labels, model.predict(model.x)) as tf.Scalar, true, model.variables);
+  await loss!.data();
+  loss!.dispose();
+}
+
+const results = new Map<string, Record<string, number>>();
+for (const { name: modelName, make } of models) {
+  for (const backendName of BACKENDS) {
+    const counter = new DeviceMemoryCounter(device).install();
+    const runtime = await useBackend(backendName);
+    const backend = tf.backend();
+    const model = make();
+    const optimizer = tf.train.adam(0.01);
+    let peakLive = 0;
+    for (let i = 0; i < 2; i++) await step(model, optimizer); // compiles the shaders
+    const started = performance.now();
+    for (let i = 0; i < steps; i++) {
+      await step(model, optimizer);
+      peakLive = Math.max(peakLive, (tf.memory() as { numBytesInGPU?: number }).numBytesInGPU ?? 0);
+    }
+    const msPerStep = (performance.now() - started) / steps;
+    const line: Record<string, number> = {
+      msPerStep: Math.round(msPerStep * 10) / 10,
+      createBufferCalls: counter.calls,
+      storageCreateBufferCalls: counter.storageCalls,
+      peakGpuBytes: counter.peakBytes,
+      peakLiveTensorBytes: peakLive,
+    };
+    if (backend instanceof StowageWebGpuBackend) {
+      line['aliasCopies'] = backend.readWriteCounts.aliasCopies;
+      line['aliasCopyBytes'] = backend.readWriteCounts.aliasCopyBytes;
+      line['rewrittenDeclarations'] = backend.readWriteCounts.rewrittenDeclarations;
+      line['shaders'] = backend.readWriteCounts.shaders;
+    }
+    emit({ scenario: 'step', model: modelName, backend: backendName, steps, ...line });
+    results.set(`${modelName}/${backendName}`, line);
+    optimizer.dispose();
+    for (const v of model.variables) v.dispose();
+    tf.dispose([model.x, model.labels]);
+    tf.removeBackend('webgpu');
+    await runtime?.dispose();
+    counter.uninstall();
+  }
+  const stock = results.get(`${modelName}/stock`)!;
+  const ratio = (backendName: BackendName, key: string): number => Math.round((results.get(`${modelName}/${backendName}`)![key]! / stock[key]!) * 1000) / 1000;
+  emit({
+    scenario: 'summary',
+    model: modelName,
+    readWriteTimeRatio: ratio('stock-read_write', 'msPerStep'),
+    stowageTimeRatio: ratio('stowage', 'msPerStep'),
+    stowageCreateBufferRatio: ratio('stowage', 'createBufferCalls'),
+    stowagePeakRatio: ratio('stowage', 'peakGpuBytes'),
+    stowage2MiBPeakRatio: ratio('stowage-2MiB', 'peakGpuBytes'),
+    stowage2MiBTimeRatio: ratio('stowage-2MiB', 'msPerStep'),
+  });
+}
+// The read_write cost on single kernels, with less noise than whole steps: tfjs's own backend with and without
+// the rewrite, alternating, each round on a fresh backend after an untimed warm-up, the median round reported.
+const KERNELS: { readonly name: string; run(): tf.Tensor }[] = [
+  { name: 'matMul 512', run: () => tf.matMul(tf.ones([512, 512]), tf.ones([512, 512])) },
+  { name: 'conv2d 64x64x16', run: () => tf.conv2d(tf.ones([4, 64, 64, 16]) as tf.Tensor4D, tf.ones([3, 3, 16, 16]) as tf.Tensor4D, 1, 'same') },
+  { name: 'add 1M', run: () => tf.add(tf.ones([1 << 20]), tf.ones([1 << 20])) },
+];
+const ROUNDS = 5;
+const REPEATS = 10;
+for (const kernel of KERNELS.filter((k) => values.kernels === undefined || values.kernels.split(',').includes(k.name.split(' ')[0]!))) {
+  const rounds: Record<string, number[]> = { stock: [], 'stock-read_write': [] };
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const backendName of ['stock', 'stock-read_write'] as const) {
+      await useBackend(backendName);
+      const once = async (): Promise<void> => {
+        const out = tf.tidy(() => kernel.run());
+        await out.data();
+        out.dispose();
+      };
+      await once();
+      const started = performance.now();
+      for (let i = 0; i < REPEATS; i++) await once();
+      rounds[backendName]!.push((performance.now() - started) / REPEATS);
+      tf.removeBackend('webgpu');
+    }
+  }
+  const median = (xs: number[]): number => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const stock = median(rounds['stock']!);
+  const readWrite = median(rounds['stock-read_write']!);
+  emit({
+    scenario: 'readWriteKernel',
+    kernel: kernel.name,
+    rounds: ROUNDS,
+    repeats: REPEATS,
+    msStock: Math.round(stock * 100) / 100,
+    msReadWrite: Math.round(readWrite * 100) / 100,
+    ratio: Math.round((readWrite / stock) * 1000) / 1000,
+  });
+}
+device.destroy();

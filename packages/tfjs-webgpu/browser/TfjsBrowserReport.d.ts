@@ -1,0 +1,27 @@
+/**
+ * What `runStowageTfjsBrowserChecks()` (browser/entry.ts) resolves to in the page: plain JSON, crossing from the
+ * page to the Node test through Playwright. A declaration file, so that the bundle's entry and the Node test (whose
+ * rootDir is test/) can both import it as a type.
+ */
+export interface TfjsBrowserReport {
+  readonly userAgent: string;
+  /** Why nothing ran: no `navigator.gpu`, or no adapter. Absent when the models ran. */
+  readonly unavailable?: string;
+  readonly adapter: string | null;
+  /** One entry per model of test/models.ts, stock tfjs against the Stowage backend on one device. */
+  readonly models: readonly TfjsBrowserModelResult[];
+  readonly elapsedMs: number;
+}
+
+export interface TfjsBrowserModelResult {
+  readonly name: string;
+  readonly samePrediction: boolean;
+  readonly sameLosses: boolean;
+  readonly sameWeights: boolean;
+  /** The Stowage run's losses (a dropped dispatch shows as zeros). */
+  readonly losses: readonly number[];
+  /** The first validation error on the device during the Stowage run, or null. */
+  readonly validationError: string | null;
+  /** What failed, when the model did not run. */
+  readonly error?: string;
+}

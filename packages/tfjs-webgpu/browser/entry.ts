@@ -1,0 +1,77 @@
+// Applications import reflect-metadata first (STYLE.md §5): tsyringe in core needs it before it loads.
+import 'reflect-metadata';
+import * as tf from '@tensorflow/tfjs-core';
+import '@tensorflow/tfjs-core/dist/register_all_gradients.js';
+import { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
+import { createRuntime } from '@stowage/core';
+import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
+import { registerStowageWebGpuBackend } from '@stowage/tfjs-webgpu';
+import type { ModelRun } from '../test/models.js';
+import { MODELS, runModel } from '../test/models.js';
+import type { TfjsBrowserModelResult, TfjsBrowserReport } from './TfjsBrowserReport.js';
+
+/**
+ * The entry of the tfjs browser bundle (dist-browser/stowage-tfjs-checks.js, built by
+ * test/browser/TfjsBrowserChecks.test.ts). `window.runStowageTfjsBrowserChecks()` opens a device through
+ * `navigator.gpu` and runs each model of test/models.ts (predict, then 5 Adam steps) on tfjs's own WebGPU backend
+ * and on the Stowage backend, both on that device, and reports whether the results are bit-identical.
+ */
+
+declare global {
+  interface Window {
+    runStowageTfjsBrowserChecks(): Promise<TfjsBrowserReport>;
+  }
+}
+
+const sameBits = (a: Float32Array | number[], b: Float32Array | number[]): boolean => {
+  const x = new Uint32Array(Float32Array.from(a).buffer);
+  const y = new Uint32Array(Float32Array.from(b).buffer);
+  return x.length === y.length && x.every((v, i) => v === y[i]);
+};
+
+window.runStowageTfjsBrowserChecks = async (): Promise<TfjsBrowserReport> => {
+  const started = performance.now();
+  const adapter = navigator.gpu ? await navigator.gpu.requestAdapter() : null;
+  if (adapter === null) {
+    return { userAgent: navigator.userAgent, unavailable: navigator.gpu ? 'navigator.gpu gave no adapter' : 'no navigator.gpu', adapter: null, models: [], elapsedMs: 0 };
+  }
+  const context = await openWebGpuDevice();
+  const device = context.device;
+  tf.env().set('WEBGPU_CPU_FORWARD', false);
+  const models: TfjsBrowserModelResult[] = [];
+  for (const { name, make } of MODELS) {
+    try {
+      if (tf.findBackendFactory('webgpu') != null) tf.removeBackend('webgpu'); // tfjs's own registration, at first
+      tf.registerBackend('webgpu', () => new WebGPUBackend(device));
+      await tf.setBackend('webgpu');
+      const stock: ModelRun = await runModel(make, 5);
+      tf.removeBackend('webgpu');
+      const runtime = await createRuntime({ plugins: [webgpu({ device, limit: '1GiB' })] });
+      await registerStowageWebGpuBackend(runtime);
+      await tf.setBackend('webgpu');
+      device.pushErrorScope('validation');
+      const stowage = await runModel(make, 5);
+      const validation = await device.popErrorScope();
+      tf.removeBackend('webgpu');
+      await runtime.dispose();
+      models.push({
+        name,
+        samePrediction: sameBits(stowage.prediction, stock.prediction),
+        sameLosses: sameBits(stowage.losses, stock.losses),
+        sameWeights: sameBits(stowage.weights, stock.weights),
+        losses: stowage.losses,
+        validationError: validation?.message ?? null,
+      });
+    } catch (error) {
+      models.push({ name, samePrediction: false, sameLosses: false, sameWeights: false, losses: [], validationError: null, error: String(error) });
+    }
+  }
+  const info = (adapter as GPUAdapter & { info?: GPUAdapterInfo }).info;
+  device.destroy();
+  return {
+    userAgent: navigator.userAgent,
+    adapter: [info?.vendor, info?.architecture].filter(Boolean).join(' ') || 'adapter',
+    models,
+    elapsedMs: Math.round(performance.now() - started),
+  };
+};

@@ -1,0 +1,53 @@
+import { expect } from 'chai';
+import { sharedDevice } from '@stowage/allocator-webgpu/testing';
+import { compareSuites, runTfjsSuite } from './tfjsSuite/TfjsSuite.js';
+
+/**
+ * The part of tfjs-core's published suite CI runs (the whole suite, `pnpm test:tfjs-suite`, takes too long on a
+ * software device): every kernel the models of StowageWebGpuBackend.test.ts use, their gradients, the Adam
+ * optimizer, and the engine's memory and gradient tests. Names of tfjs's describeWithFlags blocks.
+ */
+export const CI_SUBSET = [
+  'matmul',
+  'relu',
+  'conv2d',
+  'maxPool',
+  'mean',
+  'add',
+  'sub',
+  'mul',
+  'div',
+  'sqrt',
+  'sum',
+  'softmax',
+  'moments',
+  'transpose',
+  'oneHot',
+  'fill',
+  'softmaxCrossEntropy',
+  'AdamOptimizer',
+  'gradients',
+  'memory',
+  'disposeVariables',
+  'Detects memory leaks in kernels',
+];
+
+describe("tfjs-core's test suite", function () {
+  this.timeout(1_800_000);
+
+  it('passes and fails the same specs on the Stowage backend as on tfjs\'s own WebGPU backend (CI subset)', async function () {
+    const device = await sharedDevice();
+    if (typeof device === 'string') {
+      console.log(`    skipped: no WebGPU adapter — ${device}`);
+      this.skip();
+    }
+    const stock = await runTfjsSuite('stock', { filter: CI_SUBSET });
+    const stowage = await runTfjsSuite('stowage', { filter: CI_SUBSET });
+    console.log(`    stock: ${stock.passed.length} passed, ${stock.failed.length} failed; stowage: ${stowage.passed.length} passed, ${stowage.failed.length} failed`);
+    expect(stock.passed.length, 'the subset ran (405 of its 406 specs pass on stock here)').to.be.greaterThan(350);
+    const difference = compareSuites(stock, stowage);
+    const failures = Object.fromEntries(stowage.failed.map((f) => [f.name, f.message]));
+    expect(difference.onlyStockPassed.map((name) => `${name}: ${failures[name] ?? 'did not run'}`), 'specs only stock passes').to.deep.equal([]);
+    expect(difference.onlyStowagePassed, 'specs only Stowage passes').to.deep.equal([]);
+  });
+});
