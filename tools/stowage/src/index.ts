@@ -1,0 +1,18 @@
+export type { CliIo } from './cli.js';
+export { createProgram, runCli } from './cli.js';
+export type { CliContext } from './CliContext.js';
+export { describeError, EXIT, exitCodeOf } from './exitCodes.js';
+export { MissingFileError } from './MissingFileError.js';
+export { UnknownFormatError } from './UnknownFormatError.js';
+export type { Input, InputFormat } from './readInput.js';
+export { INPUT_FORMATS, readInput, readSnapshotInput } from './readInput.js';
+export type { AllocatorConfig, DeviceOptions } from './allocatorConfigs.js';
+export { ALLOCATOR_CONFIGS, allocatorConfig, createReplayAllocator } from './allocatorConfigs.js';
+export type { PytorchFigures, ReplayReport, ReplayRunOptions, SnapshotMoment } from './replayInput.js';
+export { momentIndex, parseMoment, pytorchFigures, replayInput, snapshotAt } from './replayInput.js';
+export type { AllocatorEventRecord, ChromeTrace, ChromeTraceEvent } from './toChromeTrace.js';
+export { toChromeTrace } from './toChromeTrace.js';
+export type { VizPageOptions } from './viz/buildVizPage.js';
+export { buildVizPage, toVizData } from './viz/buildVizPage.js';
+export type { VizBlock, VizBlockState, VizData, VizSegment, VizTrace } from './viz/VizData.js';
+export { formatTable } from './formatTable.js';
