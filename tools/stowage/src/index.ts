@@ -16,3 +16,5 @@ export type { VizPageOptions } from './viz/buildVizPage.js';
 export { buildVizPage, toVizData } from './viz/buildVizPage.js';
 export type { VizBlock, VizBlockState, VizData, VizSegment, VizTrace } from './viz/VizData.js';
 export { formatTable } from './formatTable.js';
+export type { MemoryEventAction, RecordedEvent } from './MemoryEventRecorder.js';
+export { MemoryEventRecorder } from './MemoryEventRecorder.js';

@@ -2,12 +2,13 @@ import { readFileSync, statSync } from 'node:fs';
 import { basename } from 'node:path';
 import { gunzipSync } from 'node:zlib';
 import type { MemorySnapshot } from '@stowage/core';
-import { isStowageError } from '@stowage/core';
+import { InvalidArgumentError, isStowageError } from '@stowage/core';
 import type { TraceEvent } from '@stowage/core/replay';
 import { parseRmmCsvLog, readTrace } from '@stowage/core/replay';
 import { fromPytorchSnapshot, readSnapshotPickle, toTraceEvents } from '@stowage/snapshot-pickle';
 import { MissingFileError } from './MissingFileError.js';
 import { UnknownFormatError } from './UnknownFormatError.js';
+import type { AllocatorEventRecord } from './toChromeTrace.js';
 
 /** The formats the command reads, told apart by their first bytes (never by the file name). */
 export type InputFormat = 'trace-jsonl' | 'rmm-csv' | 'snapshot-pickle' | 'snapshot-json';
@@ -22,6 +23,11 @@ export interface Input {
   readonly events: TraceEvent[];
   /** Set for `snapshot-pickle` and `snapshot-json`. */
   readonly snapshot?: MemorySnapshot;
+  /**
+   * A recording's trace (a `snapshot-json` that `MemoryEventRecorder#toSnapshot` wrote, whose trace has LMS or IPC
+   * events, which `snapshot.device_traces` leaves out): every entry of the device's trace, in order.
+   */
+  readonly recorded?: AllocatorEventRecord[];
 }
 
 /** What every reading command takes, for messages. */
@@ -57,8 +63,10 @@ export async function readInput(path: string, device = 0): Promise<Input> {
     switch (format) {
       case 'snapshot-pickle':
       case 'snapshot-json': {
-        const snapshot = format === 'snapshot-pickle' ? readSnapshotPickle(content) : fromPytorchSnapshot(JSON.parse(text(content)));
-        return { path, name, format, events: toTraceEvents(snapshot, { device }), snapshot };
+        const raw: unknown = format === 'snapshot-json' ? JSON.parse(text(content)) : undefined;
+        const snapshot = format === 'snapshot-pickle' ? readSnapshotPickle(content) : fromPytorchSnapshot(raw as Parameters<typeof fromPytorchSnapshot>[0]);
+        const recorded = raw === undefined ? undefined : recordedTrace(raw, device);
+        return { path, name, format, events: toTraceEvents(snapshot, { device }), snapshot, ...(recorded ? { recorded } : {}) };
       }
       case 'rmm-csv':
         return { path, name, format, events: parseRmmCsvLog(text(content), path) };
@@ -81,6 +89,27 @@ export async function readSnapshotInput(path: string, device = 0): Promise<Input
     throw new UnknownFormatError(path, `it is ${input.format === 'rmm-csv' ? 'an RMM CSV log' : 'a trace'}; make a snapshot of it first with \`stowage snapshot ${path} -o snapshot.json\``, SNAPSHOT_FORMATS);
   }
   return input as Input & { readonly snapshot: MemorySnapshot };
+}
+
+/** The actions a recording adds to PyTorch's (LMS and IPC events). */
+const RECORDED_ACTIONS = new Set(['page_out', 'page_in', 'ipc_send', 'ipc_receive', 'ipc_limbo', 'ipc_collect']);
+
+/**
+ * The trace of `device` in a parsed snapshot JSON when it holds recorded LMS or IPC events; undefined otherwise.
+ * @throws InvalidArgumentError naming the first entry that is not `{ action, addr, size, stream }`
+ */
+function recordedTrace(raw: unknown, device: number): AllocatorEventRecord[] | undefined {
+  const entries = (raw as { device_traces?: unknown[][] }).device_traces?.[device];
+  if (!Array.isArray(entries) || !entries.some((e) => RECORDED_ACTIONS.has((e as { action?: unknown })?.action as string))) return undefined;
+  return entries.map((e: unknown, i) => {
+    const r = e as Record<string, unknown>;
+    const at = `snapshot.device_traces[${device}][${i}]`;
+    if (typeof r?.action !== 'string') throw new InvalidArgumentError(`${at}.action`, r?.action, 'an action name');
+    for (const key of ['addr', 'size', 'stream'] as const) {
+      if (typeof r[key] !== 'number' || !Number.isSafeInteger(r[key]) || (r[key] as number) < 0) throw new InvalidArgumentError(`${at}.${key}`, r[key], 'a non-negative safe integer');
+    }
+    return { action: r.action, addr: r.addr as number, size: r.size as number, stream: r.stream as number, timeUs: typeof r.time_us === 'number' ? r.time_us : null };
+  });
 }
 
 function readBytes(path: string, expected: string): Uint8Array {

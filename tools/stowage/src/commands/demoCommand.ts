@@ -1,5 +1,5 @@
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { InvalidArgumentError as UsageError, Option } from 'commander';
 import type { CliContext } from '../CliContext.js';
@@ -8,7 +8,7 @@ import { MissingFileError } from '../MissingFileError.js';
 import { runNode } from '../runNode.js';
 
 /** The flags of the training example that `stowage demo` passes on. */
-const TRAIN_FLAGS = ['model', 'fraction', 'policy', 'steps', 'device'] as const;
+const TRAIN_FLAGS = ['model', 'fraction', 'policy', 'steps', 'device', 'record'] as const;
 
 /**
  * `stowage demo`: the README's main job, what `pnpm demo` runs — the training loop under LMS
@@ -23,6 +23,7 @@ export function addDemoCommand(program: Command, context: CliContext): void {
     .addOption(new Option('--policy <name>', 'the LMS policy of the constrained run').choices(['lru', 'best-fit']))
     .option('--steps <n>', 'training steps', checked((v) => /^[1-9]\d*$/.test(v), 'a whole number of at least 1'))
     .addOption(new Option('--device <type>', 'where the tensors live').choices(['cpu', 'webgpu']))
+    .option('--record <file>', "write the run under LMS as a snapshot with its events, for stowage viz and stowage trace --chrome")
     .option('--skip-train', 'run only the composition demo')
     .option('--skip-composition', 'run only the training loop')
     .action(async (options: Partial<Record<(typeof TRAIN_FLAGS)[number], string>> & { skipTrain?: boolean; skipComposition?: boolean }) => {
@@ -30,7 +31,9 @@ export function addDemoCommand(program: Command, context: CliContext): void {
       const train = builtEntry(root, 'examples/train/dist/main.js');
       const demo = builtEntry(root, 'examples/demo/dist/main.js');
       if (!options.skipTrain) {
-        const args = TRAIN_FLAGS.flatMap((flag) => (options[flag] === undefined ? [] : [`--${flag}`, options[flag]]));
+        // The examples run in the repository root: a recording's path is made absolute from where the command ran.
+        const value = (flag: (typeof TRAIN_FLAGS)[number]): string | undefined => (flag === 'record' && options.record !== undefined ? resolve(options.record) : options[flag]);
+        const args = TRAIN_FLAGS.flatMap((flag) => (options[flag] === undefined ? [] : [`--${flag}`, value(flag)!]));
         context.exitCode = await runNode(train, args, { cwd: root });
         if (context.exitCode !== 0) return;
       }

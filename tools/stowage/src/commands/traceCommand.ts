@@ -28,7 +28,7 @@ export function addTraceCommand(program: Command, context: CliContext): void {
   ).action(async (path: string, flags: ReplayFlags & { chrome?: boolean; replay?: boolean; output: string }, command: Command) => {
     const json = (command.optsWithGlobals() as { json?: boolean }).json === true;
     const input = await readInput(path, deviceIndex(flags.device));
-    let records: AllocatorEventRecord[] = input.events;
+    let records: AllocatorEventRecord[] = input.recorded ?? input.events;
     let events = input.events;
     let source = input.name;
     if (flags.replay) {

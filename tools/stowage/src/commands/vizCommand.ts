@@ -34,10 +34,10 @@ export function addVizCommand(program: Command, context: CliContext): void {
       snapshot = snapshotAt(input, config, 'end', { capacity: flags.capacity, limit: flags.limit, streams: flags.streams ?? false, onProgress: (d, t) => progress.update(d, t) }).snapshot;
       source = `${input.path} replayed through ${config.name}`;
     }
-    const page = buildVizPage(snapshot, { title: `Memory: ${input.name}`, source, device: input.snapshot === undefined ? 0 : device });
+    const page = buildVizPage(snapshot, { title: `Memory: ${input.name}`, source, device: input.snapshot === undefined ? 0 : device, ...(input.recorded ? { trace: input.recorded } : {}) });
     writeOutput(context, flags.output, page);
     if (flags.output === '-') return;
-    const summary = { output: flags.output, bytes: Buffer.byteLength(page), segments: snapshot.segments.filter((s) => s.device === (input.snapshot === undefined ? 0 : device)).length, entries: snapshot.device_traces[input.snapshot === undefined ? 0 : device]?.length ?? 0 };
+    const summary = { output: flags.output, bytes: Buffer.byteLength(page), segments: snapshot.segments.filter((s) => s.device === (input.snapshot === undefined ? 0 : device)).length, entries: input.recorded?.length ?? snapshot.device_traces[input.snapshot === undefined ? 0 : device]?.length ?? 0 };
     if (json) context.out(`${JSON.stringify(summary)}\n`);
     else context.out(`Wrote ${flags.output}: ${summary.segments} segments, ${summary.entries} trace entries. Open it in a browser (it loads nothing from the network).\n`);
   });

@@ -1,4 +1,5 @@
 import type { MemorySnapshot, SnapshotFrame } from '@stowage/core';
+import type { AllocatorEventRecord } from '../toChromeTrace.js';
 import { drawMemoryPage } from './drawMemoryPage.js';
 import type { VizBlock, VizData } from './VizData.js';
 
@@ -10,6 +11,11 @@ export interface VizPageOptions {
   readonly source?: string;
   /** Which device's segments and trace. Default 0. */
   readonly device?: number;
+  /**
+   * The trace to draw instead of the snapshot's `device_traces[device]`: what a `MemoryEventRecorder` recorded,
+   * with LMS and IPC events among the allocator's. It must end where the snapshot was taken.
+   */
+  readonly trace?: readonly AllocatorEventRecord[];
 }
 
 const STATES: Record<string, VizBlock['state']> = { active_allocated: 'allocated', active_pending_free: 'pending-free', inactive: 'cached' };
@@ -74,7 +80,8 @@ export function toVizData(snapshot: MemorySnapshot, options: VizPageOptions = {}
       pool: s.segment_type,
       blocks: s.blocks.map((b) => ({ address: b.address, size: b.size, requested: b.requested_size, state: STATES[b.state] ?? 'cached', frames: intern(b.frames) })),
     }));
-  const entries = (snapshot.device_traces[device] ?? []).filter((e) => e.action !== 'snapshot');
+  const entries: readonly { action: string; addr?: number | undefined; size: number; stream: number; frames?: readonly SnapshotFrame[] }[] =
+    options.trace ?? (snapshot.device_traces[device] ?? []).filter((e) => e.action !== 'snapshot');
   const actionNames: string[] = [];
   const actionIndex = new Map<string, number>();
   const action = entries.map((e) => {
@@ -90,7 +97,7 @@ export function toVizData(snapshot: MemorySnapshot, options: VizPageOptions = {}
     source: options.source ?? 'snapshot',
     device,
     segments,
-    trace: { action, actionNames, addr: entries.map((e) => e.addr), size: entries.map((e) => e.size), stream: entries.map((e) => e.stream), frames: entries.map((e) => intern(e.frames)) },
+    trace: { action, actionNames, addr: entries.map((e) => e.addr ?? 0), size: entries.map((e) => e.size), stream: entries.map((e) => e.stream), frames: entries.map((e) => intern(e.frames ?? [])) },
     frameTable,
   };
 }
