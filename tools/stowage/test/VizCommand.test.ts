@@ -42,6 +42,10 @@ describe('stowage viz', function () {
     expectCleanFailure(runStowage(['viz', fileURLToPath(import.meta.url), '-o', join(dir, 'x.html')]), EXIT.input, /\[UNKNOWN_FORMAT\]/);
   });
 
+  it('refuses an output in a directory that does not exist, exit 2, no stack trace', () => {
+    expectCleanFailure(runStowage(['viz', trace, '-o', join(dir, 'no', 'such', 'dir', 'x.html')]), EXIT.usage, /-o must be a file in an existing, writable directory \(writing failed: ENOENT\)/);
+  });
+
   describe('the page in headless Chromium', () => {
     let browser: Browser;
     before(async function () {
