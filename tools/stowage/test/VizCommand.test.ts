@@ -5,6 +5,7 @@ import { expect } from 'chai';
 import type { Browser } from 'playwright-core';
 import { CHROMIUM_PATH, hasChromium, launchChromium } from '@stowage/allocator-webgpu/testing';
 import type { MemorySnapshot } from '@stowage/core';
+import { findTraceRoot } from '@stowage/core/replay';
 import { readSnapshotPickle } from '@stowage/snapshot-pickle';
 import { buildVizPage, EXIT } from '@stowage/cli';
 import { examplePickle, expectCleanFailure, runStowage, scratchDir, writeSmallTrace } from './runStowage.js';
@@ -91,6 +92,27 @@ describe('stowage viz', function () {
       expect(await page.locator('[data-kind=segment]').count()).to.equal(1);
       expect(await page.locator('[data-kind=block][data-state=allocated]').count()).to.equal(1);
       await page.screenshot({ path: join(SCREENSHOTS, 'small-trace.png'), fullPage: true });
+    });
+
+    it("draws a real trace replayed through PyTorch's rules with PyTorch's own segment count and peak reserved bytes", async function () {
+      const root = findTraceRoot();
+      if (root === undefined) {
+        console.log('    skipped: no shared/traces directory above the working directory (set STOWAGE_TRACES)');
+        this.skip();
+      }
+      const real = join(root, 'pytorch', 'cs336_forward_fp32_ctx128_b.jsonl.gz'); // "must match": 29 segments
+      const json = join(dir, 'real.json');
+      expect(runStowage(['snapshot', real, '--at', 'end', '-o', json]).status).to.equal(EXIT.ok);
+      const replay = JSON.parse(runStowage(['--json', 'replay', real]).stdout) as { peakReservedBytes: number; pytorch: { segments: number } };
+      const snapshot = JSON.parse(readFileSync(json, 'utf8')) as MemorySnapshot;
+      const html = join(dir, 'real.html');
+      expect(runStowage(['viz', json, '-o', html]).status).to.equal(EXIT.ok);
+      const page = await open(html);
+      expect(await page.locator('[data-kind=segment]').count()).to.equal(snapshot.segments.length).and.to.equal(replay.pytorch.segments);
+      expect(Number(await page.getAttribute('#timeline', 'data-peak-reserved'))).to.equal(replay.peakReservedBytes).and.to.equal(peakReserved(snapshot));
+      const live = snapshot.segments.flatMap((seg) => seg.blocks).find((b) => b.state === 'active_allocated')!;
+      expect(await page.locator(`[data-kind=block][data-address="${live.address}"]`).getAttribute('data-state')).to.equal('allocated');
+      await page.screenshot({ path: join(SCREENSHOTS, 'cs336_forward_fp32_ctx128_b.png') });
     });
 
     it("draws PyTorch's example snapshot pickle: every segment, and the reserved peak of its trace", async function () {
