@@ -134,7 +134,9 @@ export function snapshotAt(input: Input, config: AllocatorConfig, moment: Snapsh
   const index = momentIndex(input.events, moment);
   const engine: CachingAllocator = createReplayAllocator(config, options);
   try {
-    engine.recordHistory({ maxEntries: Math.max(1, 4 * (index + 1)) });
+    // Each event records one to three entries (a segment reserved or released beside it); releases of the cache
+    // under pressure record one per segment. The margin keeps the whole replay in the history.
+    engine.recordHistory({ maxEntries: 4 * (index + 1) + 4096 });
     const result = replayTrace(engine, input.events.slice(0, index + 1), {
       keepLive: true,
       streams: options.streams ?? false,

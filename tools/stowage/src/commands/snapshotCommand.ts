@@ -1,5 +1,5 @@
 import type { Command } from 'commander';
-import { formatBytes } from '@stowage/core';
+import { formatBytes, InvalidArgumentError } from '@stowage/core';
 import { writeSnapshotPickle } from '@stowage/snapshot-pickle';
 import { allocatorConfig } from '../allocatorConfigs.js';
 import type { CliContext } from '../CliContext.js';
@@ -9,7 +9,6 @@ import { parseMoment, snapshotAt } from '../replayInput.js';
 import { writeOutput } from '../writeOutput.js';
 import type { ReplayFlags } from './replayOptions.js';
 import { deviceIndex, withReplayOptions } from './replayOptions.js';
-import { InvalidArgumentError } from '@stowage/core';
 
 /** `stowage snapshot <trace>`: the allocator's snapshot after a chosen event of a replay, as JSON or a pickle. */
 export function addSnapshotCommand(program: Command, context: CliContext): void {
