@@ -8,6 +8,8 @@ import { createReplayAllocator } from './allocatorConfigs.js';
 import type { Input } from './readInput.js';
 
 const GIB = 2 ** 30;
+/** The most trace entries a snapshot of a replay keeps. */
+const MAX_HISTORY_ENTRIES = 1_000_000;
 
 /** What a replay through one allocator configuration did. Bytes are requested bytes for live figures. */
 export interface ReplayReport {
@@ -135,8 +137,9 @@ export function snapshotAt(input: Input, config: AllocatorConfig, moment: Snapsh
   const engine: CachingAllocator = createReplayAllocator(config, options);
   try {
     // Each event records one to three entries (a segment reserved or released beside it); releases of the cache
-    // under pressure record one per segment. The margin keeps the whole replay in the history.
-    engine.recordHistory({ maxEntries: 4 * (index + 1) + 4096 });
+    // under pressure record one per segment. The margin keeps the whole replay in the history, up to a million
+    // entries (about 150 MB); past that the snapshot keeps the latest, and the page starts where they start.
+    engine.recordHistory({ maxEntries: Math.min(MAX_HISTORY_ENTRIES, 4 * (index + 1) + 4096) });
     const result = replayTrace(engine, input.events.slice(0, index + 1), {
       keepLive: true,
       streams: options.streams ?? false,
