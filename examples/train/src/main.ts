@@ -2,14 +2,18 @@
 // peak, with a progress bar, then again with the `speculative` policy and speculation on (LMS learns the loop and
 // pages ahead of it), checks both against the unconstrained run and prints LMS's statistics for the three.
 //   node examples/train/dist/main.js [--model transformer|mlp] [--fraction 0.25] [--policy lru|best-fit]
-//                                    [--steps 8] [--device cpu|webgpu]
+//                                    [--steps 8] [--device cpu|webgpu] [--record run.json]
+// --record writes the constrained run's snapshot with its events (page-outs and page-ins among them) for
+// `stowage viz run.json -o memory.html` and `stowage trace run.json --chrome`.
 import 'reflect-metadata';
+import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import cliProgress from 'cli-progress';
 import { formatBytes } from '@stowage/core';
 import { openWebGpuDevice } from '@stowage/allocator-webgpu';
 import type { LmsRunModel, LmsRunResult } from './lmsRun.js';
 import { runUnderLms } from './lmsRun.js';
+import { recordRun } from './recordRun.js';
 
 /** The deep shapes of the README's table: each op pins a sixteenth (or less) of the peak, so a quarter fits. */
 const SHAPES: Readonly<Record<'mlp' | 'transformer', LmsRunModel>> = {
@@ -25,6 +29,7 @@ async function main(): Promise<void> {
       policy: { type: 'string', default: 'lru' },
       steps: { type: 'string', default: '8' },
       device: { type: 'string', default: 'cpu' },
+      record: { type: 'string' },
     },
   });
   const shape = SHAPES[values.model as keyof typeof SHAPES];
@@ -53,13 +58,27 @@ async function main(): Promise<void> {
     cliProgress.Presets.shades_classic,
   );
   bar.start(steps, 0, { loss: '…', budget: formatBytes(budgetBytes) });
+  const recording = values.record === undefined ? undefined : recordRun(device, steps);
   let constrained: LmsRunResult;
   try {
-    constrained = await runUnderLms({ ...settings, budgetBytes, policy, onStep: (step, loss) => bar.update(step + 1, { loss: loss.toFixed(5) }) });
+    constrained = await runUnderLms({
+      ...settings,
+      budgetBytes,
+      policy,
+      onRuntime: recording?.onRuntime,
+      onStep: (step, loss) => {
+        bar.update(step + 1, { loss: loss.toFixed(5) });
+        recording?.onStep(step);
+      },
+    });
   } finally {
     bar.stop();
   }
 
+  if (recording !== undefined && values.record !== undefined) {
+    writeFileSync(values.record, JSON.stringify(recording.recording()));
+    console.log(`Recorded the run under LMS to ${values.record}: \`stowage viz ${values.record} -o memory.html\` draws it.`);
+  }
   console.log(`Again with policy speculative and speculation on (LMS learns each step's pins and pages ahead of them)…`);
   const speculative = await runUnderLms({ ...settings, budgetBytes, policy: 'speculative', speculation: true });
 

@@ -12,6 +12,7 @@ export { RefCounterClient } from './refcount/RefCounterClient.js';
 export type { IpcOptions } from './sent/Ipc.js';
 export { FORGOTTEN_RELEASE_WARNING_CODE, Ipc, LIMBO_WARNING_CODE, UNSENT_WARNING_CODE } from './sent/Ipc.js';
 export { IpcService } from './sent/IpcService.js';
+export type { IpcEvent, IpcEvents, IpcEventSource } from './sent/IpcEvents.js';
 export type { SentData } from './sent/SentData.js';
 export { isSentDataPtr } from './sent/SentData.js';
 export { ipc, ipcCollect, ipcOf, registerIpc } from './ipc.js';

@@ -100,12 +100,12 @@ export class LmsDevice {
     }
   }
 
-  emitPagedOut(storage: StorageImpl, bytes: number, copied: boolean): void {
-    if (this.#emitter.listenerCount('pagedOut') > 0) this.#emitter.safeEmit('pagedOut', { storage, bytes, copied });
+  emitPagedOut(storage: StorageImpl, bytes: number, copied: boolean, address: number): void {
+    if (this.#emitter.listenerCount('pagedOut') > 0) this.#emitter.safeEmit('pagedOut', { storage, bytes, copied, address });
   }
 
   emitPagedIn(storage: StorageImpl, bytes: number): void {
-    if (this.#emitter.listenerCount('pagedIn') > 0) this.#emitter.safeEmit('pagedIn', { storage, bytes });
+    if (this.#emitter.listenerCount('pagedIn') > 0) this.#emitter.safeEmit('pagedIn', { storage, bytes, address: storage.peekDataPtr().address });
   }
 
   /** One reclaim step toward `bytes` (Note [Reclaim steps]); returns the bytes freed, 0 when nothing is inactive. */

@@ -1,12 +1,15 @@
 import { EventEmitter } from 'eventemitter3';
 import type { StorageImpl } from '@stowage/core';
 
-/** What LMS reports on a device (`LmsDevice.events`), past tense. */
+/**
+ * What LMS reports on a device (`LmsDevice.events`), past tense. `address` is the device address of the block a
+ * page-out freed or a page-in filled.
+ */
 export interface LmsEvents {
   /** A storage was reclaimed: its block freed, its bytes in host memory (`copied` false: a valid host copy was reused). */
-  pagedOut: [e: { readonly storage: StorageImpl; readonly bytes: number; readonly copied: boolean }];
+  pagedOut: [e: { readonly storage: StorageImpl; readonly bytes: number; readonly copied: boolean; readonly address: number }];
   /** A reclaimed storage was brought back: a block allocated and the host bytes copied into it. */
-  pagedIn: [e: { readonly storage: StorageImpl; readonly bytes: number }];
+  pagedIn: [e: { readonly storage: StorageImpl; readonly bytes: number; readonly address: number }];
   /** A listener or a policy hook (`policy.onPin`, …) threw; LMS went on. */
   listenerFailed: [e: { readonly event: string; readonly error: unknown }];
 }

@@ -273,7 +273,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
     ptr.release();
     device.notifyPolicy('onReclaim', storage);
     device.learner?.onReclaim(this);
-    device.emitPagedOut(storage, bytes, copied);
+    device.emitPagedOut(storage, bytes, copied, ptr.address);
     return bytes;
   }
 

@@ -452,6 +452,22 @@ describe('LMS', () => {
       expect(seen).to.deep.equal([`failed pagedOut`, `out ${10 * MiB} copied=true`, `in ${10 * MiB}`, `failed pagedOut`, `out ${10 * MiB} copied=false`]);
       await expectBytes(rt, a, 1);
     });
+
+    it('reports the device address of the block a page-out freed and of the block a page-in filled', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const a = inactiveStorage(rt, 10 * MiB, 1);
+      const before = a.peekDataPtr().address;
+      const device = resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!;
+      const addresses: [string, number][] = [];
+      device.events.on('pagedOut', (e) => addresses.push(['out', e.address]));
+      device.events.on('pagedIn', (e) => addresses.push(['in', e.address]));
+      device.reclaimAll();
+      a.data();
+      expect(addresses).to.deep.equal([
+        ['out', before],
+        ['in', a.peekDataPtr().address],
+      ]);
+    });
   });
 
   describe('under misbehaving callers', () => {

@@ -14,7 +14,9 @@ export type StowageErrorCode =
   | 'DISPOSED'
   | 'PAGE_IN_PENDING'
   | 'MALFORMED_PICKLE'
-  | 'UNSAFE_PICKLE';
+  | 'UNSAFE_PICKLE'
+  | 'FILE_NOT_FOUND'
+  | 'UNKNOWN_FORMAT';
 
 /** Base class of every error Stowage throws on purpose. */
 export class StowageError extends Error {

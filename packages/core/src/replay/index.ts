@@ -13,3 +13,5 @@ export type { TraceSummary } from './traceSummary.js';
 export { traceSummary } from './traceSummary.js';
 export type { PytorchReference } from './readPytorchReference.js';
 export { readPytorchReference } from './readPytorchReference.js';
+export type { VirtualMemoryBackendOptions } from '../testing/VirtualMemoryBackend.js';
+export { VirtualMemoryBackend } from '../testing/VirtualMemoryBackend.js';

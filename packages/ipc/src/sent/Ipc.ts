@@ -6,6 +6,7 @@ import type { CudaExport, CudaIpcAllocator } from '../cuda/CudaIpcAllocator.js';
 import type { ReceivedStorage } from '../queue/ReceivedStorage.js';
 import type { StorageDescriptor } from '../queue/StorageDescriptor.js';
 import type { CounterSlot } from '../refcount/CounterSlot.js';
+import type { IpcEventSource } from './IpcEvents.js';
 import type { RefCounterClient } from '../refcount/RefCounterClient.js';
 import type { RefCounterFiles } from '../refcount/RefCounterFiles.js';
 
@@ -39,6 +40,8 @@ export interface Ipc {
   readonly counters: RefCounterFiles;
   readonly client: RefCounterClient;
   readonly limboWarningBytes: number;
+  /** Sends, receives, limbo entries and collections, as they happen (for traces and the memory page). */
+  readonly events: IpcEventSource;
   /** Bytes in the limbo, on `device` or on every device. */
   limboBytes(device?: Device): number;
   /** Allocations in the limbo. */

@@ -18,6 +18,8 @@ import { RefCounterFiles } from '../refcount/RefCounterFiles.js';
 import type { Ipc, IpcOptions } from './Ipc.js';
 import { FORGOTTEN_RELEASE_WARNING_CODE, LIMBO_WARNING_CODE } from './Ipc.js';
 import { Limbo } from './Limbo.js';
+import type { IpcEvent, IpcEvents, IpcEventSource } from './IpcEvents.js';
+import { IpcEmitter } from './IpcEvents.js';
 import type { SentData, SentDataOwner } from './SentData.js';
 import { sentDeleter } from './SentData.js';
 
@@ -68,6 +70,8 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   readonly client: RefCounterClient;
   readonly limboWarningBytes: number;
   readonly #limbo = new Limbo();
+  readonly #emitter = new IpcEmitter();
+  readonly events: IpcEventSource = this.#emitter;
   #warned = false;
   #disposed = false;
   readonly #forgotten = new FinalizationRegistry<Forgotten>((f) => this.#releaseForgotten(f));
@@ -178,6 +182,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     const slot = this.counters.allocate();
     this.counters.increment(slot);
     sent.slots.push(slot);
+    this.#emit('sent', { device: sent.device, address: ptr.address, bytes: sent.byteLength });
     return slot;
   }
 
@@ -292,7 +297,9 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       storage = new StorageImpl({ dataPtr: ptr, allocator: rt.allocator('cpu') });
       const t = descriptor.tensor;
       const tensor = t === undefined ? null : new TensorImpl(storage, { sizes: t.sizes, strides: t.strides, storageOffset: t.storageOffset, dtype: t.dtype }, rt);
-      return new ReceivedStorage(descriptor, storage, tensor);
+      const received = new ReceivedStorage(descriptor, storage, tensor);
+      this.#emit('received', { device: ptr.device, address: ptr.address, bytes: descriptor.byteLength });
+      return received;
     } catch (error) {
       if (storage === undefined) ptr.release();
       else storage.release();
@@ -357,7 +364,9 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       storage = new StorageImpl({ dataPtr: ptr, allocator });
       const t = descriptor.tensor;
       const tensor = t === undefined ? null : new TensorImpl(storage, { sizes: t.sizes, strides: t.strides, storageOffset: t.storageOffset, dtype: t.dtype }, rt);
-      return new ReceivedStorage(descriptor, storage, tensor);
+      const received = new ReceivedStorage(descriptor, storage, tensor);
+      this.#emit('received', { device: ptr.device, address: ptr.address, bytes: descriptor.byteLength });
+      return received;
     } catch (error) {
       if (storage === undefined) ptr.release();
       else storage.release();
@@ -403,6 +412,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     if (this.#disposed || this.#unreferenced(sent)) this.#free(sent);
     else {
       this.#limbo.add(sent);
+      this.#emit('enteredLimbo', { device: sent.device, address: sent.ptr.address, bytes: sent.byteLength });
       this.#checkWarning();
     }
     this.#collect(); // Every free of a shared block collects (PyTorch: CudaIPCSentData's destructor).
@@ -481,9 +491,14 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       this.#limbo.delete(sent);
       this.#free(sent);
       freed += sent.byteLength;
+      this.#emit('collected', { device: sent.device, address: sent.ptr.address, bytes: sent.byteLength });
     }
     if (freed > 0) this.#checkWarning();
     return freed;
+  }
+
+  #emit(event: Exclude<keyof IpcEvents, 'listenerFailed'>, e: IpcEvent): void {
+    if (this.#emitter.listenerCount(event) > 0) this.#emitter.safeEmit(event, e);
   }
 
   /** True when every slot of `sent` is at count 0 (or the counters are gone). */

@@ -1,0 +1,80 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { expect } from 'chai';
+import { EXIT } from '@stowage/cli';
+import { examplePickle, expectCleanFailure, runStowage, scratchDir, writeSmallRmmLog, writeSmallTrace } from './runStowage.js';
+
+describe('stowage replay', function () {
+  this.timeout(60_000);
+  const dir = scratchDir();
+  const trace = writeSmallTrace(dir);
+
+  it('replays a JSON-lines trace and prints a summary table of peaks and segments', () => {
+    const run = runStowage(['replay', trace]);
+    expect(run.status, run.stderr).to.equal(EXIT.ok);
+    expect(run.stdout).to.match(/stowage \(pytorch\)/);
+    expect(run.stdout).to.match(/peak reserved\s+22\.00 MiB/); // a 20 MiB and a 2 MiB segment
+    expect(run.stdout).to.match(/segments created\s+2\b/);
+  });
+
+  it('prints one JSON document with --json, for scripts', () => {
+    const run = runStowage(['--json', 'replay', trace, '--allocator', 'best']);
+    expect(run.status, run.stderr).to.equal(EXIT.ok);
+    const report = JSON.parse(run.stdout) as Record<string, unknown>;
+    expect(report).to.include({ allocator: 'best', format: 'trace-jsonl', allocs: 3, frees: 2, peakLiveBytes: (3 << 20) + 1000 + 4096, oomAtOp: null });
+  });
+
+  it('replays an RMM CSV log', () => {
+    const run = runStowage(['--json', 'replay', writeSmallRmmLog(dir)]);
+    expect(run.status, run.stderr).to.equal(EXIT.ok);
+    expect(JSON.parse(run.stdout)).to.include({ format: 'rmm-csv', allocs: 3, frees: 2, peakReservedBytes: 22 << 20 });
+  });
+
+  it("replays a PyTorch snapshot pickle beside PyTorch's own figures from the traces README", function () {
+    const pickle = examplePickle();
+    if (pickle === undefined) this.skip();
+    const run = runStowage(['--json', 'replay', pickle]);
+    expect(run.status, run.stderr).to.equal(EXIT.ok);
+    const report = JSON.parse(run.stdout) as { format: string; peakLiveBytes: number; pytorch: { source: string; segments: number } | null };
+    expect(report.format).to.equal('snapshot-pickle');
+    expect(report.peakLiveBytes / 2 ** 30).to.be.closeTo(12.968, 0.001); // the traces README's peak live GiB
+    expect(report.pytorch).to.deep.include({ source: 'traces README', segments: 216 });
+    const table = runStowage(['replay', pickle]);
+    expect(table.stdout).to.match(/pytorch \(traces README\)/).and.to.match(/13\.207 GiB/);
+  });
+
+  it('exits with 4 and says so when the replay runs out of device memory', () => {
+    const run = runStowage(['replay', trace, '--capacity', '4MiB']);
+    expect(run.status, run.stderr).to.equal(EXIT.outOfMemory);
+    expect(run.stdout).to.match(/out of memory\s+at operation 0/);
+  });
+
+  it('refuses a missing file with what to give instead, exit 3, no stack trace', () => {
+    expectCleanFailure(runStowage(['replay', join(dir, 'missing.jsonl')]), EXIT.input, /No file at .*missing\.jsonl; give the path of a trace .*\[FILE_NOT_FOUND\]/);
+  });
+
+  it('refuses a file of another format, quoting how it begins, exit 3', () => {
+    const png = join(dir, 'picture.jsonl');
+    writeFileSync(png, Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13]));
+    expectCleanFailure(runStowage(['replay', png]), EXIT.input, /picture\.jsonl is not a trace .*: it begins with the bytes 89 50 4e 47.*\[UNKNOWN_FORMAT\]/);
+  });
+
+  it('refuses a trace with a bad line, naming the line, exit 3', () => {
+    const bad = join(dir, 'bad.jsonl');
+    writeFileSync(bad, '{"action":"alloc","id":0,"size":16,"stream":0}\n{"action":"alloc","id":1,"size":-4}\n');
+    expectCleanFailure(runStowage(['replay', bad]), EXIT.input, /reading it as a JSON-lines trace failed: size on line 2/);
+  });
+
+  it('refuses an unknown allocator name, naming the nearest and the known ones, exit 2', () => {
+    expectCleanFailure(runStowage(['replay', trace, '--allocator', 'pytorh']), EXIT.usage, /--allocator must be 'pytorch' \(the nearest name\) or one of pytorch, best/);
+  });
+
+  it('refuses a missing argument and an unknown flag with usage, exit 2', () => {
+    expectCleanFailure(runStowage(['replay']), EXIT.usage, /missing required argument 'trace'[\s\S]*stowage replay --help/);
+    expectCleanFailure(runStowage(['replay', trace, '--frobnicate']), EXIT.usage, /unknown option '--frobnicate'/);
+  });
+
+  it('refuses an unknown command, exit 2', () => {
+    expectCleanFailure(runStowage(['frob']), EXIT.usage, /unknown command 'frob'/);
+  });
+});
