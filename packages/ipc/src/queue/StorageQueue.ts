@@ -41,7 +41,7 @@ interface Waiter {
  * - a child process's IPC channel (`fork(file, { serialization: 'advanced' })`: the ChildProcess on the parent's
  *   side, `process` on the child's): storages in POSIX shared memory (`sharedMemoryCpu()`) cross zero copy.
  *   Messages on the channel that are not the queue's are left to the channel's other listeners. CUDA storages
- *   cross too (Note [CUDA over IPC] in Ipc.ts);
+ *   cross too (Note [CUDA over IPC] in received/Receiver.ts);
  * - any byte stream the user supplies (`stream.Duplex`: a `net.Socket` between processes, a child's stdio):
  *   length-prefixed JSON frames (Note [Stream frames] in QueueChannel.ts); the same memory as a process channel.
  *   The queue owns the stream: `close()` ends it.
@@ -323,7 +323,7 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
     }
   }
 
-  /** Exports a CUDA storage (Note [CUDA over IPC] in Ipc.ts): processes only. */
+  /** Exports a CUDA storage (Note [CUDA over IPC] in received/Receiver.ts): processes only. */
   #putCuda(storage: StorageImpl): Pick<StorageDescriptor, 'device' | 'memory' | 'slot'> {
     const device = storage.peekDataPtr().device;
     if (!this.#port.crossesProcesses) {

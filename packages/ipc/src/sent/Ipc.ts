@@ -52,9 +52,9 @@ export interface Ipc {
   sendCuda(storage: StorageImpl, exporter: CudaIpcAllocator): { slot: CounterSlot; exported: CudaExport };
   /** The consumer took an export's descriptors: see {@link IpcService.exportTaken}. */
   exportTaken(slot: Pick<CounterSlot, 'file' | 'slot'>): void;
-  /** Makes a storage of a received descriptor: see {@link IpcService.receive}. */
+  /** Makes a storage of a received descriptor: see {@link Receiver.receive}. */
   receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage;
-  /** Gives back a descriptor's reference without making a storage: see {@link IpcService.dropReference}. */
+  /** Gives back a descriptor's reference without making a storage: see {@link Receiver.dropReference}. */
   dropReference(slot: CounterSlot): void;
   /** Collects the limbo; returns the bytes freed. See {@link IpcService.collect}. */
   collect(device?: Device): number;

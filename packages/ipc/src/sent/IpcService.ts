@@ -1,38 +1,25 @@
 import { MessageChannel } from 'node:worker_threads';
 import type { MessagePort } from 'node:worker_threads';
 
-import type { DataPtr, Deleter, Device, MemoryReclaimer, Runtime } from '@stowage/core';
-import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, isAllocatorDeleter, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+import type { DataPtr, Device, MemoryReclaimer, Runtime } from '@stowage/core';
+import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, isAllocatorDeleter, StorageImpl, UseAfterReleaseError } from '@stowage/core';
 
 import type { CudaExport, CudaIpcAllocator } from '../cuda/CudaIpcAllocator.js';
-import { cudaIpcAllocatorOf } from '../cuda/CudaIpcAllocator.js';
-import { isReceivedDataPtr, ReceivedStorage, receivedDataPtr, receivedDeleter } from '../queue/ReceivedStorage.js';
-import { closeFds, takeFds } from '../cuda/descriptorFds.js';
+import { closeFds } from '../cuda/descriptorFds.js';
+import type { ReceivedStorage } from '../queue/ReceivedStorage.js';
+import { isReceivedDataPtr } from '../queue/ReceivedStorage.js';
 import type { StorageDescriptor } from '../queue/StorageDescriptor.js';
+import { Receiver } from '../received/Receiver.js';
 import type { CounterSlot } from '../refcount/CounterSlot.js';
-import { SharedMappings } from '../queue/SharedMappings.js';
-import { SharedMemoryFile } from '../shm/SharedMemoryFile.js';
-import { isProcessAlive } from '../shm/isProcessAlive.js';
-import { RefCounterClient } from '../refcount/RefCounterClient.js';
+import type { RefCounterClient } from '../refcount/RefCounterClient.js';
 import { RefCounterFiles } from '../refcount/RefCounterFiles.js';
 import type { Ipc, IpcOptions } from './Ipc.js';
-import { FORGOTTEN_RELEASE_WARNING_CODE, LIMBO_WARNING_CODE } from './Ipc.js';
+import { LIMBO_WARNING_CODE } from './Ipc.js';
 import { Limbo } from './Limbo.js';
 import type { IpcEvent, IpcEvents, IpcEventSource } from './IpcEvents.js';
 import { IpcEmitter } from './IpcEvents.js';
 import type { SentData, SentDataOwner } from './SentData.js';
 import { sentDeleter } from './SentData.js';
-
-/** What the safety net keeps of a received storage (never the storage itself, which it watches). */
-/**
- * A received storage as the forgotten-release safety net sees it: one object per storage, at once its released
- * flag, the registry's held value and its unregister token.
- */
-interface Forgotten {
-  released: boolean;
-  readonly slot: CounterSlot;
-  readonly byteLength: number;
-}
 
 // Note [Dead consumers]
 // A consumer that dies holding references must not pin the producer's memory forever (PyTorch: pytorch#19904).
@@ -59,6 +46,7 @@ interface Forgotten {
  *   (`RefCounterFiles#reclaimDead`), except inside the out-of-memory chain's hot path where that scan is skipped
  *   when the limbo is empty.
  * - `limboBytes` is what waits; the runtime's allocators report it as `limbo_bytes` in `memoryStats()`.
+ * - The consumer's side (what other threads and processes sent this runtime) is its {@link Receiver}'s.
  *
  * Invariants: every SentData this object made is in exactly one state: live (producer storage not released),
  * in the limbo, or freed; limboBytes == Σ byteLength over the limbo.
@@ -70,13 +58,12 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
   readonly client: RefCounterClient;
   readonly limboWarningBytes: number;
   readonly #limbo = new Limbo();
+  /** The consumer's side: what other threads and processes sent this runtime. */
+  readonly #receiver: Receiver;
   readonly #emitter = new IpcEmitter();
   readonly events: IpcEventSource = this.#emitter;
   #warned = false;
   #disposed = false;
-  readonly #forgotten = new FinalizationRegistry<Forgotten>((f) => this.#releaseForgotten(f));
-  /** Shared-memory objects mapped for received storages. */
-  readonly #mappings = new SharedMappings();
   /** Every SentData not yet freed (live or in the limbo). */
   readonly #sent = new Set<SentData>();
   /** Worker threads of this process that ended (their liveness port closed): Note [Dead consumers]. */
@@ -96,7 +83,8 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     }
     this.limboWarningBytes = warningBytes;
     this.counters = new RefCounterFiles(options.slotsPerFile === undefined ? {} : { slotsPerFile: options.slotsPerFile });
-    this.client = new RefCounterClient();
+    this.#receiver = new Receiver((ptr, bytes) => this.#emit('received', { device: ptr.device, address: ptr.address, bytes }));
+    this.client = this.#receiver.client;
     const interval = options.deadCheckIntervalMs ?? 1000;
     if (!Number.isFinite(interval) || interval < 0) throw new InvalidArgumentError('options.deadCheckIntervalMs', interval, 'milliseconds ≥ 0 (0: no timer)');
     if (interval > 0) {
@@ -244,134 +232,14 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
    */
   collect(device?: Device): number {
     if (this.#disposed) return 0;
-    this.#mappings.closeIdle();
+    this.#receiver.closeIdleMappings();
     if (this.#limbo.size > 0) this.counters.reclaimDead(this.#endedThreads);
     return this.#collect(device);
   }
 
-  /**
-   * Makes a storage of a descriptor another thread put (its shape already checked): acquires its counter slot,
-   * wraps the memory zero copy in a StorageImpl of `rt`'s host allocator (and a TensorImpl for a tensor), and
-   * watches it with the forgotten-release safety net.
-   * @throws what RefCounterClient#acquire throws (forged, out of range, received twice, producer gone), or
-   *   InvalidArgumentError for a tensor layout that does not fit; nothing is held when it throws
-   */
+  /** Makes a storage of a descriptor another thread put: see {@link Receiver.receive}. */
   receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage {
-    if (this.#disposed) throw new DisposedError('Ipc.receive() was called after the runtime was disposed.');
-    if (descriptor.memory.kind === 'cuda') return this.#receiveCuda(rt, descriptor, descriptor.memory.exported);
-    const slot = descriptor.slot;
-    const memory = descriptor.memory;
-    const shm = memory.kind === 'shm' ? memory : undefined;
-    const handle = shm === undefined ? (memory as { buffer: SharedArrayBuffer }).buffer : this.#mappings.map(shm, memory.byteOffset + descriptor.byteLength);
-    try {
-      this.client.acquire(slot);
-    } catch (error) {
-      if (shm !== undefined) this.#mappings.unmap(shm);
-      throw error;
-    }
-    const entry: Forgotten = { released: false, slot, byteLength: descriptor.byteLength };
-    const release = (): void => {
-      if (entry.released) return;
-      entry.released = true;
-      this.#forgotten.unregister(entry);
-      if (this.#disposed) return;
-      // The last holder unlinks: the producer left the name of a segment still held (it exited or was disposed).
-      const unlink = shm !== undefined && this.#mappings.uses(shm) === 1 && this.client.producerGone(slot);
-      try {
-        this.client.release(slot);
-      } finally {
-        if (shm !== undefined) this.#mappings.unmap(shm);
-        if (unlink) {
-          try {
-            SharedMemoryFile.unlink(shm.name);
-          } catch {
-            // Another consumer unlinked it first.
-          }
-        }
-      }
-    };
-    const ptr = receivedDataPtr(descriptor, handle, { slot, release });
-    this.#forgotten.register(ptr, entry, entry);
-    let storage: StorageImpl | undefined;
-    try {
-      storage = new StorageImpl({ dataPtr: ptr, allocator: rt.allocator('cpu') });
-      const t = descriptor.tensor;
-      const tensor = t === undefined ? null : new TensorImpl(storage, { sizes: t.sizes, strides: t.strides, storageOffset: t.storageOffset, dtype: t.dtype }, rt);
-      const received = new ReceivedStorage(descriptor, storage, tensor);
-      this.#emit('received', { device: ptr.device, address: ptr.address, bytes: descriptor.byteLength });
-      return received;
-    } catch (error) {
-      if (storage === undefined) ptr.release();
-      else storage.release();
-      throw error;
-    }
-  }
-
-  /**
-   * Note [CUDA over IPC]: the consumer acquires the slot, takes an expandable segment's file descriptors from the
-   * producer (`pidfd_open(producer pid)` + `pidfd_getfd`, as PyTorch does: the kernel asks for ptrace access to the
-   * producer), opens the export with its own runtime's CudaAllocator (`openIpc`, which closes the descriptors it
-   * is given) and wraps the pointer in a storage of that allocator. The pointer's deleter becomes the received
-   * deleter: release decrements the counter, then closes what `openIpc` opened. The producer keeps its copies of the
-   * descriptors open until the consumer's `ipc.ack` (sent whether the open worked or not) or the slot is done.
-   */
-  #receiveCuda(rt: Runtime, descriptor: StorageDescriptor, exported: CudaExport): ReceivedStorage {
-    const allocator = rt.allocator(descriptor.device); // BackendUnavailableError without a cuda() plugin
-    const opener = cudaIpcAllocatorOf(allocator);
-    if (opener === undefined) {
-      throw new InvalidArgumentError('rt', `a runtime whose ${descriptor.device} allocator has no openIpc`, "a runtime with allocator-cuda's cuda() plugin, to open CUDA storages another process sent");
-    }
-    const slot = descriptor.slot;
-    this.client.acquire(slot);
-    const producer = descriptor.producer.pid;
-    if (!isProcessAlive(producer)) {
-      this.client.release(slot);
-      throw new UseAfterReleaseError(
-        `The producer of this ${descriptor.device} storage (process ${producer}) has exited, and its device memory went with its CUDA context: device memory, unlike host shared memory, does not outlive the process that allocated it. Keep a producer alive until its consumers have released what it sent.`,
-      );
-    }
-    let ptr: DataPtr<bigint>;
-    try {
-      ptr = opener.openIpc(exported.kind === 'shareable' ? { ...exported, fds: takeFds(descriptor.producer.pid, exported.fds) } : exported);
-    } catch (error) {
-      this.client.release(slot);
-      throw error;
-    }
-    const closeDeleter = ptr.deleter as Deleter;
-    const closeContext = ptr.context;
-    const entry: Forgotten = { released: false, slot, byteLength: descriptor.byteLength };
-    const release = (): void => {
-      if (entry.released) return;
-      entry.released = true;
-      this.#forgotten.unregister(entry);
-      let failure: unknown;
-      try {
-        if (!this.#disposed) this.client.release(slot);
-      } catch (error) {
-        failure = error;
-      }
-      try {
-        closeDeleter(closeContext);
-      } catch (error) {
-        if (!this.#disposed) failure ??= error; // else the runtime's CUDA context is gone, and the mapping with it
-      }
-      if (failure !== undefined) throw failure;
-    };
-    ptr.compareExchangeDeleter(closeDeleter, receivedDeleter, { slot, release });
-    this.#forgotten.register(ptr, entry, entry);
-    let storage: StorageImpl | undefined;
-    try {
-      storage = new StorageImpl({ dataPtr: ptr, allocator });
-      const t = descriptor.tensor;
-      const tensor = t === undefined ? null : new TensorImpl(storage, { sizes: t.sizes, strides: t.strides, storageOffset: t.storageOffset, dtype: t.dtype }, rt);
-      const received = new ReceivedStorage(descriptor, storage, tensor);
-      this.#emit('received', { device: ptr.device, address: ptr.address, bytes: descriptor.byteLength });
-      return received;
-    } catch (error) {
-      if (storage === undefined) ptr.release();
-      else storage.release();
-      throw error;
-    }
+    return this.#receiver.receive(rt, descriptor);
   }
 
   /** Runs `fn` with `ptr`'s allocator deleter in place (its owner checks it), when `ptr` was sent before. */
@@ -387,18 +255,9 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     }
   }
 
-  /**
-   * Gives back the reference a descriptor carries without making a storage of it (a descriptor refused after its
-   * slot checked out, or left unread in a closed queue). Best effort: a forged or stale slot is left alone.
-   */
+  /** Gives back a descriptor's reference without making a storage: see {@link Receiver.dropReference}. */
   dropReference(slot: CounterSlot): void {
-    if (this.#disposed) return;
-    try {
-      this.client.acquire(slot);
-    } catch {
-      return;
-    }
-    this.client.release(slot);
+    this.#receiver.dropReference(slot);
   }
 
   /** MemoryReclaimer (the engine's out-of-memory chain, as the runtime's IpcCollector). */
@@ -431,9 +290,8 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     this.#exportedFds.clear();
     this.#watched.clear();
     for (const sent of this.#limbo.entries()) this.#free(sent);
-    this.client.close();
+    this.#receiver.dispose();
     this.counters.close();
-    this.#mappings.closeAll();
   }
 
   [Symbol.dispose](): void {
@@ -544,22 +402,6 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     } catch (error) {
       process.emitWarning(`The IPC dead-consumer check failed: ${(error as Error).message}`, { type: 'StowageIpcWarning' });
     }
-  }
-
-  #releaseForgotten(f: Forgotten): void {
-    if (f.released || this.#disposed) return;
-    f.released = true;
-    // Its shared-memory mapping (if any) stays until dispose: a view of its bytes may outlive the storage.
-    try {
-      this.client.release(f.slot);
-    } catch {
-      // The producer reclaimed it already (it saw this thread end): nothing is held.
-    }
-    process.emitWarning(
-      `A received ${f.byteLength}-byte storage was garbage-collected without release(); its reference was given back now. ` +
-        'Release received storages when done (release() or using): until then the producer cannot free or reuse their memory.',
-      { type: 'StowageIpcWarning', code: FORGOTTEN_RELEASE_WARNING_CODE },
-    );
   }
 
   #checkWarning(): void {
