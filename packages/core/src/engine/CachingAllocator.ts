@@ -31,7 +31,7 @@ import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
-import { checkByteCount, checkOptions } from '../validation/validate.js';
+import { checkByteCount } from '../validation/validate.js';
 import type { MemoryBackend, StreamId } from '../contracts/MemoryBackend.js';
 import type { MemorySnapshot } from '../contracts/MemorySnapshot.js';
 import { Block, placementOf } from './Block.js';
@@ -50,25 +50,11 @@ import { History } from './History.js';
 import { QuickLists, quickKey } from './QuickLists.js';
 import { SegmentRelease } from './SegmentRelease.js';
 import { isSmallRequest, MIN_BLOCK_BYTES, roundSize, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
+import { checkAllocateOptions, checkBackend } from './checkEngineInputs.js';
 import { StreamEvents } from './StreamEvents.js';
 
 /** Calls of one reclaimer per failed allocation at most (Note [Out-of-memory chain]). */
 const MAX_RECLAIM_CALLS = 4096;
-
-/**
- * Throws unless `options` is an options object whose keys are AllocateOptions' (a `for…in` over one or two keys:
- * no allocation on the path of a call that passes options).
- */
-function checkAllocateOptions(options: AllocateOptions): void {
-  checkOptions('options', options);
-  for (const key in options) {
-    if (key !== 'stream' && key !== 'usage' && key !== 'shared' && (options as Record<string, unknown>)[key] !== undefined) {
-      checkOptions('options', options, ALLOCATE_OPTION_KEYS); // throws, naming the key and the nearest known one
-    }
-  }
-}
-
-const ALLOCATE_OPTION_KEYS: readonly string[] = ['stream', 'usage', 'shared'];
 
 /** The options of a call that passed none: one shared object, not a new one per call. */
 const NO_OPTIONS: AllocateOptions = Object.freeze({});
@@ -551,13 +537,4 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
       this.stats.inactive_split_bytes.add(block.small, inactiveSplitBytes);
     }
   }
-}
-
-/** Throws unless `backend` looks like a MemoryBackend (a device and the segment methods); constructor only. */
-function checkBackend<H>(backend: MemoryBackend<H>): MemoryBackend<H> {
-  const b = backend as Partial<MemoryBackend<H>> | null;
-  if (typeof b !== 'object' || b === null || typeof b.device !== 'object' || typeof b.malloc !== 'function' || typeof b.free !== 'function' || typeof b.copy !== 'function') {
-    throw new InvalidArgumentError('backend', backend, 'a MemoryBackend (such as new CpuMemoryBackend())');
-  }
-  return backend;
 }
