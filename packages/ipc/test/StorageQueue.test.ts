@@ -7,13 +7,9 @@ import type { SabMemory, StorageDescriptor } from '@stowage/ipc';
 import { ipc, ipcCollect, ipcOf, StorageQueue } from '@stowage/ipc';
 
 import { shmObjects } from './childProcess.js';
+import type { Reply } from './commandReplies.js';
+import { CommandReplies } from './commandReplies.js';
 import type { WorkerCommand } from './storageQueueWorker.js';
-
-interface Reply {
-  readonly id: number;
-  readonly value?: unknown;
-  readonly error?: { name: string; code?: string; message: string };
-}
 
 interface Described {
   readonly byteLength: number;
@@ -24,22 +20,18 @@ interface Described {
 /** A worker running storageQueueWorker.js, consuming from the other end of `queue`'s channel. */
 class Consumer {
   readonly worker: Worker;
-  readonly #pending = new Map<number, (r: Reply) => void>();
-  #id = 1;
+  readonly #replies = new CommandReplies();
 
   private constructor(worker: Worker) {
     this.worker = worker;
-    worker.on('message', (r: Reply) => {
-      this.#pending.get(r.id)?.(r);
-      this.#pending.delete(r.id);
-    });
+    worker.on('message', (r: Reply) => this.#replies.settle(r));
   }
 
   static async start(port: import('node:worker_threads').MessagePort): Promise<Consumer> {
     const worker = new Worker(new URL('./storageQueueWorker.js', import.meta.url), { workerData: { port }, transferList: [port as never] });
     const consumer = new Consumer(worker);
     await new Promise<void>((resolve, reject) => {
-      consumer.#pending.set(0, () => resolve());
+      void consumer.#replies.ready().then(resolve);
       worker.once('error', reject);
     });
     return consumer;
@@ -47,11 +39,7 @@ class Consumer {
 
   /** Runs a command; resolves to its value or rejects with { name, code, message }. */
   call<T = unknown>(op: string, args: Omit<WorkerCommand, 'id' | 'op'> = {}): Promise<T> {
-    const id = this.#id++;
-    return new Promise((resolve, reject) => {
-      this.#pending.set(id, (r) => (r.error === undefined ? resolve(r.value as T) : reject(r.error)));
-      this.worker.postMessage({ id, op, ...args });
-    });
+    return this.#replies.call((id) => this.worker.postMessage({ id, op, ...args }));
   }
 
   /** The error a command fails with. */

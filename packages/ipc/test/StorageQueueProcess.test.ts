@@ -17,26 +17,19 @@ import { cpu, createRuntime, DataPtr, DisposedError, ForwardingAllocator, Invali
 import { ipc, ipcCollect, ipcOf, SharedMemoryError, sharedMemoryCpu, StorageQueue, UNSENT_WARNING_CODE } from '@stowage/ipc';
 
 import { shmExists, shmObjects } from './childProcess.js';
+import type { Reply } from './commandReplies.js';
+import { CommandReplies } from './commandReplies.js';
 import type { ChildCommand } from './storageQueueChild.js';
-
-interface Reply {
-  readonly id: number;
-  readonly value?: unknown;
-  readonly error?: { name: string; code?: string; message: string };
-}
 
 /** A forked consumer running storageQueueChild.js, commanded over the same channel its queue uses. */
 class ChildConsumer {
   readonly child: ChildProcess;
-  readonly #pending = new Map<number, (r: Reply) => void>();
-  #id = 1;
+  readonly #replies = new CommandReplies();
 
   private constructor(child: ChildProcess) {
     this.child = child;
     child.on('message', (m: { reply?: Reply }) => {
-      if (m.reply === undefined) return;
-      this.#pending.get(m.reply.id)?.(m.reply);
-      this.#pending.delete(m.reply.id);
+      if (m.reply !== undefined) this.#replies.settle(m.reply);
     });
   }
 
@@ -44,7 +37,7 @@ class ChildConsumer {
     const child = fork(fileURLToPath(new URL(script, import.meta.url)), [], { serialization: 'advanced', stdio: ['ignore', 'inherit', 'inherit', 'ipc'], env });
     const consumer = new ChildConsumer(child);
     await new Promise<void>((resolve, reject) => {
-      consumer.#pending.set(0, () => resolve());
+      void consumer.#replies.ready().then(resolve);
       child.once('error', reject);
       child.once('exit', (code) => reject(new Error(`the child exited with ${code}`)));
     });
@@ -52,11 +45,7 @@ class ChildConsumer {
   }
 
   call<T = unknown>(op: string, args: Omit<ChildCommand, 'id' | 'op'> = {}): Promise<T> {
-    const id = this.#id++;
-    return new Promise((resolve, reject) => {
-      this.#pending.set(id, (r) => (r.error === undefined ? resolve(r.value as T) : reject(r.error)));
-      this.child.send({ cmd: { id, op, ...args } });
-    });
+    return this.#replies.call((id) => this.child.send({ cmd: { id, op, ...args } }));
   }
 
   async stop(): Promise<void> {
