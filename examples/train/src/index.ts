@@ -1,6 +1,8 @@
 export { BudgetExceededError } from './BudgetExceededError.js';
 export type { CpuOpsOptions } from './cpuOps.js';
 export { createCpuOps } from './cpuOps.js';
+export type { WebGpuOpsOptions } from './webgpu/webGpuOps.js';
+export { createWebGpuOps } from './webgpu/webGpuOps.js';
 export type { CudaHostOpsOptions } from './cuda/cudaHostOps.js';
 export { createCudaHostOps } from './cuda/cudaHostOps.js';
 export type { LmsRunModel, LmsRunOptions, LmsRunResult, LmsRunSettings, StepStatKey } from './lmsRun.js';
