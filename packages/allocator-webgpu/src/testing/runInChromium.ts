@@ -7,6 +7,8 @@ export interface RunInChromiumOptions {
   readonly title?: string;
   /** How long the page's function may run, in milliseconds. Default 120 000. */
   readonly timeoutMs?: number;
+  /** What the page's function is called with (plain JSON: it crosses into the page through `page.evaluate`). */
+  readonly args?: readonly unknown[];
 }
 
 export interface ChromiumRun<Report> {
@@ -18,13 +20,13 @@ export interface ChromiumRun<Report> {
 
 /**
  * Serves the bundle on loopback (`serveBrowserBundle`), launches headless Chromium (`launchChromium`), opens the
- * page, waits up to 10 s for the bundle to define the global function `functionName`, calls it with no arguments
- * and resolves to what it resolved to. Closes the browser and the server whether it succeeds or not.
+ * page, waits up to 10 s for the bundle to define the global function `functionName`, calls it with `args` (none
+ * by default) and resolves to what it resolved to. Closes the browser and the server whether it succeeds or not.
  * @throws when Chromium does not launch, the function is not defined in time, it rejects, or it runs past
  * `timeoutMs`
  */
 export async function runInChromium<Report>(bundlePath: string, functionName: string, options: RunInChromiumOptions = {}): Promise<ChromiumRun<Report>> {
-  const { title, timeoutMs = 120_000 } = options;
+  const { title, timeoutMs = 120_000, args = [] } = options;
   const server = await serveBrowserBundle(bundlePath, title);
   let browser: Browser | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
@@ -38,7 +40,10 @@ export async function runInChromium<Report>(bundlePath: string, functionName: st
     });
     await page.goto(server.url);
     await page.waitForFunction((name) => typeof (globalThis as Record<string, unknown>)[name] === 'function', functionName, { timeout: 10_000 });
-    const evaluated = page.evaluate((name) => (globalThis as unknown as Record<string, () => Promise<unknown>>)[name]!(), functionName);
+    const evaluated = page.evaluate(
+      ([name, values]) => (globalThis as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>)[name]!(...values),
+      [functionName, args] as const,
+    );
     const expired = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new Error(`${functionName}() in the page ran past ${timeoutMs} ms.`)), timeoutMs);
     });
