@@ -10,6 +10,11 @@ export interface TfjsBrowserReport {
   readonly adapter: string | null;
   /** One entry per model of test/models.ts, stock tfjs against the Stowage backend on one device. */
   readonly models: readonly TfjsBrowserModelResult[];
+  /**
+   * `dataSync()` of tensors the Stowage backend holds in ranges of a segment (a matMul's output and its two
+   * inputs): whether it gives `data()`'s values, the largest of their offsets in their segments, or what it threw.
+   */
+  readonly dataSync: { readonly sameAsData: boolean; readonly offset?: number; readonly error?: string };
   readonly elapsedMs: number;
 }
 

@@ -5,6 +5,8 @@ import '@tensorflow/tfjs-core/dist/register_all_gradients.js';
 import { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
 import { createRuntime } from '@stowage/core';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
+import type { StorageImpl } from '@stowage/core';
+import type { StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
 import { registerStowageWebGpuBackend } from '@stowage/tfjs-webgpu';
 import type { ModelRun } from '../test/models.js';
 import { MODELS, runModel } from '../test/models.js';
@@ -33,7 +35,8 @@ window.runStowageTfjsBrowserChecks = async (): Promise<TfjsBrowserReport> => {
   const started = performance.now();
   const adapter = navigator.gpu ? await navigator.gpu.requestAdapter() : null;
   if (adapter === null) {
-    return { userAgent: navigator.userAgent, unavailable: navigator.gpu ? 'navigator.gpu gave no adapter' : 'no navigator.gpu', adapter: null, models: [], elapsedMs: 0 };
+    const unavailable = navigator.gpu ? 'navigator.gpu gave no adapter' : 'no navigator.gpu';
+    return { userAgent: navigator.userAgent, unavailable, adapter: null, models: [], dataSync: { sameAsData: false }, elapsedMs: 0 };
   }
   const context = await openWebGpuDevice();
   const device = context.device;
@@ -66,12 +69,43 @@ window.runStowageTfjsBrowserChecks = async (): Promise<TfjsBrowserReport> => {
       models.push({ name, samePrediction: false, sameLosses: false, sameWeights: false, losses: [], validationError: null, error: String(error) });
     }
   }
+  const dataSync = await checkDataSync(device);
   const info = (adapter as GPUAdapter & { info?: GPUAdapterInfo }).info;
   device.destroy();
   return {
     userAgent: navigator.userAgent,
     adapter: [info?.vendor, info?.architecture].filter(Boolean).join(' ') || 'adapter',
     models,
+    dataSync,
     elapsedMs: Math.round(performance.now() - started),
   };
 };
+
+/** `dataSync()` on the Stowage backend of a matMul's output and inputs (the largest offset in a segment reported): `data()`'s values. */
+async function checkDataSync(device: GPUDevice): Promise<TfjsBrowserReport['dataSync']> {
+  const runtime = await createRuntime({ plugins: [webgpu({ device, limit: '1GiB' })] });
+  try {
+    await registerStowageWebGpuBackend(runtime);
+    await tf.setBackend('webgpu');
+    const a = tf.tensor2d(Float32Array.from({ length: 64 * 48 }, (_, i) => (i % 13) - 6), [64, 48]);
+    const b = tf.tensor2d(Float32Array.from({ length: 48 * 32 }, (_, i) => (i % 7) - 3), [48, 32]);
+    const y = tf.matMul(a, b); // tfjs allocates y, then uploads a and b: a and b lie after y in the segment
+    const backend = tf.backend() as unknown as StowageWebGpuBackend;
+    const offsetOf = (t: tf.Tensor): number => backend.storageManager.allocator.bindingOf((backend.tensorMap.get(t.dataId).resource as StorageImpl).data()).offset;
+    let same = true;
+    let offset = 0;
+    for (const t of [y, a, b]) {
+      if (backend.tensorMap.get(t.dataId).values != null) throw new Error('a tensor kept its values on the CPU: dataSync would not read the GPU');
+      offset = Math.max(offset, offsetOf(t));
+      const synchronous = t.dataSync();
+      same &&= sameBits(synchronous as Float32Array, (await t.data()) as Float32Array);
+    }
+    tf.dispose([a, b, y]);
+    return { sameAsData: same, offset };
+  } catch (error) {
+    return { sameAsData: false, error: String(error) };
+  } finally {
+    tf.removeBackend('webgpu');
+    await runtime.dispose();
+  }
+}

@@ -47,7 +47,8 @@ const TfjsWebGpuBackend = WebGPUBackend as unknown as WebGpuBackendInternalsClas
  *   Stowage]), freed at the submit.
  * Shaders see inputs as `read_write` (Note [Storage usage per buffer]).
  *
- * `readSync` is tfjs's (it reads through a canvas, so only in a browser; in Node use `data()`).
+ * - `readSync` (`dataSync`, browser only: tfjs reads through a canvas) reads a whole-buffer copy, as `readToGPU`
+ *   makes, with the GPUDevice itself.
  */
 export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   readonly runtime: Runtime;
@@ -216,6 +217,27 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     const tensorRef = engine().makeTensorFromTensorInfo(info);
     this.tensorMap.get(info.dataId).resource = whole; // released to tfjs's pool by tfjs's releaseResource
     return { tensorRef, buffer: whole };
+  }
+
+  /**
+   * `dataSync`: tfjs reads a whole GPUBuffer from offset 0 through canvases configured with its `device` (so only in
+   * a browser). The tensor's range is copied to a whole buffer first, as for `dataToGPU`, and tfjs reads that with
+   * the GPUDevice itself (a canvas refuses the read_write proxy); the values are cached on the tensor, as tfjs's
+   * own read caches them.
+   */
+  override readSync(dataId: DataId): BackendValues {
+    const data = this.tensorMap.get(dataId);
+    if (!(data.resource instanceof StorageImpl) || data.values != null) return super.readSync(dataId);
+    const { tensorRef } = this.readToGPU(dataId);
+    const proxy = this.device;
+    this.device = this.gpuDevice;
+    try {
+      data.values = super.readSync(tensorRef.dataId);
+      return data.values;
+    } finally {
+      this.device = proxy;
+      tensorRef.dispose();
+    }
   }
 
   override releaseResource(dataId: DataId): void {

@@ -23,7 +23,7 @@ export interface TensorData {
  * members as the backend's dist/backend_webgpu.js defines them. `instanceof WebGPUBackend` still holds. A tfjs
  * version that renames one of them breaks the backend: the peer dependency is pinned to 4.22.0 for that reason.
  */
-export interface WebGpuBackendInternals extends Omit<WebGPUBackend, 'tensorMap' | 'bufferManager'> {
+export interface WebGpuBackendInternals extends Omit<WebGPUBackend, 'tensorMap' | 'bufferManager' | 'readSync'> {
   bufferManager: unknown;
   tensorMap: { get(dataId: DataId): TensorData; has(dataId: DataId): boolean };
   commandEncoder: GPUCommandEncoder | null;
@@ -37,6 +37,8 @@ export interface WebGpuBackendInternals extends Omit<WebGPUBackend, 'tensorMap' 
   uploadToGPU(dataId: DataId): void;
   getBufferData(buffer: unknown): Promise<ArrayBuffer>;
   readToGPU(dataId: DataId): GPUData;
+  /** Public in tfjs, but declared there as KernelBackend's with its DataId type; a method here so it can be overridden. */
+  readSync(dataId: DataId): BackendValues;
   createTensorFromGPUData(webGPUData: WebGPUData, shape: number[], dtype: DataType): Tensor;
 }
 

@@ -23,7 +23,7 @@ describe('@stowage/tfjs-webgpu in the browser', function () {
     expect(staticImports).to.deep.equal([]);
   });
 
-  it('runs the models in headless Chromium on navigator.gpu bit-identical to stock tfjs, with no validation error', async function () {
+  it('runs the models in headless Chromium on navigator.gpu bit-identical to stock tfjs, with no validation error, and dataSync reads a tensor\'s own range', async function () {
     if (!hasChromium()) {
       console.log(`    skipped: ${CHROMIUM_PATH} is missing (apt-get install chromium)`);
       this.skip();
@@ -45,5 +45,8 @@ describe('@stowage/tfjs-webgpu in the browser', function () {
       expect([model.samePrediction, model.sameLosses, model.sameWeights], seen).to.deep.equal([true, true, true]);
       expect(model.losses.every((loss) => loss > 0), seen).to.equal(true);
     }
+    expect(report.dataSync.error, 'dataSync() of a Stowage tensor').to.equal(undefined);
+    expect(report.dataSync.offset, 'a tensor read starts inside its segment, not at its start').to.be.greaterThan(0);
+    expect(report.dataSync.sameAsData, 'dataSync() against data()').to.equal(true);
   });
 });

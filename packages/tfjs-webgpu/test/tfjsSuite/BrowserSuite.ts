@@ -45,17 +45,76 @@ export interface BrowserSuiteUnavailable {
   readonly unavailable: string;
 }
 
+/** A whole run in the browser: the suite's result, and the top-level suites during which the device was lost. */
+export type BrowserSuiteRun = SuiteResult & { readonly deviceLostIn: string[] };
+
+type PageResult = SuiteResult & { readonly deviceLostIn: string | null };
+type SuiteSelection = { readonly names: readonly string[] } | { readonly topSuites: readonly string[] } | null;
+
+// Note [Device loss in the browser suite]: in Chromium (SwiftShader) the page's connection to the GPU can break
+// during a run — it did on the stock backend right after broadcastArgs's specs, in every whole-suite run here —
+// and from then on every WebGPU call fails ("A valid external Instance reference no longer exists", then
+// "createBuffer failed … mappedAtCreation == true" for each upload) while `device.lost` stays pending. One break
+// would make the rest of a run (2,100 specs of 4,370) say nothing about either backend. So a whole-suite run goes
+// in pages: the page reports the top-level suite in which it first saw that answer (or `device.lost`); the run
+// keeps the suites before it, and goes on in a new page, with a new device, from that suite. A suite that breaks a
+// fresh page as its first is kept as it ran (it broke the device itself), and the run goes on after it. The
+// breaks are reported (`deviceLostIn`) beside the counts.
+
 /**
- * Runs tfjs-core's suite on one backend in headless Chromium (Debian's, on its SwiftShader WebGPU adapter): a fresh
- * browser and page per run. Resolves to what passed and failed, or to why the page has no adapter.
+ * Runs tfjs-core's suite on one backend in headless Chromium (Debian's, on its SwiftShader WebGPU adapter), in a
+ * fresh browser and page, in more pages after a device loss (Note [Device loss in the browser suite]). Resolves to
+ * what passed and failed, or to why the page has no adapter.
  */
-export async function runTfjsSuiteInChromium(backend: 'stock' | 'stowage', options: SuiteRunOptions): Promise<SuiteResult | BrowserSuiteUnavailable> {
+export async function runTfjsSuiteInChromium(backend: 'stock' | 'stowage', options: SuiteRunOptions): Promise<BrowserSuiteRun | BrowserSuiteUnavailable> {
   const bundle = await buildBrowserSuiteBundle();
-  const { report, pageErrors } = await runInChromium<SuiteResult | BrowserSuiteUnavailable>(bundle, 'runTfjsSuite', {
-    title: `tfjs-core suite on ${backend}`,
-    timeoutMs: options.timeoutMs ?? 1_800_000,
-    args: [backend, options.filter],
-  });
-  options.log?.(pageErrors.join('\n'));
-  return report;
+  const page = async (fn: string, args: readonly unknown[]): Promise<unknown> => {
+    const { report, pageErrors } = await runInChromium<unknown>(bundle, fn, { title: `tfjs-core suite on ${backend}`, timeoutMs: options.timeoutMs ?? 1_800_000, args });
+    if (pageErrors.length > 0) options.log?.(pageErrors.join('\n'));
+    return report;
+  };
+  const run = async (selection: SuiteSelection): Promise<PageResult | BrowserSuiteUnavailable> => (await page('runTfjsSuite', [backend, selection])) as PageResult | BrowserSuiteUnavailable;
+  const first = await run(options.filter === null ? null : { names: options.filter });
+  if ('unavailable' in first) return first;
+  if (first.deviceLostIn === null) return { ...first, deviceLostIn: [] };
+  // A break: collect the run page by page, by top-level suite (Note [Device loss in the browser suite]).
+  const total: BrowserSuiteRun = { ...first, passed: [], failed: [], deviceLostIn: [] };
+  const suites = (await page('listTfjsSuites', [])) as string[];
+  const keep = (result: PageResult, from: number, through: number): void => {
+    const kept = new Set(suites.slice(from, through + 1));
+    const inKept = (name: string): boolean => [...kept].some((suite) => name.startsWith(`${suite} `));
+    total.passed.push(...result.passed.filter(inKept));
+    total.failed.push(...result.failed.filter((f) => inKept(f.name)));
+  };
+  let result: PageResult = first;
+  let from = 0;
+  for (;;) {
+    let next: number;
+    if (result.deviceLostIn === null) {
+      keep(result, from, suites.length - 1);
+      break;
+    }
+    total.deviceLostIn.push(result.deviceLostIn);
+    const broken = suites.indexOf(result.deviceLostIn);
+    if (broken > from) {
+      keep(result, from, broken - 1); // the broken suite runs again in a new page
+      next = broken;
+    } else {
+      keep(result, from, broken); // it broke a fresh page: its own result
+      next = broken + 1;
+    }
+    from = next;
+    if (from >= suites.length) break;
+    const rest = await run(wanted(suites.slice(from), options.filter));
+    if ('unavailable' in rest) return rest;
+    total.pending += rest.pending;
+    total.wallMs += rest.wallMs;
+    result = rest;
+  }
+  return total;
+}
+
+/** The top-level suites of `remaining` that the filter (describeWithFlags names, or null for all) selects. */
+function wanted(remaining: readonly string[], filter: readonly string[] | null): SuiteSelection {
+  return { topSuites: filter === null ? remaining : remaining.filter((suite) => filter.some((name) => suite.startsWith(`${name} webgpu `) || suite === `${name} webgpu`)) };
 }

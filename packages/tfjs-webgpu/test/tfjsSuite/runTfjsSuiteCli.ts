@@ -21,7 +21,8 @@ for (const backend of ['stock', 'stowage'] as const) {
     process.exit(2);
   }
   results.push(result);
-  console.log(JSON.stringify({ backend, where, adapter: result.adapter, passed: result.passed.length, failed: result.failed.length, pending: result.pending, wallMs: result.wallMs }));
+  const losses = 'deviceLostIn' in result ? { deviceLostIn: result.deviceLostIn } : {};
+  console.log(JSON.stringify({ backend, where, adapter: result.adapter, passed: result.passed.length, failed: result.failed.length, pending: result.pending, wallMs: result.wallMs, ...losses }));
 }
 const [stock, stowage] = results as [SuiteResult, SuiteResult];
 const difference = compareSuites(stock, stowage);
