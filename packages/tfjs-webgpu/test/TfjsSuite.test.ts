@@ -1,5 +1,7 @@
 import { expect } from 'chai';
-import { sharedDevice } from '@stowage/allocator-webgpu/testing';
+import { CHROMIUM_PATH, hasChromium, sharedDevice } from '@stowage/allocator-webgpu/testing';
+import { runTfjsSuiteInChromium } from './tfjsSuite/BrowserSuite.js';
+import type { SuiteResult } from './tfjsSuite/SuiteResult.js';
 import { compareSuites, runTfjsSuite } from './tfjsSuite/TfjsSuite.js';
 
 /**
@@ -41,13 +43,30 @@ describe("tfjs-core's test suite", function () {
       console.log(`    skipped: no WebGPU adapter — ${device}`);
       this.skip();
     }
-    const stock = await runTfjsSuite('stock', { filter: CI_SUBSET });
-    const stowage = await runTfjsSuite('stowage', { filter: CI_SUBSET });
-    console.log(`    stock: ${stock.passed.length} passed, ${stock.failed.length} failed; stowage: ${stowage.passed.length} passed, ${stowage.failed.length} failed`);
-    expect(stock.passed.length, 'the subset ran (405 of its 406 specs pass on stock here)').to.be.greaterThan(350);
-    const difference = compareSuites(stock, stowage);
-    const failures = Object.fromEntries(stowage.failed.map((f) => [f.name, f.message]));
-    expect(difference.onlyStockPassed.map((name) => `${name}: ${failures[name] ?? 'did not run'}`), 'specs only stock passes').to.deep.equal([]);
-    expect(difference.onlyStowagePassed, 'specs only Stowage passes').to.deep.equal([]);
+    expectSameSets(await runTfjsSuite('stock', { filter: CI_SUBSET }), await runTfjsSuite('stowage', { filter: CI_SUBSET }));
+  });
+
+  it('passes and fails the same specs on both backends in headless Chromium too (CI subset)', async function () {
+    if (!hasChromium()) {
+      console.log(`    skipped: ${CHROMIUM_PATH} is missing (apt-get install chromium)`);
+      this.skip();
+    }
+    const stock = await runTfjsSuiteInChromium('stock', { filter: CI_SUBSET });
+    if ('unavailable' in stock) {
+      console.log(`    skipped: no WebGPU adapter in Chromium — ${stock.unavailable}`);
+      this.skip();
+    }
+    const stowage = await runTfjsSuiteInChromium('stowage', { filter: CI_SUBSET });
+    if ('unavailable' in stowage) throw new Error(`Chromium had an adapter for stock tfjs, then none: ${stowage.unavailable}`);
+    expectSameSets(stock, stowage);
   });
 });
+
+function expectSameSets(stock: SuiteResult, stowage: SuiteResult): void {
+  console.log(`    stock: ${stock.passed.length} passed, ${stock.failed.length} failed; stowage: ${stowage.passed.length} passed, ${stowage.failed.length} failed`);
+  expect(stock.passed.length, 'the subset ran (405 of its 406 specs pass on stock here)').to.be.greaterThan(350);
+  const difference = compareSuites(stock, stowage);
+  const failures = Object.fromEntries(stowage.failed.map((f) => [f.name, f.message]));
+  expect(difference.onlyStockPassed.map((name) => `${name}: ${failures[name] ?? 'did not run'}`), 'specs only stock passes').to.deep.equal([]);
+  expect(difference.onlyStowagePassed, 'specs only Stowage passes').to.deep.equal([]);
+}
