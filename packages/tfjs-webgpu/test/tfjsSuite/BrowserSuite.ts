@@ -55,7 +55,7 @@ type SuiteSelection = { readonly names: readonly string[] } | { readonly topSuit
 // during a run — it did on the stock backend right after broadcastArgs's specs, in every whole-suite run here —
 // and from then on every WebGPU call fails ("A valid external Instance reference no longer exists", then
 // "createBuffer failed … mappedAtCreation == true" for each upload) while `device.lost` stays pending. One break
-// would make the rest of a run (2,100 specs of 4,370) say nothing about either backend. So a whole-suite run goes
+// would make the rest of a run (about 1,970 of 4,320 specs for stock) say nothing about either backend. So a run goes
 // in pages: the page reports the top-level suite in which it first saw that answer (or `device.lost`); the run
 // keeps the suites before it, and goes on in a new page, with a new device, from that suite. A suite that breaks a
 // fresh page as its first is kept as it ran (it broke the device itself), and the run goes on after it. The
