@@ -35,6 +35,7 @@ type BackendName = (typeof BACKENDS)[number];
 const MiB = 2 ** 20;
 
 const { values } = parseArgs({
+  args: process.argv.slice(2).filter((arg) => arg !== '--'), // `pnpm bench:tfjs -- --steps 5` as well
   options: {
     steps: { type: 'string', default: '10' },
     models: { type: 'string' },

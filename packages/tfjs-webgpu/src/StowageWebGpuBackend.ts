@@ -87,7 +87,9 @@ const TfjsWebGpuBackend = WebGPUBackend as unknown as WebGpuBackendInternalsClas
  *   buffer that bound the tensor is submitted (Note [Frees after their submit] in @stowage/allocator-webgpu).
  * - `makeUniforms`: a dispatch's uniforms land in a range of a Stowage uniform segment (Note [Uniforms through
  *   Stowage]), freed at the submit.
- * Shaders see inputs as `read_write` (Note [Storage usage per buffer]).
+ * Shaders see inputs as `read_write` (Note [Storage usage per buffer]). Under `lms()`, `runWebGPUProgram` pins a
+ * kernel's tensors until the submit that runs it and reads are async points where host copies are made (Note [LMS
+ * inside a synchronous step]; `lmsSettle`, `endLmsStep`).
  *
  * `readSync` is tfjs's (it reads through a canvas, so only in a browser; in Node use `data()`).
  */
@@ -218,7 +220,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
         if (resource instanceof StorageImpl) this.#readSinceWritten.add(resource);
       }
       const written = this.tensorMap.get(result.dataId).resource;
-      if (written instanceof StorageImpl && written !== undefined) this.#readSinceWritten.delete(written);
+      if (written instanceof StorageImpl) this.#readSinceWritten.delete(written);
       return result;
     } finally {
       this.#inProgram = false;
