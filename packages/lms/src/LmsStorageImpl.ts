@@ -175,6 +175,20 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
     });
   }
 
+  /**
+   * Resolves once no page-out of this storage is in flight, in any state: its host copy, if it has one, is
+   * complete (`hostCopyReady`) or its page-out failed. Never rejects. For callers that make host copies ahead
+   * (`pageOutEarly`) and must know they landed before synchronous work that may reclaim the storage.
+   */
+  hostCopySettled(): Promise<void> {
+    const host = this.#host;
+    if (host === null || host.bytes !== null) return Promise.resolve();
+    return host.done.then(
+      () => undefined,
+      () => undefined,
+    );
+  }
+
   readHostCopy(): Promise<Uint8Array> | null {
     const host = this.#host;
     if (this.#state !== 'reclaimed' || host === null) return null;

@@ -144,6 +144,22 @@ describe('LMS on WebGPU', function () {
     expect(lmsOf(storage).hasHostCopy).to.equal(true);
   });
 
+  it('resolves hostCopySettled once an early page-out of a resident storage landed, so that a reclaim then copies nothing and a synchronous pin brings it back', async function () {
+    await using rt = await lmsRuntime(this);
+    const storage = inactiveStorage(rt, 5);
+    const lms = lmsOf(storage);
+    await lms.hostCopySettled(); // no copy in flight: at once
+    lms.pageOutEarly();
+    expect([lms.state, lms.hasHostCopy, lms.hostCopyReady]).to.deep.equal(['inactive', true, false]);
+    await lms.hostCopySettled();
+    expect(lms.hostCopyReady).to.equal(true);
+    const pageOuts = stat(rt, 'page_out');
+    resolve(rt.container, LMS_CONTROLLER).reclaimInactive({ type: 'webgpu', index: 0 });
+    expect([lms.state, stat(rt, 'page_out')]).to.deep.equal(['reclaimed', pageOuts]);
+    pin(storage).release(); // synchronous: the bytes are on the host
+    await expectBytes(rt, storage, 5);
+  });
+
   it('pins a reclaimed storage synchronously once its host copy is complete, and again after a reclaim that copied nothing; a write makes the copy stale', async function () {
     await using rt = await lmsRuntime(this);
     const controller = resolve(rt.container, LMS_CONTROLLER);

@@ -4,12 +4,18 @@
 //   {"scenario":"summary", model, …ratios of Stowage to stock}
 //   {"scenario":"readWriteKernel", kernel, msStock, msReadWrite, ratio}   single kernels, tfjs's backend with and
 //   without every input declared read_write (Note [Storage usage per buffer]), alternating rounds, medians
+//   {"scenario":"lms", model, stockPeakGpuBytes, stockPeakTensorBytes, workingSetBytes, halfRuns, quarterRuns,
+//    smallestBudgetBytes, …}   predict + --lms-steps Adam steps under LMS (Note [LMS inside a synchronous step]):
+//   stock's peak at the device, the in-step working set (the floor of any budget for a synchronous step), whether
+//   the run at 1/2 and 1/4 of stock's peak gives stock's bits, the smallest budget that does (bisection to 4 KiB
+//   between the working set and stock's peak), the paging it did there, and how the runtime without lms() fails
+//   at that budget
 // Backends: `stock` (tfjs's), `stock-read_write` (tfjs's with every storage binding declared read_write: the cost
 // of Note [Storage usage per buffer] alone), `stowage` (default segments, 48 MiB first) and `stowage-2MiB` (2 MiB
 // first segment). Peak GPU bytes are counted at the device (every createBuffer and destroy while the model runs,
 // staging and uniform buffers included); peak live tensor bytes are tfjs's `numBytesInGPU` sampled after each
 // step. Options: --steps N (timed steps after 2 untimed; default 10), --models a,b (none: only the kernels), --kernels
-// matMul,conv2d,add (none: only the models).
+// matMul,conv2d,add (none: only the models), --lms-steps N (default 5; 0: no LMS lines), --only-lms.
 import 'reflect-metadata';
 import { parseArgs } from 'node:util';
 import * as tf from '@tensorflow/tfjs-core';
@@ -20,14 +26,25 @@ import { openWebGpuDevice, webgpu, webGpuEngineDefaults } from '@stowage/allocat
 import { installWebGpuGlobals, readWriteStorageDevice, registerStowageWebGpuBackend, StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
 import { DeviceMemoryCounter } from '../test/DeviceMemoryCounter.js';
 import type { Model } from '../test/models.js';
-import { MODELS } from '../test/models.js';
+import { inStepWorkingSet, isSameRun, runStock, runUnderLms, smallestLmsBudget } from '../test/lmsRuns.js';
+import { MODELS, runModel } from '../test/models.js';
 import { registerTfjsGradients } from '../test/tfjsGradients.js';
 
 const BACKENDS = ['stock', 'stock-read_write', 'stowage', 'stowage-2MiB'] as const;
 type BackendName = (typeof BACKENDS)[number];
 const MiB = 2 ** 20;
 
-const { values } = parseArgs({ options: { steps: { type: 'string', default: '10' }, models: { type: 'string' }, kernels: { type: 'string' } } });
+const { values } = parseArgs({
+  args: process.argv.slice(2).filter((arg) => arg !== '--'), // `pnpm bench:tfjs -- --steps 5` as well
+  options: {
+    steps: { type: 'string', default: '10' },
+    models: { type: 'string' },
+    kernels: { type: 'string' },
+    'lms-steps': { type: 'string', default: '5' },
+    'only-lms': { type: 'boolean', default: false },
+  },
+});
+const lmsSteps = Number(values['lms-steps']);
 const steps = Number(values.steps);
 const models = MODELS.filter((m) => values.models === undefined || values.models.split(',').includes(m.name));
 
@@ -61,8 +78,62 @@ async function step(model: Model, optimizer: tf.Optimizer): Promise<void> {
   loss!.dispose();
 }
 
+// LMS: the smallest budget each model runs in, bit-identical to stock (Note [LMS inside a synchronous step]).
+// Small kernels run on the GPU here too (tfjs forwards tiny inputs to its CPU code otherwise), as in the tests.
+if (lmsSteps > 0) {
+  const forward = tf.env().getBool('WEBGPU_CPU_FORWARD');
+  tf.env().set('WEBGPU_CPU_FORWARD', false);
+  for (const { name: modelName, make } of models) {
+    const started = performance.now();
+    const stock = await runStock(context, make, lmsSteps);
+    const workingSet = await inStepWorkingSet(context, make, lmsSteps);
+    const budgetAt = (fraction: number): number => Math.round((stock.peakGpuBytes * fraction) / 512) * 512;
+    const runsAt = async (budget: number): Promise<boolean> => {
+      const { run } = await runUnderLms(context, make, lmsSteps, budget);
+      return run !== undefined && isSameRun(run, stock.run);
+    };
+    const halfRuns = await runsAt(budgetAt(0.5));
+    const quarterRuns = await runsAt(budgetAt(0.25));
+    const smallest = await smallestLmsBudget(context, make, lmsSteps, stock.run, Math.max(0, workingSet.maxBytes - 4096), stock.peakGpuBytes);
+    const line: Record<string, unknown> = {
+      scenario: 'lms',
+      model: modelName,
+      steps: lmsSteps,
+      stockPeakGpuBytes: stock.peakGpuBytes,
+      stockPeakTensorBytes: stock.peakTensorBytes,
+      workingSetBytes: workingSet.maxBytes,
+      workingSetPerStep: workingSet.perStepBytes,
+      halfBudgetBytes: budgetAt(0.5),
+      halfRuns,
+      quarterBudgetBytes: budgetAt(0.25),
+      quarterRuns,
+      quarterBelowWorkingSet: budgetAt(0.25) < workingSet.maxBytes,
+      smallestBudgetBytes: smallest,
+      smallestBudgetOfStockPeak: smallest === null ? null : Math.round((smallest / stock.peakGpuBytes) * 1000) / 1000,
+    };
+    if (smallest !== null) {
+      const at = await runUnderLms(context, make, lmsSteps, smallest);
+      for (const key of ['page_out', 'page_out_bytes', 'page_in', 'page_in_bytes', 'reclaimed', 'speculative_page_out_bytes', 'pinned_bytes.all.peak', 'reserved_bytes.all.peak']) line[key] = at.stats[key];
+      let step = -1; // the prediction
+      const below = await runUnderLms(context, make, lmsSteps, smallest - 4096, async (backend) => {
+        await runModel(make, lmsSteps, async () => {
+          step++;
+          await backend.endLmsStep();
+        }, () => backend.lmsSettle().then(() => void step++));
+      });
+      line['belowSmallestFails'] = below.error === undefined ? 'ran (results differ)' : (below.error as { code?: string }).code ?? String(below.error);
+      line['belowSmallestFailsInStep'] = below.error === undefined ? null : step + 1; // 1: the first Adam step
+      const withoutLms = await runUnderLms(context, make, lmsSteps, smallest, undefined, false);
+      line['withoutLmsAtSmallest'] = withoutLms.error === undefined ? 'ran' : (withoutLms.error as { code?: string }).code ?? String(withoutLms.error);
+    }
+    line['seconds'] = Math.round((performance.now() - started) / 100) / 10;
+    emit(line);
+  }
+  tf.env().set('WEBGPU_CPU_FORWARD', forward);
+}
+
 const results = new Map<string, Record<string, number>>();
-for (const { name: modelName, make } of models) {
+for (const { name: modelName, make } of values['only-lms'] ? [] : models) {
   for (const backendName of BACKENDS) {
     const counter = new DeviceMemoryCounter(device).install();
     const runtime = await useBackend(backendName);
@@ -121,7 +192,7 @@ const KERNELS: { readonly name: string; run(): tf.Tensor }[] = [
 ];
 const ROUNDS = 5;
 const REPEATS = 10;
-for (const kernel of KERNELS.filter((k) => values.kernels === undefined || values.kernels.split(',').includes(k.name.split(' ')[0]!))) {
+for (const kernel of KERNELS.filter((k) => !values['only-lms'] && (values.kernels === undefined || values.kernels.split(',').includes(k.name.split(' ')[0]!)))) {
   const rounds: Record<string, number[]> = { stock: [], 'stock-read_write': [] };
   for (let round = 0; round < ROUNDS; round++) {
     for (const backendName of ['stock', 'stock-read_write'] as const) {

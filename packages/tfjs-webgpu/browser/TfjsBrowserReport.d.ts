@@ -15,7 +15,23 @@ export interface TfjsBrowserReport {
    * inputs): whether it gives `data()`'s values, the largest of their offsets in their segments, or what it threw.
    */
   readonly dataSync: { readonly sameAsData: boolean; readonly offset?: number; readonly error?: string };
+  /** The mlp under LMS at a quarter of stock's peak GPU bytes (Note [LMS inside a synchronous step]); absent when nothing ran. */
+  readonly lms?: TfjsBrowserLmsResult;
   readonly elapsedMs: number;
+}
+
+export interface TfjsBrowserLmsResult {
+  readonly name: string;
+  /** Stock tfjs's peak GPU bytes on the device while the model ran. */
+  readonly stockPeakGpuBytes: number;
+  /** The webgpu plugin's `limit`: a quarter of that peak. */
+  readonly budgetBytes: number;
+  /** Prediction, losses and weights bit-identical to stock's. */
+  readonly same: boolean;
+  readonly reservedPeakBytes: number;
+  readonly pageIns: number;
+  /** What failed, when the model did not run. */
+  readonly error?: string;
 }
 
 export interface TfjsBrowserModelResult {

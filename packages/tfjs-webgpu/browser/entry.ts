@@ -6,17 +6,19 @@ import { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
 import { createRuntime } from '@stowage/core';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
 import type { StorageImpl } from '@stowage/core';
-import type { StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
-import { registerStowageWebGpuBackend } from '@stowage/tfjs-webgpu';
-import type { ModelRun } from '../test/models.js';
-import { MODELS, runModel } from '../test/models.js';
-import type { TfjsBrowserModelResult, TfjsBrowserReport } from './TfjsBrowserReport.js';
+import { lms } from '@stowage/lms';
+import { registerStowageWebGpuBackend, StowageWebGpuBackend, SynchronousStepPolicy } from '@stowage/tfjs-webgpu';
+import { DeviceMemoryCounter } from '../test/DeviceMemoryCounter.js';
+import type { Model, ModelRun } from '../test/models.js';
+import { MODELS, mlp, runModel } from '../test/models.js';
+import type { TfjsBrowserLmsResult, TfjsBrowserModelResult, TfjsBrowserReport } from './TfjsBrowserReport.js';
 
 /**
  * The entry of the tfjs browser bundle (dist-browser/stowage-tfjs-checks.js, built by
  * test/browser/TfjsBrowserChecks.test.ts). `window.runStowageTfjsBrowserChecks()` opens a device through
  * `navigator.gpu` and runs each model of test/models.ts (predict, then 5 Adam steps) on tfjs's own WebGPU backend
- * and on the Stowage backend, both on that device, and reports whether the results are bit-identical.
+ * and on the Stowage backend, both on that device, and reports whether the results are bit-identical; then the
+ * mlp under LMS at a quarter of stock's peak GPU bytes (Note [LMS inside a synchronous step]).
  */
 
 declare global {
@@ -69,6 +71,9 @@ window.runStowageTfjsBrowserChecks = async (): Promise<TfjsBrowserReport> => {
       models.push({ name, samePrediction: false, sameLosses: false, sameWeights: false, losses: [], validationError: null, error: String(error) });
     }
   }
+  const lmsResult = await runUnderLmsAtAQuarter(device, 'mlp', mlp);
+  // Last: run before the LMS run, tfjs's read through canvases left the page's GPU connection broken for it here
+  // (headless Chromium on SwiftShader: "A valid external Instance reference no longer exists" at its first mapAsync).
   const dataSync = await checkDataSync(device);
   const info = (adapter as GPUAdapter & { info?: GPUAdapterInfo }).info;
   device.destroy();
@@ -77,6 +82,7 @@ window.runStowageTfjsBrowserChecks = async (): Promise<TfjsBrowserReport> => {
     adapter: [info?.vendor, info?.architecture].filter(Boolean).join(' ') || 'adapter',
     models,
     dataSync,
+    lms: lmsResult,
     elapsedMs: Math.round(performance.now() - started),
   };
 };
@@ -107,5 +113,42 @@ async function checkDataSync(device: GPUDevice): Promise<TfjsBrowserReport['data
   } finally {
     tf.removeBackend('webgpu');
     await runtime.dispose();
+  }
+}
+
+/** The model on stock tfjs (its peak GPU bytes counted), then under LMS with a quarter of that peak as the budget. */
+async function runUnderLmsAtAQuarter(device: GPUDevice, name: string, make: () => Model): Promise<TfjsBrowserLmsResult> {
+  let stockPeakGpuBytes = 0;
+  let budgetBytes = 0;
+  try {
+    if (tf.findBackendFactory('webgpu') != null) tf.removeBackend('webgpu');
+    tf.registerBackend('webgpu', () => new WebGPUBackend(device));
+    await tf.setBackend('webgpu');
+    const counter = new DeviceMemoryCounter(device).install();
+    const stock = await runModel(make, 5);
+    counter.uninstall();
+    tf.removeBackend('webgpu');
+    stockPeakGpuBytes = counter.peakBytes;
+    budgetBytes = Math.round(stockPeakGpuBytes / 4 / 512) * 512;
+    const runtime = await createRuntime({
+      plugins: [
+        webgpu({ device, limit: budgetBytes, segmentSize: (rounded: number) => rounded, splitBlocks: false }),
+        lms({ policy: new SynchronousStepPolicy(), devices: ['webgpu'] }),
+      ],
+    });
+    try {
+      await registerStowageWebGpuBackend(runtime);
+      await tf.setBackend('webgpu');
+      const backend = tf.backend() as StowageWebGpuBackend;
+      const run = await runModel(make, 5, () => backend.endLmsStep(), () => backend.lmsSettle());
+      const stats = runtime.allocator('webgpu').memoryStats() as unknown as Record<string, number>;
+      const same = sameBits(run.prediction, stock.prediction) && sameBits(run.losses, stock.losses) && sameBits(run.weights, stock.weights);
+      return { name, stockPeakGpuBytes, budgetBytes, same, reservedPeakBytes: stats['reserved_bytes.all.peak'] ?? -1, pageIns: stats['page_in'] ?? 0 };
+    } finally {
+      tf.removeBackend('webgpu');
+      await runtime.dispose();
+    }
+  } catch (error) {
+    return { name, stockPeakGpuBytes, budgetBytes, same: false, reservedPeakBytes: -1, pageIns: 0, error: String(error) };
   }
 }

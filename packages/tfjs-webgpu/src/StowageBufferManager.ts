@@ -58,6 +58,11 @@ export class StowageBufferManager {
     this.allocator.freeingSubmitted(() => storage.release());
   }
 
+  /** The live storages from `acquireStorage`. */
+  get storages(): ReadonlySet<StorageImpl> {
+    return this.#live;
+  }
+
   /** Whether `storage` came from `acquireStorage` and is live. */
   owns(storage: StorageImpl): boolean {
     return this.#live.has(storage);

@@ -5,9 +5,14 @@ import type { BufferManager } from '@tensorflow/tfjs-backend-webgpu/dist/buffer_
 import type { DataPtr, Runtime } from '@stowage/core';
 import { checkEnum, StorageImpl } from '@stowage/core';
 import { fromGpuBuffer } from '@stowage/allocator-webgpu';
+import type { LmsDevice, PinGuard } from '@stowage/lms';
+import { LmsAllocator, LmsStorageImpl, PageInPendingError, pin } from '@stowage/lms';
 import type { ReadWriteStorageCounts } from './ReadWriteStorage.js';
 import { readWriteStorageDevice } from './ReadWriteStorage.js';
 import { StowageBufferManager, TENSOR_USAGE } from './StowageBufferManager.js';
+import type { StepHints } from './SynchronousStepPolicy.js';
+import { SynchronousStepPolicy } from './SynchronousStepPolicy.js';
+import { TensorBytesInFlightError } from './TensorBytesInFlightError.js';
 import { UniformCapture } from './UniformCapture.js';
 import type { DataId, WebGpuBackendInternalsClass } from './TfjsBackendInternals.js';
 import { webGpuAllocatorOf } from './webGpuAllocatorOf.js';
@@ -18,14 +23,51 @@ export interface StowageWebGpuBackendOptions {
   /** Passed to tfjs's backend (it tunes a few kernels for Intel GPUs by it). */
   readonly adapterInfo?: GPUAdapterInfo;
   /**
-   * Where a dispatch's uniforms go: `'stowage'` (default), ranges of the allocator's uniform segments (Note
-   * [Uniforms through Stowage]); `'tfjs'`, tfjs's pool of whole buffers by exact size (no uniform segment: one
-   * segment less reserved, a few dozen more createBuffer calls).
+   * Where a dispatch's uniforms go: `'stowage'` (default without LMS), ranges of the allocator's uniform segments
+   * (Note [Uniforms through Stowage]); `'tfjs'` (default under LMS: Note [LMS inside a synchronous step]), tfjs's
+   * pool of whole buffers by exact size (no uniform segment: one segment less reserved, a few dozen more
+   * createBuffer calls).
    */
   readonly uniforms?: 'stowage' | 'tfjs';
 }
 
 const UNIFORM_PLACES = ['stowage', 'tfjs'] as const;
+
+// Note [LMS inside a synchronous step]: under `lms()`, a tfjs model whose tensors exceed the budget (the webgpu
+// plugin's `limit`: Stowage's reserved segments; the staging buffers of reads and page-outs, and tfjs's own pool
+// for uniforms and `dataToGPU`, are outside it) runs with tensors paged to host memory. What makes tfjs different
+// from a loop that awaits between ops is that a tfjs step (a forward pass, `optimizer.minimize`) is synchronous
+// JavaScript: no promise resolves inside it, so a WebGPU page-out made inside it (a copy into a MAP_READ staging
+// buffer, whose bytes reach the host when mapAsync resolves) has no host bytes until the step returns, and a
+// MAP_READ buffer cannot be a copy source. Within one step, then:
+// - reclaiming a *clean* tensor (a complete host copy, unchanged since) only frees its block, and bringing it back
+//   is a synchronous `queue.writeBuffer`;
+// - reclaiming a *dirty* tensor is safe only when the step does not need it again; if it does, the kernel that
+//   needs it throws TensorBytesInFlightError (code PAGE_IN_PENDING) before recording anything: never stale bytes.
+// So the floor of any budget is the step's working set: at each kernel, its inputs and output plus every tensor
+// written earlier in the step that a later kernel of the step reads (activations saved for backward, gradients
+// before the optimizer's update). The backend does this:
+// - pins: `runWebGPUProgram` pins a kernel's inputs (bringing reclaimed ones back) before tfjs allocates its
+//   output, pins the output as it is allocated, and keeps the pins until the submit that runs the kernel (tfjs
+//   submits every WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE (15) dispatches and before reads and copies): a page-out is
+//   its own submit, and would otherwise copy a block before the recorded work that writes it has run. The pins
+//   end just before tfjs's `queue.submit` (nothing allocates in between). When an allocation would pass the budget
+//   while recorded kernels hold pins, the backend submits them first (`#makeRoom`), so that one kernel's tensors,
+//   not fifteen's, is what must be resident;
+// - async points: `read` (every `data()`), `lmsSettle()` and `endLmsStep()` start a host copy of every inactive
+//   tensor that has none and wait for every page-out in flight, so that the next step's reclaims find clean
+//   tensors (weights, optimizer state, inputs); `endLmsStep()` also marks the end of an iteration, from which LMS
+//   learns the step's sequence of pins (Note [Speculation] in @stowage/lms) and predicts the next steps;
+// - the policy (`SynchronousStepPolicy`, to be given to `lms({ policy })`) reclaims clean tensors first, then dirty
+//   ones the learned sequence does not pin again this step, then, in a step nothing predicts (the first, or one
+//   that left the learned sequence), dirty ones that look dead from what the backend knows (read since written,
+//   not on tfjs's gradient tape), and only then anything else, the farthest next use first. The first step is
+//   therefore a guess: it can fail at a budget the later, predicted steps run in;
+// - uniforms stay in tfjs's pool by default under LMS: LMS offers only tensors of the request's segment kind
+//   before reclaim_all, so a uniform request under pressure would page out every inactive tensor, dirty ones
+//   included.
+// Making every host copy at every async point costs a copy of the step's persistent tensors per step (weights
+// and optimizer state are rewritten every step); the package README has the figures.
 
 /** tfjs's class with the members it overrides visible (Note [Overriding tfjs's private members]). */
 const TfjsWebGpuBackend = WebGPUBackend as unknown as WebGpuBackendInternalsClass;
@@ -45,7 +87,9 @@ const TfjsWebGpuBackend = WebGPUBackend as unknown as WebGpuBackendInternalsClas
  *   buffer that bound the tensor is submitted (Note [Frees after their submit] in @stowage/allocator-webgpu).
  * - `makeUniforms`: a dispatch's uniforms land in a range of a Stowage uniform segment (Note [Uniforms through
  *   Stowage]), freed at the submit.
- * Shaders see inputs as `read_write` (Note [Storage usage per buffer]).
+ * Shaders see inputs as `read_write` (Note [Storage usage per buffer]). Under `lms()`, `runWebGPUProgram` pins a
+ * kernel's tensors until the submit that runs it and reads are async points where host copies are made (Note [LMS
+ * inside a synchronous step]; `lmsSettle`, `endLmsStep`).
  *
  * - `readSync` (`dataSync`, browser only: tfjs reads through a canvas) reads a whole-buffer copy, as `readToGPU`
  *   makes, with the GPUDevice itself.
@@ -60,10 +104,27 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   readonly readWriteCounts: ReadWriteStorageCounts;
   /** The storages bound so far by the dispatch being recorded; null outside `recordAndSubmit`. */
   #bound: Set<StorageImpl> | null = null;
+  /** True while `runWebGPUProgram` runs under LMS: a storage allocated then is the kernel's, and pinned. */
+  #inProgram = false;
   /** Uniform blocks of the dispatches recorded since the last submit (Note [Uniforms through Stowage]). */
   #uniforms: DataPtr[] = [];
   /** Copies of inputs bound twice in one dispatch (whole buffers of tfjs's pool), released at the next submit. */
   #aliasCopies: GPUBuffer[] = [];
+  /**
+   * LMS on the tensors' device (Note [LMS inside a synchronous step]), when the runtime has `lms()` and the device's
+   * allocator pages; null otherwise.
+   */
+  readonly lmsDevice: LmsDevice | null;
+  /** Pins of the kernel `runWebGPUProgram` is running (its inputs and output). */
+  #opPins: PinGuard[] = [];
+  /** Pins of the kernels recorded since the last submit: released at the submit that runs them. */
+  #pendingPins: PinGuard[] = [];
+  /** True while tfjs's `recordAndSubmit` runs: a submit then runs the current kernel too. */
+  #recording = false;
+  /** Storages tfjs released while a pin held them (a kernel that failed before recording): released at the submit. */
+  #releasedWhilePinned: StorageImpl[] = [];
+  /** Storages a kernel has read since they were written (StepHints). */
+  readonly #readSinceWritten = new WeakSet<StorageImpl>();
 
   /**
    * @throws InvalidArgumentError when the runtime's `device` allocator is not Stowage's WebGPU allocator; tfjs's
@@ -75,13 +136,36 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     const allocator = webGpuAllocatorOf(runtime, device);
     const gpuDevice = allocator.backend.gpuDevice;
     const counts: ReadWriteStorageCounts = { shaders: 0, rewrittenDeclarations: 0, aliasCopies: 0, aliasCopyBytes: 0 };
-    const capture = (options.uniforms ?? 'stowage') === 'stowage' ? new UniformCapture(gpuDevice) : null;
+    const deviceAllocator = runtime.allocator(device);
+    const lmsDevice = deviceAllocator instanceof LmsAllocator ? deviceAllocator.lms : null;
+    const capture = (options.uniforms ?? (lmsDevice === null ? 'stowage' : 'tfjs')) === 'stowage' ? new UniformCapture(gpuDevice) : null;
     super(readWriteStorageDevice(gpuDevice, counts, capture?.queue), options.adapterInfo);
     this.runtime = runtime;
     this.gpuDevice = gpuDevice;
     this.readWriteCounts = counts;
     this.storageManager = new StowageBufferManager(runtime, allocator, device, this.bufferManager as BufferManager, capture);
     this.bufferManager = this.storageManager;
+    this.lmsDevice = lmsDevice;
+    const policy = lmsDevice?.policy;
+    if (policy instanceof SynchronousStepPolicy) policy.attach(this.#stepHints());
+  }
+
+  /** What the backend knows of the step's tensors, for `SynchronousStepPolicy`. */
+  #stepHints(): StepHints {
+    return {
+      readSinceWritten: (storage) => this.#readSinceWritten.has(storage),
+      savedForBackward: () => {
+        const saved = new Set<StorageImpl>();
+        const tape = (engine() as unknown as { state: { activeTape: { saved?: TensorInfo[] }[] | null } }).state.activeTape;
+        for (const node of tape ?? []) {
+          for (const tensor of node.saved ?? []) {
+            const resource = this.tensorMap.has(tensor.dataId) ? this.tensorMap.get(tensor.dataId).resource : undefined;
+            if (resource instanceof StorageImpl) saved.add(resource);
+          }
+        }
+        return saved;
+      },
+    };
   }
 
   /** tfjs packs and "writes" the uniforms; with uniforms through Stowage they land in a uniform block's range. */
@@ -101,7 +185,9 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     const data = this.tensorMap.get(dataId);
     if (data.resource != null) return;
     const byteLength = webgpu_util.GPUBytesPerElement(data.dtype) * util.sizeFromShape(data.shape);
+    if (this.lmsDevice !== null) this.#makeRoom(byteLength);
     const storage = this.storageManager.acquireStorage(byteLength);
+    if (this.lmsDevice !== null && this.#inProgram) this.#opPins.push(this.#pin([storage]));
     if (data.values != null) {
       if (byteLength > 0) this.runtime.write(storage, gpuValues(data.dtype, data.values));
       data.values = null; // as tfjs: once uploaded, the values live only on the GPU
@@ -109,12 +195,49 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     data.resource = storage;
   }
 
+  /**
+   * tfjs's, under LMS with the kernel's inputs and output pinned from before its output is allocated until the
+   * submit that runs it (Note [LMS inside a synchronous step]); reclaimed inputs are brought back first.
+   * @throws TensorBytesInFlightError when an input's bytes are still on their way to host memory
+   */
+  override runWebGPUProgram(program: unknown, inputs: TensorInfo[], outputDtype: DataType, programDefinedUniform?: unknown, output?: TensorInfo): TensorInfo {
+    const run = (): TensorInfo => super.runWebGPUProgram(program, inputs, outputDtype, programDefinedUniform, output);
+    if (this.lmsDevice === null) return run();
+    const storages: StorageImpl[] = [];
+    let pageInBytes = 0;
+    for (const tensor of output === undefined ? inputs : [...inputs, output]) {
+      const resource = this.tensorMap.get(tensor.dataId).resource;
+      if (!(resource instanceof StorageImpl) || resource.lms === null) continue;
+      storages.push(resource);
+      if (resource.lms.state === 'reclaimed') pageInBytes += resource.byteLength;
+    }
+    if (pageInBytes > 0) this.#makeRoom(pageInBytes);
+    this.#inProgram = true;
+    try {
+      this.#opPins.push(this.#pin(storages));
+      const result = run();
+      for (const input of inputs) {
+        const resource = this.tensorMap.get(input.dataId).resource;
+        if (resource instanceof StorageImpl) this.#readSinceWritten.add(resource);
+      }
+      const written = this.tensorMap.get(result.dataId).resource;
+      if (written instanceof StorageImpl) this.#readSinceWritten.delete(written);
+      return result;
+    } finally {
+      this.#inProgram = false;
+      this.#pendingPins.push(...this.#opPins);
+      this.#opPins = [];
+    }
+  }
+
   override recordAndSubmit(program: unknown, output: TensorInfo, inputs: TensorInfo[], programDefinedUniform?: unknown): void {
     this.#bound = new Set();
+    this.#recording = true;
     try {
       super.recordAndSubmit(program, output, inputs, programDefinedUniform);
     } finally {
       this.#bound = null;
+      this.#recording = false;
     }
   }
 
@@ -146,7 +269,20 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
 
   /** tfjs's submit, then the copies and uniform blocks its dispatches bound are released (their last use is submitted). */
   override submitQueue(): void {
+    // Note [LMS inside a synchronous step]: unpinned just before tfjs's queue.submit; nothing in between allocates,
+    // so no block the recorded work uses can be reclaimed before that work is submitted.
+    if (this.#pendingPins.length > 0 || (this.#recording && this.#opPins.length > 0)) {
+      const pins = this.#pendingPins;
+      this.#pendingPins = [];
+      if (this.#recording) pins.push(...this.#opPins.splice(0));
+      for (const guard of pins) guard.release();
+    }
     super.submitQueue();
+    if (this.#releasedWhilePinned.length > 0) {
+      const storages = this.#releasedWhilePinned.filter((s) => s.lms?.state !== 'active');
+      this.#releasedWhilePinned = this.#releasedWhilePinned.filter((s) => s.lms?.state === 'active');
+      for (const storage of storages) this.storageManager.releaseStorage(storage);
+    }
     if (this.#aliasCopies.length > 0) {
       const copies = this.#aliasCopies;
       this.#aliasCopies = [];
@@ -157,6 +293,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
 
   /** tfjs's dispose (its pools, and every tensor storage: StowageBufferManager#dispose), then the uniform blocks. */
   override dispose(): void {
+    for (const guard of [...this.#pendingPins.splice(0), ...this.#opPins.splice(0)]) guard.release(); // nothing runs any more
     super.dispose();
     if (!this.runtime.isDisposed) this.#freeUniforms(); // a disposed runtime took its allocators with it
     this.storageManager.uniformCapture?.dispose();
@@ -169,6 +306,71 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     allocator.freeingSubmitted(() => {
       for (const ptr of uniforms) allocator.free(ptr);
     });
+  }
+
+  /** tfjs's read; under LMS then `lmsSettle()` (a read is an async point: Note [LMS inside a synchronous step]). */
+  override async read(dataId: object): Promise<BackendValues> {
+    const values = await super.read(dataId);
+    if (this.lmsDevice !== null) await this.lmsSettle();
+    return values;
+  }
+
+  /**
+   * An async point for LMS (Note [LMS inside a synchronous step]): submits what tfjs recorded (its kernels' pins
+   * end), starts a host copy of every inactive tensor that has no valid one, and waits until no page-out of the
+   * backend's tensors is in flight; so reclaims in the next synchronous step find complete host copies and only
+   * free blocks. Does nothing without LMS.
+   */
+  async lmsSettle(): Promise<void> {
+    if (this.lmsDevice === null) return;
+    if (this.#pendingPins.length > 0) this.#submitNow();
+    const waits: Promise<void>[] = [];
+    for (const storage of this.storageManager.storages) {
+      const lms = storage.lms;
+      if (!(lms instanceof LmsStorageImpl)) continue;
+      lms.pageOutEarly(); // only an inactive storage without a valid host copy
+      if (!lms.hostCopyReady) waits.push(lms.hostCopySettled());
+    }
+    await Promise.all(waits);
+  }
+
+  /**
+   * The end of one training step under LMS: LMS learns the step's pins as one iteration of the loop (so that
+   * later steps are predicted: Note [Speculation] in @stowage/lms), then `lmsSettle()`. Call it after every
+   * step, at the same point. Does nothing without LMS.
+   */
+  async endLmsStep(): Promise<void> {
+    if (this.lmsDevice === null) return;
+    this.lmsDevice.endIteration();
+    await this.lmsSettle();
+  }
+
+  /** Ends the compute pass and submits what tfjs recorded (its kernels' pins end). */
+  #submitNow(): void {
+    this.ensureCommandEncoderReady();
+    this.endComputePassEncoder();
+    this.submitQueue();
+  }
+
+  /**
+   * Before an allocation of `bytes` under LMS: when it would pass the budget and kernels recorded since the last
+   * submit hold pins, submits them first, so that their tensors can be reclaimed (Note [LMS inside a synchronous
+   * step]).
+   */
+  #makeRoom(bytes: number): void {
+    if (this.#pendingPins.length === 0) return;
+    const engine = this.storageManager.allocator.engine;
+    if (engine.reservedBytes + bytes > (engine.capacityBytes ?? Number.POSITIVE_INFINITY)) this.#submitNow();
+  }
+
+  /** Pins `storages` (one kernel's); a reclaimed one whose bytes are in flight is a TensorBytesInFlightError. */
+  #pin(storages: readonly StorageImpl[]): PinGuard {
+    try {
+      return pin(...storages);
+    } catch (error) {
+      if (error instanceof PageInPendingError) throw new TensorBytesInFlightError(error.byteLength, { cause: error });
+      throw error;
+    }
   }
 
   override async getBufferData(resource: unknown): Promise<ArrayBuffer> {
@@ -244,7 +446,8 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     const data = this.tensorMap.has(dataId) ? this.tensorMap.get(dataId) : undefined;
     const resource = data?.resource;
     if (!(resource instanceof StorageImpl)) return super.releaseResource(dataId);
-    if (this.storageManager.owns(resource)) this.storageManager.releaseStorage(resource);
+    if (resource.lms?.state === 'active' && this.storageManager.owns(resource)) this.#releasedWhilePinned.push(resource);
+    else if (this.storageManager.owns(resource)) this.storageManager.releaseStorage(resource);
     else resource.release(); // a caller's buffer (zero-copy): only forgotten, never destroyed
     data!.resource = null;
   }

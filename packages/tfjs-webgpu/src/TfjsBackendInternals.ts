@@ -23,7 +23,7 @@ export interface TensorData {
  * members as the backend's dist/backend_webgpu.js defines them. `instanceof WebGPUBackend` still holds. A tfjs
  * version that renames one of them breaks the backend: the peer dependency is pinned to 4.22.0 for that reason.
  */
-export interface WebGpuBackendInternals extends Omit<WebGPUBackend, 'tensorMap' | 'bufferManager' | 'readSync'> {
+export interface WebGpuBackendInternals extends Omit<WebGPUBackend, 'tensorMap' | 'bufferManager' | 'runWebGPUProgram' | 'read' | 'readSync'> {
   bufferManager: unknown;
   tensorMap: { get(dataId: DataId): TensorData; has(dataId: DataId): boolean };
   commandEncoder: GPUCommandEncoder | null;
@@ -35,6 +35,8 @@ export interface WebGpuBackendInternals extends Omit<WebGPUBackend, 'tensorMap' 
   releaseResource(dataId: DataId): void;
   copyBuffer(srcBuffer: GPUBuffer): unknown;
   uploadToGPU(dataId: DataId): void;
+  runWebGPUProgram(program: unknown, inputs: TensorInfo[], outputDtype: DataType, programDefinedUniform?: unknown, output?: TensorInfo): TensorInfo;
+  read(dataId: DataId): Promise<BackendValues>;
   getBufferData(buffer: unknown): Promise<ArrayBuffer>;
   readToGPU(dataId: DataId): GPUData;
   /** Public in tfjs, but declared there as KernelBackend's with its DataId type; a method here so it can be overridden. */

@@ -5,6 +5,9 @@ export { registerStowageWebGpuBackend } from './registerStowageWebGpuBackend.js'
 export { StowageBufferManager, TENSOR_USAGE } from './StowageBufferManager.js';
 export type { StowageWebGpuBackendOptions } from './StowageWebGpuBackend.js';
 export { StowageWebGpuBackend } from './StowageWebGpuBackend.js';
+export type { StepHints } from './SynchronousStepPolicy.js';
+export { stepRisk, SynchronousStepPolicy } from './SynchronousStepPolicy.js';
+export { TensorBytesInFlightError } from './TensorBytesInFlightError.js';
 export { UNIFORM_USAGE, UniformCapture } from './UniformCapture.js';
 export { installWebGpuGlobals } from './webGpuGlobals.js';
 export { webGpuAllocatorOf } from './webGpuAllocatorOf.js';

@@ -103,19 +103,25 @@ export const MODELS: readonly { readonly name: string; readonly make: () => Mode
   { name: 'transformer', make: transformerBlock },
 ];
 
-/** Predicts, then trains `steps` Adam steps on softmax cross-entropy, reading each loss; disposes the model. */
-export async function runModel(make: () => Model, steps: number): Promise<ModelRun> {
+/**
+ * Predicts, then trains `steps` Adam steps on softmax cross-entropy, reading each loss; disposes the model.
+ * `afterStep` runs after each step, once its loss is read (the LMS backend's `endLmsStep`, say), and
+ * `afterPredict` after the prediction (default `afterStep`).
+ */
+export async function runModel(make: () => Model, steps: number, afterStep?: () => Promise<void>, afterPredict: (() => Promise<void>) | undefined = afterStep): Promise<ModelRun> {
   const model = make();
   try {
     const before = tf.tidy(() => model.predict(model.x));
     const prediction = (await before.data()) as Float32Array;
     before.dispose();
+    await afterPredict?.();
     const optimizer = tf.train.adam(0.01);
     const losses: number[] = [];
     for (let step = 0; step < steps; step++) {
       const loss = optimizer.minimize(() => tf.losses.softmaxCrossEntropy(model.labels, model.predict(model.x)) as tf.Scalar, true, model.variables);
       losses.push((await loss!.data())[0]!);
       loss!.dispose();
+      await afterStep?.();
     }
     optimizer.dispose();
     const values = await Promise.all(model.variables.map((v) => v.data() as Promise<Float32Array>));

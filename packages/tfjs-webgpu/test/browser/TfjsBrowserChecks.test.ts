@@ -9,7 +9,7 @@ import type { TfjsBrowserReport } from '../../browser/TfjsBrowserReport.js';
 const PACKAGE_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 
 describe('@stowage/tfjs-webgpu in the browser', function () {
-  this.timeout(300_000);
+  this.timeout(600_000);
   let bundle: BrowserBundle;
   before(async () => {
     bundle = await buildBrowserBundle({
@@ -23,14 +23,14 @@ describe('@stowage/tfjs-webgpu in the browser', function () {
     expect(staticImports).to.deep.equal([]);
   });
 
-  it('runs the models in headless Chromium on navigator.gpu bit-identical to stock tfjs, with no validation error, and dataSync reads a tensor\'s own range', async function () {
+  it('runs the models in headless Chromium on navigator.gpu bit-identical to stock tfjs, with no validation error, the mlp under LMS at a quarter of stock\'s peak, and dataSync of a tensor\'s own range', async function () {
     if (!hasChromium()) {
       console.log(`    skipped: ${CHROMIUM_PATH} is missing (apt-get install chromium)`);
       this.skip();
     }
     const { report, pageErrors } = await runInChromium<TfjsBrowserReport>(bundle.outfile, 'runStowageTfjsBrowserChecks', {
       title: 'Stowage tfjs browser checks',
-      timeoutMs: 280_000,
+      timeoutMs: 560_000,
     });
     if (report.unavailable !== undefined) {
       console.log(`    skipped: no WebGPU adapter in Chromium — ${report.unavailable}`);
@@ -48,5 +48,11 @@ describe('@stowage/tfjs-webgpu in the browser', function () {
     expect(report.dataSync.error, 'dataSync() of a Stowage tensor').to.equal(undefined);
     expect(report.dataSync.offset, 'a tensor read starts inside its segment, not at its start').to.be.greaterThan(0);
     expect(report.dataSync.sameAsData, 'dataSync() against data()').to.equal(true);
+    const lmsRun = report.lms!;
+    console.log(`    under LMS: the ${lmsRun.name} at ${lmsRun.budgetBytes} bytes (a quarter of stock's ${lmsRun.stockPeakGpuBytes}), ${lmsRun.pageIns} page-ins`);
+    expect(lmsRun.error, lmsRun.error).to.equal(undefined);
+    expect(lmsRun.same, 'bit-identical to stock').to.equal(true);
+    expect(lmsRun.reservedPeakBytes).to.be.at.most(lmsRun.budgetBytes);
+    expect(lmsRun.pageIns).to.be.greaterThan(0);
   });
 });

@@ -1,0 +1,144 @@
+import { expect } from 'chai';
+import * as tf from '@tensorflow/tfjs-core';
+import type { StorageImpl } from '@stowage/core';
+import { OutOfMemoryError } from '@stowage/core';
+import type { WebGpuContext } from '@stowage/allocator-webgpu';
+import { deviceOrSkip } from '@stowage/allocator-webgpu/testing';
+import type { StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
+import { installWebGpuGlobals, TensorBytesInFlightError } from '@stowage/tfjs-webgpu';
+import type { Model } from './models.js';
+import { convNet, mlp, transformerBlock } from './models.js';
+import { inStepWorkingSet, isSameRun, runStock, runUnderLms } from './lmsRuns.js';
+import { registerTfjsGradients } from './tfjsGradients.js';
+
+const KiB = 1024;
+const STEPS = 5;
+
+/** The storage of a tensor on the Stowage backend. */
+function storageOf(backend: StowageWebGpuBackend, t: tf.Tensor): StorageImpl {
+  return (backend as unknown as { tensorMap: { get(id: object): { resource: StorageImpl } } }).tensorMap.get(t.dataId).resource;
+}
+
+/** A body for `runUnderLms` that runs `test` and never the model. */
+const noModel = (): Model => {
+  throw new Error('no model in this test');
+};
+
+describe('StowageWebGpuBackend under LMS', function () {
+  this.timeout(600_000);
+  let context: WebGpuContext;
+  let defined: string[] = [];
+  before(async function () {
+    context = await deviceOrSkip(this);
+    defined = await installWebGpuGlobals(context.keepAlive);
+    await registerTfjsGradients();
+    tf.env().set('WEBGPU_CPU_FORWARD', false); // the GPU path, as in StowageWebGpuBackend.test.ts
+  });
+  after(() => {
+    const global = globalThis as Record<string, unknown> & { navigator?: Record<string, unknown> };
+    for (const name of defined) {
+      if (name === 'navigator.gpu') delete global.navigator?.['gpu'];
+      else delete global[name];
+    }
+  });
+
+  describe('models built in code (predict, then 5 Adam steps)', () => {
+    it('runs the mlp at a half and at a quarter of stock tfjs\'s peak GPU bytes, bit-identical to stock, where the runtime without LMS runs out of memory', async () => {
+      const stock = await runStock(context, mlp, STEPS);
+      for (const fraction of [0.5, 0.25]) {
+        const budget = Math.round((stock.peakGpuBytes * fraction) / 512) * 512;
+        const { run, error, stats } = await runUnderLms(context, mlp, STEPS, budget);
+        expect(error, `at ${fraction} of ${stock.peakGpuBytes} bytes`).to.equal(undefined);
+        expect(isSameRun(run!, stock.run), 'prediction, losses and weights bits').to.equal(true);
+        expect(stats['reserved_bytes.all.peak']).to.be.at.most(budget);
+        expect(stats['page_in'], 'tensors came back from host memory').to.be.greaterThan(0);
+        expect(stock.peakTensorBytes, "stock's live tensors alone exceed the budget").to.be.greaterThan(budget);
+        const withoutLms = await runUnderLms(context, mlp, STEPS, budget, undefined, false);
+        expect(withoutLms.error).to.be.instanceOf(OutOfMemoryError);
+      }
+    });
+
+    it('runs the conv net at half of stock\'s peak bit-identical to stock; a quarter is below its in-step working set, out of reach for a synchronous step', async () => {
+      const stock = await runStock(context, convNet, STEPS);
+      const half = Math.round(stock.peakGpuBytes / 2 / 512) * 512;
+      const { run, error } = await runUnderLms(context, convNet, STEPS, half);
+      expect(error).to.equal(undefined);
+      expect(isSameRun(run!, stock.run)).to.equal(true);
+      const workingSet = await inStepWorkingSet(context, convNet, STEPS);
+      expect(workingSet.maxBytes, 'the floor of any budget').to.be.greaterThan(stock.peakGpuBytes / 4);
+      const quarter = await runUnderLms(context, convNet, STEPS, Math.round(stock.peakGpuBytes / 4 / 512) * 512);
+      expect(quarter.error, 'a typed error, never wrong values').to.satisfy((e: unknown) => e instanceof TensorBytesInFlightError || e instanceof OutOfMemoryError);
+    });
+
+    it('runs the transformer block at half and at 0.3 of stock\'s peak (its smallest measured budget is 0.277), bit-identical to stock', async () => {
+      const stock = await runStock(context, transformerBlock, STEPS);
+      for (const fraction of [0.5, 0.3]) {
+        const budget = Math.round((stock.peakGpuBytes * fraction) / 512) * 512;
+        const { run, error, stats } = await runUnderLms(context, transformerBlock, STEPS, budget);
+        expect(error, `at ${fraction} of ${stock.peakGpuBytes} bytes`).to.equal(undefined);
+        expect(isSameRun(run!, stock.run)).to.equal(true);
+        expect(stats['page_in']).to.be.greaterThan(0);
+      }
+    });
+  });
+
+  describe('#runWebGPUProgram', () => {
+    it("keeps a kernel's inputs and output pinned until the submit that runs it", async () => {
+      await runUnderLms(context, noModel, 0, 1024 * KiB, async (backend) => {
+        const a = tf.fill([1024], 1);
+        const b = tf.fill([1024], 2);
+        await Promise.all([a.data(), b.data()]);
+        const c = tf.add(a, b); // recorded, not submitted
+        const states = (): string[] => [a, b, c].map((t) => storageOf(backend, t).lms!.state);
+        expect(states()).to.deep.equal(['active', 'active', 'active']);
+        expect([...(await c.data()).slice(0, 2)]).to.deep.equal([3, 3]); // submits
+        expect(states()).to.deep.equal(['inactive', 'inactive', 'inactive']);
+        tf.dispose([a, b, c]);
+      });
+    });
+
+    it('brings a tensor paged out between steps back in where a kernel uses it', async () => {
+      let checked = false;
+      const { error } = await runUnderLms(context, noModel, 0, 50 * KiB, async (backend, runtime) => {
+        const a = tf.fill([4096], 3); // 16 KiB
+        await a.data(); // an async point: a gets a complete host copy
+        const others = [1, 2, 4].map((v) => tf.fill([4096], v)); // the last one needs a's room
+        expect(storageOf(backend, a).lms!.state).to.equal('reclaimed');
+        const e = tf.add(a, 1);
+        expect(storageOf(backend, a).lms!.state, 'brought back and pinned').to.equal('active');
+        expect([...(await e.data()).slice(0, 2)]).to.deep.equal([4, 4]);
+        expect((runtime.allocator('webgpu').memoryStats() as Readonly<Record<string, number>>)['page_in']).to.be.greaterThan(0);
+        tf.dispose([a, e, ...others]);
+        checked = true;
+      });
+      expect(error).to.equal(undefined);
+      expect(checked).to.equal(true);
+    });
+
+    it('throws TensorBytesInFlightError, changing nothing, when a kernel needs a tensor paged out earlier in the same synchronous step; runs it after lmsSettle()', async () => {
+      let checked = false;
+      const { error } = await runUnderLms(context, noModel, 0, 50 * KiB, async (backend) => {
+        // One synchronous stretch: x is written, then paged out (dirty) to make room, then needed.
+        const [x, ...others] = [1, 2, 3, 4].map((v) => tf.fill([4096], v));
+        expect(storageOf(backend, x!).lms!.state).to.equal('reclaimed');
+        let thrown: unknown;
+        try {
+          tf.add(x!, 1);
+        } catch (caught) {
+          thrown = caught;
+        }
+        expect(thrown).to.be.instanceOf(TensorBytesInFlightError);
+        expect((thrown as TensorBytesInFlightError).code).to.equal('PAGE_IN_PENDING');
+        expect((thrown as Error).message).to.match(/endLmsStep/);
+        expect(storageOf(backend, x!).lms!.state).to.equal('reclaimed');
+        await backend.lmsSettle(); // the bytes land
+        const y = tf.add(x!, 1);
+        expect([...(await y.data()).slice(0, 2)]).to.deep.equal([2, 2]);
+        tf.dispose([x!, y, ...others]);
+        checked = true;
+      });
+      expect(error).to.equal(undefined);
+      expect(checked).to.equal(true);
+    });
+  });
+});
