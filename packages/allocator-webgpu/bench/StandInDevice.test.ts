@@ -13,7 +13,7 @@ const freed = (id: number): TraceEvent => ({ action: 'free_requested', id, size:
 
 describe('standInContext (the allocator-cost bench)', () => {
   // Three tensors of two sizes live at once, freed, then one of each size again: tfjs keeps a buffer per
-  // distinct (size, usage) and reuses it after the submit; Stowage carves them all from its first segment (128 KiB:
+  // distinct (size, usage) and reuses it after the submit; Stowage carves them all from its first segment (416 KiB:
   // Note [WebGPU segment sizing]).
   const plan = compileReplayPlan(
     [alloc(0, 16 * KiB), alloc(1, 16 * KiB), alloc(2, 64 * KiB), freed(0), freed(1), freed(2), alloc(3, 16 * KiB), alloc(4, 64 * KiB), freed(3), freed(4)],

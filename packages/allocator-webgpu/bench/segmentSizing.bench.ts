@@ -54,14 +54,15 @@ const fixed = (minimumMiB: number): Candidate => ({
   name: `fixed-${minimumMiB}MiB`,
   sizing: { firstSegmentBytes: minimumMiB * MiB, firstUniformSegmentBytes: minimumMiB * MiB, minimumSegmentBytes: minimumMiB * MiB },
 });
-const grow = (firstKiB: number, growth: number, isDefault = false): Candidate => ({
-  name: `grow-${firstKiB}KiB-${growth}`,
-  sizing: { firstSegmentBytes: firstKiB * KiB, growth },
+const grow = (firstKiB: number, growth: number, doublingBelowMiB = 0, isDefault = false): Candidate => ({
+  name: `grow-${firstKiB}KiB-${doublingBelowMiB > 0 ? `x2<${doublingBelowMiB}MiB-` : ''}${growth}`,
+  sizing: { firstSegmentBytes: firstKiB * KiB, growth, doublingBelowBytes: doublingBelowMiB * MiB },
   ...(isDefault ? { isDefault } : {}),
 });
 const CANDIDATES: readonly Candidate[] = [
   ...[32, 40, 48, 56, 64].map(fixed),
-  ...[64, 128, 256, 1024].flatMap((firstKiB) => [0.125, 0.25, 0.5, 1].map((growth) => grow(firstKiB, growth, firstKiB === 128 && growth === 0.25))),
+  ...[128, 416, 1024].flatMap((firstKiB) => [0.125, 0.25, 0.5, 1].map((growth) => grow(firstKiB, growth))),
+  ...[256, 416, 512].flatMap((firstKiB) => [2, 4, 8].flatMap((doublingBelowMiB) => [0.25, 0.5].map((growth) => grow(firstKiB, growth, doublingBelowMiB, firstKiB === 416 && doublingBelowMiB === 4 && growth === 0.5)))),
 ];
 /** Dawn's default maxBufferSize. */
 const MAX_BUFFER_SIZE = 256 * MiB;

@@ -36,11 +36,13 @@ const MiB = 2 ** 20;
 /** The size segments grow to, and from then on the smallest new segment (Note [WebGPU segment sizing]). */
 export const DEFAULT_MIN_SEGMENT_BYTES = 48 * MiB;
 /** The first storage segment (Note [WebGPU segment sizing]). */
-export const DEFAULT_FIRST_SEGMENT_BYTES = 128 * KiB;
+export const DEFAULT_FIRST_SEGMENT_BYTES = 416 * KiB;
 /** The first uniform segment: a dispatch's uniforms take one 512-byte block each and go back at the submit. */
 const DEFAULT_FIRST_UNIFORM_SEGMENT_BYTES = 16 * KiB;
-/** The share of what a usage class has reserved that its next segment takes, until it has reserved the minimum. */
-const DEFAULT_SEGMENT_GROWTH = 0.25;
+/** The share of what a usage class has reserved that its next segment takes, from 4 MiB until the minimum. */
+const DEFAULT_SEGMENT_GROWTH = 0.5;
+/** Below this many reserved bytes of its class, a new segment is as large as what the class reserved. */
+const DEFAULT_DOUBLING_BELOW_BYTES = 4 * MiB;
 
 /** How WebGPU segments are sized (Note [WebGPU segment sizing]); every field has the default named beside it. */
 export interface WebGpuSegmentSizing {
@@ -53,8 +55,10 @@ export interface WebGpuSegmentSizing {
    * later segment of it is smaller. Default {@link DEFAULT_MIN_SEGMENT_BYTES}.
    */
   readonly minimumSegmentBytes?: number;
-  /** The share of its class's reserved bytes a new segment takes while growing. Default 0.25. */
+  /** The share of its class's reserved bytes a new segment takes while growing, once doubling stopped. Default 0.5. */
   readonly growth?: number;
+  /** Below this many reserved bytes of its class, a new segment is as large as what the class reserved. Default 4 MiB. */
+  readonly doublingBelowBytes?: number;
 }
 
 /**
@@ -62,32 +66,35 @@ export interface WebGpuSegmentSizing {
  * be partly returned (no page mapping), so WebGPU segments are shared by small and large tensors
  * (`unifiedPools`) and grow with the program. Per usage class (storage and uniform have their own segments, Note
  * [Segment kinds] in core), with R the bytes that class has reserved:
- * - while R is under the minimum (48 MiB), a new segment is a quarter of R, at least the class's first size (128
- *   KiB for storage, 16 KiB for uniforms: tfjs's uniforms take one 512-byte block per dispatch and go back at the
- *   submit), and no larger than what is left of the minimum: the first 48 MiB are reserved in growing pieces, so
- *   that a small program's last segment is at most a fifth of what it reserved, and a large one's segments from
- *   48 MiB on fall where a fixed 48 MiB minimum puts them;
- * - from there on a new segment is the minimum, growing to a sixteenth of R, at most maxBufferSize;
+ * - the first segment is small: 416 KiB for storage, 16 KiB for uniforms (tfjs's uniforms take one 512-byte
+ *   block per dispatch and go back at the submit);
+ * - below R = 4 MiB a new segment is R (doubling), then half of R, and none crosses the minimum (48 MiB): a class
+ *   reserves its first 48 MiB in growing pieces, so that a small program makes a few segments, its last one at
+ *   most half (a third, past 4 MiB) of what it reserved, and a large program's segments from 48 MiB on fall where
+ *   a fixed 48 MiB minimum puts them;
+ * - from R = 48 MiB on a new segment is the minimum, growing to a sixteenth of R, at most maxBufferSize;
  * - a request larger than half the segment its class would get now (half the minimum at most) gets a segment of
  *   its own size, as PyTorch gives requests over half its 20 MiB segments their own: placed in a shared segment,
  *   it would leave a remainder too small for another tensor of its size;
  * - sizes are rounded up to an eighth of their power of two, within 4 KiB and 2 MiB: whole 2 MiB steps from 16
- *   MiB up, as before, and never more than an eighth added to a smaller one.
+ *   MiB up, and never more than an eighth added to a smaller one.
  * Under a budget (`limit`) below eight minimums the minimum is an eighth of the budget instead, so that a small
  * budget is not spent on one segment its first tensor splits.
  *
  * Fewer, larger segments mean fewer createBuffer calls but more memory left over when a program's peak ends
  * partway into its last segment; without knowing the peak in advance, no schedule keeps both small on every
  * program. Memory comes first: it is what a budget runs out of, and on software drivers what the cold pass pays
- * for (per byte: the pieces cost a large program about twenty more createBuffer calls, not more bytes). The
- * minimum is the size that keeps peak reserved memory within the WebGPU issue's target on the most replayed
- * traces; the first size and the growth are those that keep that count and come closest to a small program's
- * peak. `pnpm bench:webgpu-segments` measures the rule against fixed minima and other first sizes and growths,
- * and the package README records the figures.
+ * for (per byte: the pieces cost a large program about ten more createBuffer calls, not more bytes). The minimum
+ * is the size that keeps peak reserved memory within the WebGPU issue's target on the most replayed traces, and
+ * the pieces keep that count. The first size and the doubling are the least that keep tfjs's small models
+ * (tfjs-webgpu's bench) within a twentieth of stock tfjs's storage createBuffer calls: starting smaller or
+ * growing slower reserves less on them but makes more buffers. `pnpm bench:webgpu-segments` measures the rule
+ * against fixed minima and other first sizes and growths, and the package README records the figures.
  */
 export function webGpuSegmentSize(maxBufferSize: number, sizing: WebGpuSegmentSizing = {}): SegmentSizeRule {
   const minimumBytes = sizing.minimumSegmentBytes ?? DEFAULT_MIN_SEGMENT_BYTES;
   const growth = sizing.growth ?? DEFAULT_SEGMENT_GROWTH;
+  const doublingBelowBytes = sizing.doublingBelowBytes ?? DEFAULT_DOUBLING_BELOW_BYTES;
   const firstBytes = Math.min(minimumBytes, sizing.firstSegmentBytes ?? DEFAULT_FIRST_SEGMENT_BYTES);
   const firstUniformBytes = Math.min(minimumBytes, sizing.firstUniformSegmentBytes ?? DEFAULT_FIRST_UNIFORM_SEGMENT_BYTES);
   return (roundedBytes, _reservedBytes, { kind, kindReservedBytes }) => {
@@ -95,7 +102,7 @@ export function webGpuSegmentSize(maxBufferSize: number, sizing: WebGpuSegmentSi
     // Until the class has reserved one minimum, its segments are pieces of it: none crosses it.
     const shared =
       kindReservedBytes < minimumBytes
-        ? Math.min(minimumBytes - kindReservedBytes, Math.max(first, roundUpToStep(kindReservedBytes * growth)))
+        ? Math.min(minimumBytes - kindReservedBytes, Math.max(first, roundUpToStep(kindReservedBytes * (kindReservedBytes < doublingBelowBytes ? 1 : growth))))
         : Math.max(minimumBytes, Math.ceil(kindReservedBytes / 16 / (2 * MiB)) * 2 * MiB);
     const ownAbove = Math.min(shared, minimumBytes) / 2;
     return Math.min(maxBufferSize, roundedBytes > ownAbove ? roundUpToStep(roundedBytes) : shared);

@@ -39,7 +39,7 @@ describe('WebGpuAllocator', function () {
       const a = allocator.allocate(1000);
       const b = allocator.allocate(3000);
       expect(a.handle).to.equal(b.handle);
-      expect((a.handle as GPUBuffer).size, 'Note [WebGPU segment sizing]: a 128 KiB segment first').to.equal(128 << 10);
+      expect((a.handle as GPUBuffer).size, 'Note [WebGPU segment sizing]: a 416 KiB segment first').to.equal(416 << 10);
       expect(b.byteOffset % context.device.limits.minStorageBufferOffsetAlignment).to.equal(0);
       expect(allocator.bindingOf(b)).to.deep.equal({ buffer: b.handle, offset: b.byteOffset, size: 3000 });
       expect(allocator.backend.createdBuffers).to.equal(1);

@@ -17,27 +17,29 @@ describe('webGpuSegmentSize', () => {
   const storage = (bytes: number, kindReservedBytes: number): number => rule(bytes, kindReservedBytes, { kind: STORAGE, kindReservedBytes });
   const uniform = (bytes: number, kindReservedBytes: number): number => rule(bytes, kindReservedBytes, { kind: UNIFORM, kindReservedBytes });
 
-  it('makes the first storage segment 128 KiB, however small the request', () => {
-    expect(DEFAULT_FIRST_SEGMENT_BYTES).to.equal(128 * KiB);
-    expect(storage(512, 0)).to.equal(128 * KiB);
-    expect(storage(512, 256 * KiB), 'until a quarter of what is reserved passes it').to.equal(128 * KiB);
+  it('makes the first storage segment 416 KiB, however small the request', () => {
+    expect(DEFAULT_FIRST_SEGMENT_BYTES).to.equal(416 * KiB);
+    expect(storage(512, 0)).to.equal(416 * KiB);
   });
 
   it('makes the first uniform segment 16 KiB, sized by the uniform segments alone', () => {
     expect(uniform(512, 0)).to.equal(16 * KiB);
     expect(rule(512, GiB, { kind: UNIFORM, kindReservedBytes: 0 }), "a gibibyte of storage segments does not grow the uniform class's").to.equal(16 * KiB);
-    expect(uniform(512, MiB), 'a quarter of its own reserved bytes once that passes 16 KiB').to.equal(256 * KiB);
+    expect(uniform(512, 64 * KiB), 'doubling, as storage').to.equal(64 * KiB);
   });
 
-  it('grows a new segment to a quarter of what its class reserved, rounded up to an eighth of its power of two', () => {
-    expect(storage(512, MiB)).to.equal(256 * KiB);
-    expect(storage(512, 3 * MiB)).to.equal(768 * KiB);
-    expect(storage(512, 5 * MiB + 4 * KiB), '1.25 MiB + 1 KiB in 128 KiB steps').to.equal(1.375 * MiB);
-    expect(storage(512, 32 * MiB)).to.equal(8 * MiB);
+  it('doubles what its class reserved with each new segment up to 4 MiB, then adds half of it, rounded up to an eighth of its power of two', () => {
+    expect(storage(512, 416 * KiB)).to.equal(416 * KiB);
+    expect(storage(512, 832 * KiB)).to.equal(832 * KiB);
+    expect(storage(512, 3 * MiB + 4 * KiB), 'in 256 KiB steps').to.equal(3.25 * MiB);
+    expect(storage(512, 4 * MiB)).to.equal(2 * MiB);
+    expect(storage(512, 5 * MiB + 4 * KiB), '2.5 MiB + 2 KiB in 256 KiB steps').to.equal(2.75 * MiB);
+    expect(storage(512, 32 * MiB)).to.equal(16 * MiB);
   });
 
   it('reserves the first 48 MiB in pieces: no segment crosses the minimum', () => {
     expect(DEFAULT_MIN_SEGMENT_BYTES).to.equal(48 * MiB);
+    expect(storage(512, 40 * MiB), 'not half of what is reserved').to.equal(8 * MiB);
     expect(storage(512, 47 * MiB)).to.equal(MiB);
     expect(storage(512, 48 * MiB - 4 * KiB), 'what is left, however little').to.equal(4 * KiB);
   });
@@ -50,8 +52,8 @@ describe('webGpuSegmentSize', () => {
   });
 
   it('gives a request larger than half the segment its class would get a segment of its own size, rounded up', () => {
-    expect(storage(64 * KiB, 0), 'half the first segment still shares').to.equal(128 * KiB);
-    expect(storage(100 * KiB, 0), 'in 8 KiB steps').to.equal(104 * KiB);
+    expect(storage(208 * KiB, 0), 'half the first segment still shares').to.equal(416 * KiB);
+    expect(storage(300 * KiB, 0), 'in 32 KiB steps').to.equal(320 * KiB);
     expect(storage(600 * KiB, MiB)).to.equal(640 * KiB);
     expect(storage(25 * MiB, 48 * MiB), 'over half the minimum: in 2 MiB steps').to.equal(26 * MiB);
     expect(storage(24 * MiB, 48 * MiB), 'half the minimum still shares').to.equal(48 * MiB);
@@ -70,20 +72,19 @@ describe('webGpuSegmentSize', () => {
 });
 
 describe('webGpuEngineDefaults', () => {
-  it('reserves a small program within a quarter more than it allocates (engine, no device)', () => {
+  it('reserves a small program in a few segments, within twice what it allocates (engine, no device)', () => {
     // A device whose pages cannot be mapped, as WebGPU's: fixed segments.
     const options = { ...webGpuEngineDefaults({ maxBufferSize: 256 * MiB }), expandableSegments: false };
     using engine = new CachingAllocator(new VirtualMemoryBackend({ storeData: false, alignment: 256 }), options);
     for (let i = 0; i < 256; i++) engine.allocate(4 * KiB);
-    const reserved = engine.memoryStats()['reserved_bytes.all.current'];
-    expect(reserved).to.be.at.least(MiB);
-    expect(reserved).to.be.at.most(1.25 * MiB);
+    expect(engine.memoryStats()['reserved_bytes.all.current'], '416 + 416 + 832 KiB').to.equal(1664 * KiB);
+    expect(engine.memoryStats()['segment.all.current']).to.equal(3);
     engine.assertInvariants();
   });
 
   it('grows segments to an eighth of the budget under a budget of less than eight minimums', () => {
     const { segmentSize } = webGpuEngineDefaults({ maxBufferSize: 256 * MiB, budgetBytes: 64 * MiB });
-    expect(segmentSize!(512, 0, { kind: STORAGE, kindReservedBytes: 0 }), 'the first segment is as small as without a budget').to.equal(128 * KiB);
+    expect(segmentSize!(512, 0, { kind: STORAGE, kindReservedBytes: 0 }), 'the first segment is as small as without a budget').to.equal(416 * KiB);
     expect(segmentSize!(512, 7 * MiB, { kind: STORAGE, kindReservedBytes: 7 * MiB }), 'the rest of the 8 MiB minimum').to.equal(MiB);
     expect(segmentSize!(512, 8 * MiB, { kind: STORAGE, kindReservedBytes: 8 * MiB })).to.equal(8 * MiB);
     expect(segmentSize!(5 * MiB, 8 * MiB, { kind: STORAGE, kindReservedBytes: 8 * MiB }), 'over half the minimum: its own, in 512 KiB steps').to.equal(5 * MiB);
