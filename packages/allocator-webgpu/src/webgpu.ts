@@ -84,9 +84,9 @@ export interface WebGpuSegmentSizing {
  * Fewer, larger segments mean fewer createBuffer calls but more memory left over when a program's peak ends
  * partway into its last segment; without knowing the peak in advance, no schedule keeps both small on every
  * program. Memory comes first: it is what a budget runs out of, and on software drivers what the cold pass pays
- * for (per byte: the pieces cost a large program about ten more createBuffer calls, not more bytes). The minimum
- * is the size that keeps peak reserved memory within the WebGPU issue's target on the most replayed traces, and
- * the pieces keep that count. The first size and the doubling are the least that keep tfjs's small models
+ * for (per byte: the pieces cost a large program up to a dozen more createBuffer calls, not more bytes). The
+ * minimum is the size that keeps peak reserved memory within the WebGPU issue's target on the most replayed
+ * traces, and the pieces keep that count. The first size and the doubling are the least that keep tfjs's small models
  * (tfjs-webgpu's bench) within a twentieth of stock tfjs's storage createBuffer calls: starting smaller or
  * growing slower reserves less on them but makes more buffers. `pnpm bench:webgpu-segments` measures the rule
  * against fixed minima and other first sizes and growths, and the package README records the figures.
