@@ -99,9 +99,10 @@ export function webGpuSegmentSize(maxBufferSize: number, sizing: WebGpuSegmentSi
   const firstUniformBytes = Math.min(minimumBytes, sizing.firstUniformSegmentBytes ?? DEFAULT_FIRST_UNIFORM_SEGMENT_BYTES);
   return (roundedBytes, _reservedBytes, { kind, kindReservedBytes }) => {
     const first = kind === USAGE_KINDS.uniform ? firstUniformBytes : firstBytes;
-    // Until the class has reserved one minimum, its segments are pieces of it: none crosses it.
+    // Until the class has reserved one minimum, its segments are pieces of it: none crosses it. A first size of the
+    // minimum is the fixed rule: no pieces.
     const shared =
-      kindReservedBytes < minimumBytes
+      kindReservedBytes < minimumBytes && first < minimumBytes
         ? Math.min(minimumBytes - kindReservedBytes, Math.max(first, roundUpToStep(kindReservedBytes * (kindReservedBytes < doublingBelowBytes ? 1 : growth))))
         : Math.max(minimumBytes, Math.ceil(kindReservedBytes / 16 / (2 * MiB)) * 2 * MiB);
     const ownAbove = Math.min(shared, minimumBytes) / 2;

@@ -68,6 +68,7 @@ describe('webGpuSegmentSize', () => {
     expect(other(512, 32 * MiB, { kind: STORAGE, kindReservedBytes: 32 * MiB })).to.equal(32 * MiB);
     const fixed = webGpuSegmentSize(256 * MiB, { firstSegmentBytes: 48 * MiB, firstUniformSegmentBytes: 48 * MiB });
     expect(fixed(512, 0, { kind: STORAGE, kindReservedBytes: 0 }), 'a first size of the minimum: the fixed rule').to.equal(48 * MiB);
+    expect(fixed(512, 26 * MiB, { kind: STORAGE, kindReservedBytes: 26 * MiB }), 'no pieces after a segment of its own').to.equal(48 * MiB);
   });
 });
 
