@@ -7,5 +7,5 @@ export type { WebGpuMemoryBackendOptions } from './WebGpuMemoryBackend.js';
 export { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
 export { WebGpuPager } from './WebGpuPager.js';
 export type { WebGpuUsage } from './WebGpuUsage.js';
-export type { WebGpuEngineDefaultsOptions, WebGpuOptions } from './webgpu.js';
-export { createWebGpuAllocator, DEFAULT_MIN_SEGMENT_BYTES, registerWebGpuAllocator, webgpu, webGpuEngineDefaults, webGpuSegmentSize } from './webgpu.js';
+export type { WebGpuEngineDefaultsOptions, WebGpuOptions, WebGpuSegmentSizing } from './webgpu.js';
+export { createWebGpuAllocator, DEFAULT_FIRST_SEGMENT_BYTES, DEFAULT_MIN_SEGMENT_BYTES, registerWebGpuAllocator, webgpu, webGpuEngineDefaults, webGpuSegmentSize } from './webgpu.js';

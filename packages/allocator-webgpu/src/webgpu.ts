@@ -1,10 +1,11 @@
 import type { DependencyContainer } from 'tsyringe';
-import type { DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin, CachingAllocatorOptions } from '@stowage/core';
+import type { DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin, CachingAllocatorOptions, SegmentSizeRule } from '@stowage/core';
 import { checkEnum, createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
 import type { OpenWebGpuOptions, WebGpuContext } from './openWebGpuDevice.js';
 import { checkOpenWebGpuOptions, OPEN_WEBGPU_OPTION_KEYS, openWebGpuDevice } from './openWebGpuDevice.js';
 import { WebGpuAllocator } from './WebGpuAllocator.js';
 import { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
+import { USAGE_KINDS } from './WebGpuUsage.js';
 
 export interface WebGpuOptions extends OpenWebGpuOptions, Omit<DeviceAllocatorOptions, 'expandableSegments'> {
   /**
@@ -29,52 +30,107 @@ type WebGpuDeviceOption = keyof OpenWebGpuOptions | 'segmentRefusal';
 const SEGMENT_REFUSALS = ['scope', 'mapped'] as const;
 
 const DEFAULT_LIMIT = 2 ** 31;
+const KiB = 2 ** 10;
 const MiB = 2 ** 20;
 
-/** The smallest segment the WebGPU allocator reserves by default (Note [WebGPU segment sizing]). */
+/** The size segments grow to, and from then on the smallest new segment (Note [WebGPU segment sizing]). */
 export const DEFAULT_MIN_SEGMENT_BYTES = 48 * MiB;
+/** The first storage segment (Note [WebGPU segment sizing]). */
+export const DEFAULT_FIRST_SEGMENT_BYTES = 416 * KiB;
+/** The first uniform segment: a dispatch's uniforms take one 512-byte block each and go back at the submit. */
+const DEFAULT_FIRST_UNIFORM_SEGMENT_BYTES = 16 * KiB;
+/** The share of what a usage class has reserved that its next segment takes, from 4 MiB until the minimum. */
+const DEFAULT_SEGMENT_GROWTH = 0.5;
+/** Below this many reserved bytes of its class, a new segment is as large as what the class reserved. */
+const DEFAULT_DOUBLING_BELOW_BYTES = 4 * MiB;
+
+/** How WebGPU segments are sized (Note [WebGPU segment sizing]); every field has the default named beside it. */
+export interface WebGpuSegmentSizing {
+  /** The first segment of the storage class. Default {@link DEFAULT_FIRST_SEGMENT_BYTES}. */
+  readonly firstSegmentBytes?: number;
+  /** The first segment of the uniform class. Default 16 KiB. */
+  readonly firstUniformSegmentBytes?: number;
+  /**
+   * The size segments grow to: a usage class reserves its first `minimumSegmentBytes` in growing pieces, and no
+   * later segment of it is smaller. Default {@link DEFAULT_MIN_SEGMENT_BYTES}.
+   */
+  readonly minimumSegmentBytes?: number;
+  /** The share of its class's reserved bytes a new segment takes while growing, once doubling stopped. Default 0.5. */
+  readonly growth?: number;
+  /** Below this many reserved bytes of its class, a new segment is as large as what the class reserved. Default 4 MiB. */
+  readonly doublingBelowBytes?: number;
+}
 
 /**
  * Note [WebGPU segment sizing]: creating a GPUBuffer costs time per byte on software drivers and a segment cannot
- * be partly returned (no page mapping), so WebGPU segments are larger than PyTorch's and shared by small and large
- * tensors (`unifiedPools`): at least a minimum (48 MiB), growing to 1/16 of what is already reserved, at most
- * maxBufferSize. A request larger than half the minimum gets a segment of its own size (rounded up to 2 MiB), as
- * PyTorch gives requests over half its 20 MiB segments their own: placed in a shared segment, it would leave a
- * remainder too small for another tensor of its size. Under a budget (`limit`) below eight minimums the minimum
- * is an eighth of the budget instead, so that a small budget is not spent on one segment its first tensor splits.
+ * be partly returned (no page mapping), so WebGPU segments are shared by small and large tensors
+ * (`unifiedPools`) and grow with the program. Per usage class (storage and uniform have their own segments, Note
+ * [Segment kinds] in core), with R the bytes that class has reserved:
+ * - the first segment is small: 416 KiB for storage, 16 KiB for uniforms (tfjs's uniforms take one 512-byte
+ *   block per dispatch and go back at the submit);
+ * - below R = 4 MiB a new segment is R (doubling), then half of R, and none crosses the minimum (48 MiB): a class
+ *   reserves its first 48 MiB in growing pieces, so that a small program makes a few segments, its last one at
+ *   most half (a third, past 4 MiB) of what it reserved, and a large program's segments from 48 MiB on fall where
+ *   a fixed 48 MiB minimum puts them;
+ * - from R = 48 MiB on a new segment is the minimum, growing to a sixteenth of R, at most maxBufferSize;
+ * - a request larger than half the segment its class would get now (half the minimum at most) gets a segment of
+ *   its own size, as PyTorch gives requests over half its 20 MiB segments their own: placed in a shared segment,
+ *   it would leave a remainder too small for another tensor of its size;
+ * - sizes are rounded up to an eighth of their power of two, within 4 KiB and 2 MiB: whole 2 MiB steps from 16
+ *   MiB up, and never more than an eighth added to a smaller one.
+ * Under a budget (`limit`) below eight minimums the minimum is an eighth of the budget instead, so that a small
+ * budget is not spent on one segment its first tensor splits.
  *
  * Fewer, larger segments mean fewer createBuffer calls but more memory left over when a program's peak ends
  * partway into its last segment; without knowing the peak in advance, no schedule keeps both small on every
  * program. Memory comes first: it is what a budget runs out of, and on software drivers what the cold pass pays
- * for. The minimum is the size that keeps peak reserved memory within the WebGPU issue's target on the most
- * replayed traces and, among those sizes, makes the fewest buffers: `pnpm bench:webgpu-segments` measures it, and
- * the package README records the figures.
+ * for (per byte: the pieces cost a large program up to a dozen more createBuffer calls, not more bytes). The
+ * minimum is the size that keeps peak reserved memory within the WebGPU issue's target on the most replayed
+ * traces, and the pieces keep that count. The first size and the doubling are the least that keep tfjs's small models
+ * (tfjs-webgpu's bench) within a twentieth of stock tfjs's storage createBuffer calls: starting smaller or
+ * growing slower reserves less on them but makes more buffers. `pnpm bench:webgpu-segments` measures the rule
+ * against fixed minima and other first sizes and growths, and the package README records the figures.
  */
-export function webGpuSegmentSize(maxBufferSize: number, minimumBytes = DEFAULT_MIN_SEGMENT_BYTES): (roundedBytes: number, reservedBytes: number) => number {
-  return (roundedBytes, reservedBytes) => {
-    if (roundedBytes > minimumBytes / 2) return Math.min(maxBufferSize, Math.ceil(roundedBytes / (2 * MiB)) * 2 * MiB);
-    const grown = Math.ceil(reservedBytes / 16 / (2 * MiB)) * 2 * MiB;
-    return Math.min(maxBufferSize, Math.max(minimumBytes, grown));
+export function webGpuSegmentSize(maxBufferSize: number, sizing: WebGpuSegmentSizing = {}): SegmentSizeRule {
+  const minimumBytes = sizing.minimumSegmentBytes ?? DEFAULT_MIN_SEGMENT_BYTES;
+  const growth = sizing.growth ?? DEFAULT_SEGMENT_GROWTH;
+  const doublingBelowBytes = sizing.doublingBelowBytes ?? DEFAULT_DOUBLING_BELOW_BYTES;
+  const firstBytes = Math.min(minimumBytes, sizing.firstSegmentBytes ?? DEFAULT_FIRST_SEGMENT_BYTES);
+  const firstUniformBytes = Math.min(minimumBytes, sizing.firstUniformSegmentBytes ?? DEFAULT_FIRST_UNIFORM_SEGMENT_BYTES);
+  return (roundedBytes, _reservedBytes, { kind, kindReservedBytes }) => {
+    const first = kind === USAGE_KINDS.uniform ? firstUniformBytes : firstBytes;
+    // Until the class has reserved one minimum, its segments are pieces of it: none crosses it. A first size of the
+    // minimum is the fixed rule: no pieces.
+    const shared =
+      kindReservedBytes < minimumBytes && first < minimumBytes
+        ? Math.min(minimumBytes - kindReservedBytes, Math.max(first, roundUpToStep(kindReservedBytes * (kindReservedBytes < doublingBelowBytes ? 1 : growth))))
+        : Math.max(minimumBytes, Math.ceil(kindReservedBytes / 16 / (2 * MiB)) * 2 * MiB);
+    const ownAbove = Math.min(shared, minimumBytes) / 2;
+    return Math.min(maxBufferSize, roundedBytes > ownAbove ? roundUpToStep(roundedBytes) : shared);
   };
 }
 
-export interface WebGpuEngineDefaultsOptions {
+/** `bytes` rounded up to a multiple of an eighth of its power of two, within 4 KiB to 2 MiB (Note [WebGPU segment sizing]). */
+function roundUpToStep(bytes: number): number {
+  const step = Math.min(2 * MiB, Math.max(4 * KiB, 2 ** Math.floor(Math.log2(Math.max(bytes, 1))) / 8));
+  return Math.ceil(bytes / step) * step;
+}
+
+export interface WebGpuEngineDefaultsOptions extends WebGpuSegmentSizing {
   /** The device's maxBufferSize: no segment is larger. */
   readonly maxBufferSize: number;
   /**
-   * The allocator's budget (`limit`). Segments start at no more than an eighth of it (in 2 MiB steps), so that a
+   * The allocator's budget (`limit`). Segments grow to no more than an eighth of it (in 2 MiB steps), so that a
    * small budget is not spent on one segment that its first tensor splits.
    */
   readonly budgetBytes?: number;
-  /** The smallest segment under a large enough budget. Default {@link DEFAULT_MIN_SEGMENT_BYTES}. */
-  readonly minimumSegmentBytes?: number;
 }
 
 /** The caching engine's options under the WebGPU allocator's defaults (Note [WebGPU segment sizing]). */
 export function webGpuEngineDefaults(options: WebGpuEngineDefaultsOptions): CachingAllocatorOptions {
-  const { maxBufferSize, budgetBytes = Number.POSITIVE_INFINITY, minimumSegmentBytes = DEFAULT_MIN_SEGMENT_BYTES } = options;
+  const { maxBufferSize, budgetBytes = Number.POSITIVE_INFINITY, minimumSegmentBytes = DEFAULT_MIN_SEGMENT_BYTES, ...sizing } = options;
   const budgetShare = Math.max(2 * MiB, Math.floor(budgetBytes / 8 / (2 * MiB)) * 2 * MiB);
-  return { unifiedPools: true, segmentSize: webGpuSegmentSize(maxBufferSize, Math.min(minimumSegmentBytes, budgetShare)) };
+  return { unifiedPools: true, segmentSize: webGpuSegmentSize(maxBufferSize, { ...sizing, minimumSegmentBytes: Math.min(minimumSegmentBytes, budgetShare) }) };
 }
 
 /** The option keys and default budget of the WebGPU plugin, for checking options before a device is open. */

@@ -39,7 +39,7 @@ describe('WebGpuAllocator', function () {
       const a = allocator.allocate(1000);
       const b = allocator.allocate(3000);
       expect(a.handle).to.equal(b.handle);
-      expect((a.handle as GPUBuffer).size, 'Note [WebGPU segment sizing]: 48 MiB segments at first').to.equal(48 << 20);
+      expect((a.handle as GPUBuffer).size, 'Note [WebGPU segment sizing]: a 416 KiB segment first').to.equal(416 << 10);
       expect(b.byteOffset % context.device.limits.minStorageBufferOffsetAlignment).to.equal(0);
       expect(allocator.bindingOf(b)).to.deep.equal({ buffer: b.handle, offset: b.byteOffset, size: 3000 });
       expect(allocator.backend.createdBuffers).to.equal(1);
@@ -51,6 +51,7 @@ describe('WebGpuAllocator', function () {
       const u = allocator.allocate(256, { usage: 'uniform' });
       expect(s.handle).to.not.equal(u.handle);
       expect(((u.handle as GPUBuffer).usage & 0x0040) !== 0).to.equal(true);
+      expect((u.handle as GPUBuffer).size, 'Note [WebGPU segment sizing]: a 16 KiB uniform segment first').to.equal(16 << 10);
       const before = allocator.memoryStats();
       expect(() => allocator.allocate(256, { usage: 'vertex' })).to.throw(InvalidArgumentError, /options.usage/);
       expect(() => allocator.allocate(256, { usage: 'readback' })).to.throw(InvalidArgumentError, /Runtime#read/);
@@ -153,8 +154,8 @@ describe('WebGpuAllocator', function () {
     });
 
     it('reuses a block freed since the last submit instead of reporting out of memory at the limit', () => {
-      using allocator = allocatorOn(context, { limit: '64MiB' });
-      // Under a 64 MiB budget segments start at 8 MiB (Note [WebGPU segment sizing]); larger requests get their own.
+      // 8 MiB segments, larger requests in their own: a, b and c share one, so that freeing a releases no segment.
+      using allocator = allocatorOn(context, { limit: '64MiB', segmentSize: (bytes: number) => Math.max(bytes, 8 << 20) });
       const a = allocator.allocate(2 << 20);
       allocator.allocate(2 << 20);
       allocator.allocate(4 << 20); // the 8 MiB segment is full, and split

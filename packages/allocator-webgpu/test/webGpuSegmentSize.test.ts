@@ -1,38 +1,96 @@
 import { expect } from 'chai';
 import { CachingAllocator, CpuMemoryBackend } from '@stowage/core';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { DEFAULT_MIN_SEGMENT_BYTES, webGpuEngineDefaults, webGpuSegmentSize } from '@stowage/allocator-webgpu';
+import { DEFAULT_FIRST_SEGMENT_BYTES, DEFAULT_MIN_SEGMENT_BYTES, webGpuEngineDefaults, webGpuSegmentSize } from '@stowage/allocator-webgpu';
 import { allocatorOn, deviceOrSkip } from './testDevice.js';
 
+const KiB = 2 ** 10;
 const MiB = 2 ** 20;
+const GiB = 2 ** 30;
+/** Segment kinds (WebGpuUsage.ts's USAGE_KINDS). */
+const STORAGE = 0;
+const UNIFORM = 1;
 
 describe('webGpuSegmentSize', () => {
-  const size = webGpuSegmentSize(256 * MiB);
+  const rule = webGpuSegmentSize(256 * MiB);
+  const storage = (bytes: number, kindReservedBytes: number): number => rule(bytes, kindReservedBytes, { kind: STORAGE, kindReservedBytes });
+  const uniform = (bytes: number, kindReservedBytes: number): number => rule(bytes, kindReservedBytes, { kind: UNIFORM, kindReservedBytes });
 
-  it('reserves at least 48 MiB, however small the request', () => {
+  it('makes the first storage segment 416 KiB, however small the request', () => {
+    expect(DEFAULT_FIRST_SEGMENT_BYTES).to.equal(416 * KiB);
+    expect(storage(512, 0)).to.equal(416 * KiB);
+  });
+
+  it('makes the first uniform segment 16 KiB, sized by the uniform segments alone', () => {
+    expect(uniform(512, 0)).to.equal(16 * KiB);
+    expect(rule(512, GiB, { kind: UNIFORM, kindReservedBytes: 0 }), "a gibibyte of storage segments does not grow the uniform class's").to.equal(16 * KiB);
+    expect(uniform(512, 64 * KiB), 'doubling, as storage').to.equal(64 * KiB);
+  });
+
+  it('doubles what its class reserved with each new segment up to 4 MiB, then adds half of it, rounded up to an eighth of its power of two', () => {
+    expect(storage(512, 416 * KiB)).to.equal(416 * KiB);
+    expect(storage(512, 832 * KiB)).to.equal(832 * KiB);
+    expect(storage(512, 3 * MiB + 4 * KiB), 'in 256 KiB steps').to.equal(3.25 * MiB);
+    expect(storage(512, 4 * MiB)).to.equal(2 * MiB);
+    expect(storage(512, 5 * MiB + 4 * KiB), '2.5 MiB + 2 KiB in 256 KiB steps').to.equal(2.75 * MiB);
+    expect(storage(512, 32 * MiB)).to.equal(16 * MiB);
+  });
+
+  it('reserves the first 48 MiB in pieces: no segment crosses the minimum', () => {
     expect(DEFAULT_MIN_SEGMENT_BYTES).to.equal(48 * MiB);
-    expect(size(512, 0)).to.equal(48 * MiB);
+    expect(storage(512, 40 * MiB), 'not half of what is reserved').to.equal(8 * MiB);
+    expect(storage(512, 47 * MiB)).to.equal(MiB);
+    expect(storage(512, 48 * MiB - 4 * KiB), 'what is left, however little').to.equal(4 * KiB);
   });
 
-  it('gives a request larger than half the minimum a segment of its own size, rounded up to 2 MiB', () => {
-    expect(size(100 * MiB, 0)).to.equal(100 * MiB);
-    expect(size(25 * MiB, 0)).to.equal(26 * MiB);
-    expect(size(24 * MiB, 0), 'half the minimum still shares').to.equal(48 * MiB);
-    expect(size(300 * MiB, 0), 'capped at maxBufferSize: the engine then asks for the request itself').to.equal(256 * MiB);
+  it('reserves at least the minimum from then on, growing to a sixteenth of what its class reserved, at most maxBufferSize', () => {
+    expect(storage(512, 48 * MiB)).to.equal(48 * MiB);
+    expect(storage(512, 2048 * MiB)).to.equal(128 * MiB);
+    expect(storage(512, 2050 * MiB), 'in 2 MiB steps').to.equal(130 * MiB);
+    expect(storage(512, 8192 * MiB)).to.equal(256 * MiB);
   });
 
-  it('grows with what is reserved (a sixteenth, in 2 MiB steps) and stops at maxBufferSize', () => {
-    expect(size(512, 2048 * MiB)).to.equal(128 * MiB);
-    expect(size(512, 2050 * MiB)).to.equal(130 * MiB);
-    expect(size(512, 8192 * MiB)).to.equal(256 * MiB);
+  it('gives a request larger than half the segment its class would get a segment of its own size, rounded up', () => {
+    expect(storage(208 * KiB, 0), 'half the first segment still shares').to.equal(416 * KiB);
+    expect(storage(300 * KiB, 0), 'in 32 KiB steps').to.equal(320 * KiB);
+    expect(storage(600 * KiB, MiB)).to.equal(640 * KiB);
+    expect(storage(25 * MiB, 48 * MiB), 'over half the minimum: in 2 MiB steps').to.equal(26 * MiB);
+    expect(storage(24 * MiB, 48 * MiB), 'half the minimum still shares').to.equal(48 * MiB);
+    expect(storage(30 * MiB, 2048 * MiB), 'half the minimum, not of a grown segment').to.equal(30 * MiB);
+    expect(storage(300 * MiB, 0), 'capped at maxBufferSize: the engine then asks for the request itself').to.equal(256 * MiB);
   });
 
-  it('takes another minimum', () => {
-    expect(webGpuSegmentSize(256 * MiB, 32 * MiB)(512, 0)).to.equal(32 * MiB);
+  it('takes another first size, growth and minimum', () => {
+    const other = webGpuSegmentSize(256 * MiB, { firstSegmentBytes: MiB, growth: 0.5, minimumSegmentBytes: 32 * MiB });
+    expect(other(512, 0, { kind: STORAGE, kindReservedBytes: 0 })).to.equal(MiB);
+    expect(other(512, 8 * MiB, { kind: STORAGE, kindReservedBytes: 8 * MiB })).to.equal(4 * MiB);
+    expect(other(512, 32 * MiB, { kind: STORAGE, kindReservedBytes: 32 * MiB })).to.equal(32 * MiB);
+    const fixed = webGpuSegmentSize(256 * MiB, { firstSegmentBytes: 48 * MiB, firstUniformSegmentBytes: 48 * MiB });
+    expect(fixed(512, 0, { kind: STORAGE, kindReservedBytes: 0 }), 'a first size of the minimum: the fixed rule').to.equal(48 * MiB);
+    expect(fixed(512, 26 * MiB, { kind: STORAGE, kindReservedBytes: 26 * MiB }), 'no pieces after a segment of its own').to.equal(48 * MiB);
   });
 });
 
 describe('webGpuEngineDefaults', () => {
+  it('reserves a small program in a few segments, within twice what it allocates (engine, no device)', () => {
+    // A device whose pages cannot be mapped, as WebGPU's: fixed segments.
+    const options = { ...webGpuEngineDefaults({ maxBufferSize: 256 * MiB }), expandableSegments: false };
+    using engine = new CachingAllocator(new VirtualMemoryBackend({ storeData: false, alignment: 256 }), options);
+    for (let i = 0; i < 256; i++) engine.allocate(4 * KiB);
+    expect(engine.memoryStats()['reserved_bytes.all.current'], '416 + 416 + 832 KiB').to.equal(1664 * KiB);
+    expect(engine.memoryStats()['segment.all.current']).to.equal(3);
+    engine.assertInvariants();
+  });
+
+  it('grows segments to an eighth of the budget under a budget of less than eight minimums', () => {
+    const { segmentSize } = webGpuEngineDefaults({ maxBufferSize: 256 * MiB, budgetBytes: 64 * MiB });
+    expect(segmentSize!(512, 0, { kind: STORAGE, kindReservedBytes: 0 }), 'the first segment is as small as without a budget').to.equal(416 * KiB);
+    expect(segmentSize!(512, 7 * MiB, { kind: STORAGE, kindReservedBytes: 7 * MiB }), 'the rest of the 8 MiB minimum').to.equal(MiB);
+    expect(segmentSize!(512, 8 * MiB, { kind: STORAGE, kindReservedBytes: 8 * MiB })).to.equal(8 * MiB);
+    expect(segmentSize!(5 * MiB, 8 * MiB, { kind: STORAGE, kindReservedBytes: 8 * MiB }), 'over half the minimum: its own, in 512 KiB steps').to.equal(5 * MiB);
+  });
+
   // Note [WebGPU segment sizing]: a request over half the minimum gets a segment of its own size rounded up to
   // 2 MiB, and the engine's fallback (PyTorch's segmentSize) rounds to 2 MiB too; under a budget that is not a
   // multiple of 2 MiB ('100MB' is 100,000,000 bytes) neither fits, though the request itself does, so the policy

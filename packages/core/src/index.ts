@@ -13,7 +13,7 @@ export type { RuntimeOptions } from './runtime/createRuntime.js';
 export { createRuntime } from './runtime/createRuntime.js';
 export type { DataPtrInit, Deleter } from './storage/DataPtr.js';
 export { CachingAllocator } from './engine/CachingAllocator.js';
-export type { CachingAllocatorOptions, ResolvedCachingOptions } from './engine/CachingAllocatorOptions.js';
+export type { CachingAllocatorOptions, ResolvedCachingOptions, SegmentSizeContext, SegmentSizeRule } from './engine/CachingAllocatorOptions.js';
 export type { HistoryOptions } from './engine/History.js';
 export { isSmallRequest, roundSize, segmentSize } from './engine/SizeClass.js';
 export { DataPtr } from './storage/DataPtr.js';

@@ -4,6 +4,17 @@ import type { MemoryReclaimer } from '../contracts/MemoryReclaimer.js';
 import { checkBoolean, checkEnum, checkFunction, checkOptions } from '../validation/validate.js';
 import { LARGE_SEGMENT_BYTES, ROUNDUP_INTERVALS } from './SizeClass.js';
 
+/** What a custom segment size may depend on besides the request and every kind's reserved bytes. */
+export interface SegmentSizeContext {
+  /** The backend's segment kind the new segment is for (Note [Segment kinds] in CachingAllocator.ts). */
+  readonly kind: number;
+  /** Bytes reserved in segments of that kind right now. */
+  readonly kindReservedBytes: number;
+}
+
+/** The bytes of a new segment for a request of `roundedBytes` (see `CachingAllocatorOptions#segmentSize`). */
+export type SegmentSizeRule = (roundedBytes: number, reservedBytes: number, segment: SegmentSizeContext) => number;
+
 /**
  * How the caching engine behaves. `preset: 'pytorch'` reproduces PyTorch's defaults exactly (the parity
  * configuration); `preset: 'best'` is Stowage's default, chosen by measurement (see bench/engine.bench.ts).
@@ -38,13 +49,14 @@ export interface CachingAllocatorOptions {
    */
   readonly fragmentationLimit?: number;
   /**
-   * Segment size for a request that no cached block fits: `(roundedBytes, reservedBytes) => bytes` (at least
-   * roundedBytes). Default: PyTorch's sizing (2 MiB, 20 MiB or the request rounded to 2 MiB). Devices whose
+   * Segment size for a request that no cached block fits: `(roundedBytes, reservedBytes, segment) => bytes` (at
+   * least roundedBytes; `reservedBytes` is every kind's, `segment` names the kind the segment is for and what that
+   * kind has reserved). Default: PyTorch's sizing (2 MiB, 20 MiB or the request rounded to 2 MiB). Devices whose
    * buffer creation is slow and cannot map pages (WebGPU) use larger segments that grow with reserved memory.
    * For a request under the max split size, the engine keeps the segment under it (the largest multiple of 2 MiB
    * below it), so that the remainder can serve later requests.
    */
-  readonly segmentSize?: (roundedBytes: number, reservedBytes: number) => number;
+  readonly segmentSize?: SegmentSizeRule;
   /**
    * Serve every request from one pool per stream and kind, splitting down to 512 bytes, instead of PyTorch's
    * small and large pools: small tensors then live in the large segments. Default: on in the best preset (one
@@ -82,7 +94,7 @@ export interface ResolvedCachingOptions {
   readonly expandableSegments: boolean;
   readonly fragmentationLimit: number;
   readonly deferCoalescing: boolean;
-  readonly segmentSize: ((roundedBytes: number, reservedBytes: number) => number) | undefined;
+  readonly segmentSize: SegmentSizeRule | undefined;
   readonly unifiedPools: boolean;
   readonly splitBlocks: boolean;
   readonly reclaimers: () => readonly MemoryReclaimer[];

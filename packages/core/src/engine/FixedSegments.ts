@@ -23,7 +23,7 @@ export class FixedSegments<H> {
   reserve(r: Request<H>): Block<H> | undefined {
     const state = this.state;
     const sized = state.options.segmentSize;
-    let bytes = sized ? this.#customSegmentBytes(sized, r.size) : segmentSize(r.size);
+    let bytes = sized ? this.#customSegmentBytes(sized, r.size, r.kind) : segmentSize(r.size);
     let memory = this.#mallocWithinLimit(bytes, r);
     if (memory === null && sized && bytes > segmentSize(r.size)) {
       // A large custom segment did not fit what is left: PyTorch's smaller size may.
@@ -64,11 +64,21 @@ export class FixedSegments<H> {
    * released: every such request would then reserve a segment of its own. The cap is the largest multiple of
    * 2 MiB under the max split size, as PyTorch's 20 MiB segments are always under its max split size.
    */
-  #customSegmentBytes(sized: NonNullable<ResolvedCachingOptions['segmentSize']>, size: number): number {
-    const bytes = Math.max(size, this.#checkedSegmentSize(sized(size, this.state.reservedBytes)));
+  #customSegmentBytes(sized: NonNullable<ResolvedCachingOptions['segmentSize']>, size: number, kind: number): number {
+    const bytes = Math.max(size, this.#checkedSegmentSize(sized(size, this.state.reservedBytes, { kind, kindReservedBytes: this.#kindReservedBytes(kind) })));
     const maxSplit = this.state.options.maxSplitSize;
     if (size >= maxSplit || bytes < maxSplit) return bytes;
     return Math.max(size, Math.ceil(maxSplit / LARGE_ROUNDING_BYTES) * LARGE_ROUNDING_BYTES - LARGE_ROUNDING_BYTES);
+  }
+
+  /**
+   * Bytes reserved in segments of `kind`: a walk over the segments, made only when a custom-sized segment is about
+   * to be reserved (a few dozen segments, against the thousands of allocations between two reservations).
+   */
+  #kindReservedBytes(kind: number): number {
+    let bytes = 0;
+    for (const segment of this.state.segments) if (segment.kind === kind) bytes += segment.mappedBytes;
+    return bytes;
   }
 
   /** What a custom `segmentSize` returned, when it is a whole byte count. @throws InvalidArgumentError otherwise */

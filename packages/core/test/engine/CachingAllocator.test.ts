@@ -644,6 +644,30 @@ describe('CachingAllocator segment sizing options', () => {
     allocator.assertInvariants();
   });
 
+  it("tells segmentSize the new segment's kind and what that kind has reserved", () => {
+    const calls: [reserved: number, kind: number, kindReserved: number][] = [];
+    const backend = Object.assign(new VirtualMemoryBackend({ storeData: false }), { segmentKind: (o: { usage?: string }) => (o.usage === 'uniform' ? 1 : 0) });
+    const allocator = new CachingAllocator(backend, {
+      preset: 'best',
+      expandableSegments: false,
+      segmentSize: (_bytes, reserved, { kind, kindReservedBytes }) => {
+        calls.push([reserved, kind, kindReservedBytes]);
+        return 4 * MiB;
+      },
+    });
+    allocator.allocate(3 * MiB);
+    allocator.allocate(3 * MiB);
+    allocator.allocate(KiB, { usage: 'uniform' });
+    allocator.allocate(4 * MiB, { usage: 'uniform' });
+    expect(calls).to.deep.equal([
+      [0, 0, 0],
+      [4 * MiB, 0, 4 * MiB],
+      [8 * MiB, 1, 0],
+      [12 * MiB, 1, 4 * MiB],
+    ]);
+    allocator.assertInvariants();
+  });
+
   it('serves small and large requests from one pool with unifiedPools, splitting down to 512 bytes', () => {
     const { allocator, backend } = engine({ preset: 'pytorch', unifiedPools: true, segmentSize: () => 32 * MiB });
     const small = allocator.allocate(1000);
