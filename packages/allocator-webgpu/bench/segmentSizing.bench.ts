@@ -5,9 +5,10 @@
 // calls on the same plan with a model of its free lists (FreeListModel); two passes each, like the bench's cold and
 // warm ones. No timing: the placement decisions alone, so it runs in seconds.
 //
-// Candidates: the former rule, a fixed minimum segment (`fixed-<M>MiB`: first segment = minimum = M MiB), and the
+// Candidates: the former rule, a fixed minimum segment (`fixed-<M>MiB`: first segment = minimum = M MiB), the
 // growing rule (`grow-<first>-<growth>`: a first segment of <first>, each new one <growth> of what is reserved,
-// up to the 48 MiB minimum, then as the fixed rule), the default marked.
+// up to the 48 MiB minimum, then as the fixed rule), the default marked, and the default with other minima
+// (`…-min<M>MiB`: whether smaller segments at scale would create fewer bytes than tfjs, for the cold pass).
 //
 //   cell lines     {"scenario":"cell","set","trace","peakMiB","tfjsCreateBufferCalls","candidate","createBufferCalls",
 //                   "createBufferRatio","reservedOverAllocated","createdBytesRatio"}
@@ -59,8 +60,13 @@ const grow = (firstKiB: number, growth: number, doublingBelowMiB = 0, isDefault 
   sizing: { firstSegmentBytes: firstKiB * KiB, growth, doublingBelowBytes: doublingBelowMiB * MiB },
   ...(isDefault ? { isDefault } : {}),
 });
+const growMin = (minimumMiB: number): Candidate => ({
+  name: `grow-416KiB-x2<4MiB-0.5-min${minimumMiB}MiB`,
+  sizing: { firstSegmentBytes: 416 * KiB, growth: 0.5, doublingBelowBytes: 4 * MiB, minimumSegmentBytes: minimumMiB * MiB },
+});
 const CANDIDATES: readonly Candidate[] = [
-  ...[32, 40, 48, 56, 64].map(fixed),
+  ...[8, 12, 16, 24, 32].map(growMin),
+  ...[16, 24, 32, 40, 48, 56, 64].map(fixed),
   ...[128, 416, 1024].flatMap((firstKiB) => [0.125, 0.25, 0.5, 1].map((growth) => grow(firstKiB, growth))),
   ...[256, 416, 512].flatMap((firstKiB) => [2, 4, 8].flatMap((doublingBelowMiB) => [0.25, 0.5].map((growth) => grow(firstKiB, growth, doublingBelowMiB, firstKiB === 416 && doublingBelowMiB === 4 && growth === 0.5)))),
 ];
