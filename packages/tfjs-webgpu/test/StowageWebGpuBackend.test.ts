@@ -3,13 +3,12 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { createRuntime, cpu, StowageError, StorageImpl } from '@stowage/core';
 import { webgpu } from '@stowage/allocator-webgpu';
-import { deviceOrSkip } from '@stowage/allocator-webgpu/testing';
-import { installWebGpuGlobals, registerStowageWebGpuBackend, StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
+import { registerStowageWebGpuBackend, StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
 import { DeviceMemoryCounter } from './DeviceMemoryCounter.js';
 import type { ModelRun } from './models.js';
 import { MODELS, runModel } from './models.js';
 import { onBackend } from './onBackend.js';
-import { registerTfjsGradients } from './tfjsGradients.js';
+import { useTfjsGpuSuite } from './gpuSuite.js';
 
 /** GPUBufferUsage STORAGE | COPY_SRC | COPY_DST (spec values). */
 const TENSOR_USAGE = 0x0080 | 0x0004 | 0x0008;
@@ -18,16 +17,9 @@ const bytesOf = (values: Float32Array | number[]): Buffer => Buffer.from(Float32
 
 describe('StowageWebGpuBackend', function () {
   this.timeout(600_000);
+  const gpu = useTfjsGpuSuite();
   let context: WebGpuContext;
-  let defined: string[] = [];
-  before(async function () {
-    context = await deviceOrSkip(this);
-    defined = await installWebGpuGlobals(context.keepAlive);
-    await registerTfjsGradients();
-    // Small kernels run on the GPU too: these tests are about the GPU path (tfjs forwards tiny inputs to its CPU code).
-    tf.env().set('WEBGPU_CPU_FORWARD', false);
-  });
-  after(() => removeGlobals(defined)); // later test files open devices through navigator.gpu otherwise
+  before(() => (context = gpu()));
 
   describe('models built in code', () => {
     for (const { name, make } of MODELS) {
@@ -209,15 +201,6 @@ describe('StowageWebGpuBackend', function () {
     });
   });
 });
-
-/** Deletes the globals `installWebGpuGlobals` defined (names as it returns them). */
-function removeGlobals(names: readonly string[]): void {
-  const global = globalThis as Record<string, unknown> & { navigator?: Record<string, unknown> };
-  for (const name of names) {
-    if (name === 'navigator.gpu') delete global.navigator?.['gpu'];
-    else delete global[name];
-  }
-}
 
 function asStowage(backend: unknown): StowageWebGpuBackend {
   if (!(backend instanceof StowageWebGpuBackend)) throw new Error('not the Stowage backend');

@@ -3,13 +3,12 @@ import * as tf from '@tensorflow/tfjs-core';
 import type { StorageImpl } from '@stowage/core';
 import { OutOfMemoryError } from '@stowage/core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { deviceOrSkip } from '@stowage/allocator-webgpu/testing';
 import type { StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
-import { installWebGpuGlobals, TensorBytesInFlightError } from '@stowage/tfjs-webgpu';
+import { TensorBytesInFlightError } from '@stowage/tfjs-webgpu';
 import type { Model } from './models.js';
 import { convNet, mlp, transformerBlock } from './models.js';
 import { inStepWorkingSet, isSameRun, runStock, runUnderLms } from './lmsRuns.js';
-import { registerTfjsGradients } from './tfjsGradients.js';
+import { useTfjsGpuSuite } from './gpuSuite.js';
 
 const KiB = 1024;
 const STEPS = 5;
@@ -26,21 +25,9 @@ const noModel = (): Model => {
 
 describe('StowageWebGpuBackend under LMS', function () {
   this.timeout(600_000);
+  const gpu = useTfjsGpuSuite(); // small kernels on the GPU too, as in StowageWebGpuBackend.test.ts
   let context: WebGpuContext;
-  let defined: string[] = [];
-  before(async function () {
-    context = await deviceOrSkip(this);
-    defined = await installWebGpuGlobals(context.keepAlive);
-    await registerTfjsGradients();
-    tf.env().set('WEBGPU_CPU_FORWARD', false); // the GPU path, as in StowageWebGpuBackend.test.ts
-  });
-  after(() => {
-    const global = globalThis as Record<string, unknown> & { navigator?: Record<string, unknown> };
-    for (const name of defined) {
-      if (name === 'navigator.gpu') delete global.navigator?.['gpu'];
-      else delete global[name];
-    }
-  });
+  before(() => (context = gpu()));
 
   describe('models built in code (predict, then 5 Adam steps)', () => {
     it('runs the mlp at a half and at a quarter of stock tfjs\'s peak GPU bytes, bit-identical to stock, where the runtime without LMS runs out of memory', async () => {
