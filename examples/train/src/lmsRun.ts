@@ -35,8 +35,8 @@ import { createWebGpuOps } from './webgpu/webGpuOps.js';
 // Segments of a fixed share of the budget (a quarter down to a sixteenth) ran the deep models on the CPU as well,
 // within budget and bit-identical, but a partly filled segment serves a request only where LMS frees a long
 // enough run of neighbouring blocks, and they tie the engine's behaviour to the budget, where one segment per
-// allocation does not. The WebGPU plugin's own sizing (at least 2 MiB, an eighth of the budget) is as coarse as
-// the CPU's here, so WebGPU runs take one segment per allocation too, and so do CUDA runs, with expandable segments
+// allocation does not. The WebGPU plugin's own sizing (segments from 416 KiB, growing to an eighth of the budget,
+// at least 2 MiB) still shares segments between tensors, so WebGPU runs take one segment per allocation too, and so do CUDA runs, with expandable segments
 // off (one segment growing by pages is not one segment per allocation). The README records the measurements. And
 // `splitBlocks: false`: a cached block is never split for a smaller request, since a pinned piece would keep its
 // whole segment reserved and, under a budget close to one op's working set, end in OutOfMemoryError although the
