@@ -25,6 +25,7 @@ import { createRuntime } from '@stowage/core';
 import type { Runtime } from '@stowage/core';
 import { openWebGpuDevice, webgpu, webGpuEngineDefaults } from '@stowage/allocator-webgpu';
 import { installWebGpuGlobals, readWriteStorageDevice, registerStowageWebGpuBackend, StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
+import { budgetAt } from '../test/budgetAt.js';
 import { DeviceMemoryCounter } from '../test/DeviceMemoryCounter.js';
 import type { Model } from '../test/models.js';
 import { inStepWorkingSet, isSameRun, runStock, runUnderLms, smallestLmsBudget } from '../test/lmsRuns.js';
@@ -88,13 +89,12 @@ if (lmsSteps > 0) {
     const started = performance.now();
     const stock = await runStock(context, make, lmsSteps);
     const workingSet = await inStepWorkingSet(context, make, lmsSteps);
-    const budgetAt = (fraction: number): number => Math.round((stock.peakGpuBytes * fraction) / 512) * 512;
     const runsAt = async (budget: number): Promise<boolean> => {
       const { run } = await runUnderLms(context, make, lmsSteps, budget);
       return run !== undefined && isSameRun(run, stock.run);
     };
-    const halfRuns = await runsAt(budgetAt(0.5));
-    const quarterRuns = await runsAt(budgetAt(0.25));
+    const halfRuns = await runsAt(budgetAt(stock.peakGpuBytes, 0.5));
+    const quarterRuns = await runsAt(budgetAt(stock.peakGpuBytes, 0.25));
     const smallest = await smallestLmsBudget(context, make, lmsSteps, stock.run, Math.max(0, workingSet.maxBytes - 4096), stock.peakGpuBytes);
     const line: Record<string, unknown> = {
       scenario: 'lms',
@@ -104,11 +104,11 @@ if (lmsSteps > 0) {
       stockPeakTensorBytes: stock.peakTensorBytes,
       workingSetBytes: workingSet.maxBytes,
       workingSetPerStep: workingSet.perStepBytes,
-      halfBudgetBytes: budgetAt(0.5),
+      halfBudgetBytes: budgetAt(stock.peakGpuBytes, 0.5),
       halfRuns,
-      quarterBudgetBytes: budgetAt(0.25),
+      quarterBudgetBytes: budgetAt(stock.peakGpuBytes, 0.25),
       quarterRuns,
-      quarterBelowWorkingSet: budgetAt(0.25) < workingSet.maxBytes,
+      quarterBelowWorkingSet: budgetAt(stock.peakGpuBytes, 0.25) < workingSet.maxBytes,
       smallestBudgetBytes: smallest,
       smallestBudgetOfStockPeak: smallest === null ? null : Math.round((smallest / stock.peakGpuBytes) * 1000) / 1000,
     };

@@ -8,6 +8,7 @@ import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
 import type { StorageImpl } from '@stowage/core';
 import { lms } from '@stowage/lms';
 import { registerStowageWebGpuBackend, StowageWebGpuBackend, SynchronousStepPolicy } from '@stowage/tfjs-webgpu';
+import { budgetAt } from '../test/budgetAt.js';
 import { DeviceMemoryCounter } from '../test/DeviceMemoryCounter.js';
 import type { Model, ModelRun } from '../test/models.js';
 import { MODELS, mlp, runModel } from '../test/models.js';
@@ -129,7 +130,7 @@ async function runUnderLmsAtAQuarter(device: GPUDevice, name: string, make: () =
     counter.uninstall();
     tf.removeBackend('webgpu');
     stockPeakGpuBytes = counter.peakBytes;
-    budgetBytes = Math.round(stockPeakGpuBytes / 4 / 512) * 512;
+    budgetBytes = budgetAt(stockPeakGpuBytes, 0.25);
     const runtime = await createRuntime({
       plugins: [
         webgpu({ device, limit: budgetBytes, segmentSize: (rounded: number) => rounded, splitBlocks: false }),

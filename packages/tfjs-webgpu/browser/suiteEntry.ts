@@ -16,6 +16,8 @@ import { createRuntime } from '@stowage/core';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
 import { registerStowageWebGpuBackend } from '@stowage/tfjs-webgpu';
 import type { SuiteResult } from '../test/tfjsSuite/SuiteResult.js';
+import type { SpecResult } from '../test/tfjsSuite/suiteReporter.js';
+import { specsOfBlocks, suiteReporter } from '../test/tfjsSuite/suiteReporter.js';
 
 /**
  * Which specs run: those of tfjs's describeWithFlags blocks of these names (`'matmul'`), or those of these
@@ -46,12 +48,6 @@ interface JasmineEnv {
   topSuite(): { readonly children: readonly { readonly description: string }[] };
 }
 
-interface SpecResult {
-  readonly fullName: string;
-  readonly status: string;
-  readonly failedExpectations: readonly { readonly message: string }[];
-}
-
 /** Boots jasmine-core in the page: its globals (describe, it, expect, …) and its env. */
 function bootJasmine(): JasmineEnv {
   const core = (jasmineRequire as { core(r: unknown): JasmineCore & { DEFAULT_TIMEOUT_INTERVAL: number } }).core(jasmineRequire);
@@ -76,8 +72,7 @@ window.listTfjsSuites = async () => {
 
 function specFilterOf(selection: SuiteSelection): ((spec: { getFullName(): string }) => boolean) | undefined {
   if (selection === null) return undefined;
-  // A describeWithFlags block named N has specs named "N webgpu {flags} …".
-  if ('names' in selection) return (spec) => selection.names.some((name) => spec.getFullName().startsWith(`${name} webgpu `));
+  if ('names' in selection) return specsOfBlocks(selection.names);
   return (spec) => selection.topSuites.some((suite) => spec.getFullName().startsWith(`${suite} `));
 }
 
@@ -109,19 +104,11 @@ window.runTfjsSuite = async (backend, selection) => {
   const result: SuiteResult = { backend, adapter: context.adapterInfo, passed: [], failed: [], pending: 0, wallMs: 0 };
   const topSuites = new Set<string>();
   env.addReporter({
+    ...suiteReporter(result, (message) => {
+      if (LOST_INSTANCE.test(message)) deviceLostIn ??= currentTopSuite;
+    }),
     suiteStarted(suite: SpecResult) {
       if (topSuites.has(suite.fullName)) currentTopSuite = suite.fullName;
-    },
-    specDone(spec: SpecResult) {
-      if (spec.status === 'passed') result.passed.push(spec.fullName);
-      else if (spec.status === 'failed') {
-        const message = spec.failedExpectations[0]?.message ?? '';
-        result.failed.push({ name: spec.fullName, message });
-        if (LOST_INSTANCE.test(message)) deviceLostIn ??= currentTopSuite;
-      } else if (spec.status === 'pending') result.pending++;
-    },
-    suiteDone(suite: SpecResult) {
-      if (suite.status === 'failed') result.failed.push({ name: `${suite.fullName} (suite)`, message: suite.failedExpectations[0]?.message ?? '' });
     },
   });
   await declareSuite(); // declares the specs under the environment set above

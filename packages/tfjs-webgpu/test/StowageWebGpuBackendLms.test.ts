@@ -8,6 +8,7 @@ import { TensorBytesInFlightError } from '@stowage/tfjs-webgpu';
 import type { Model } from './models.js';
 import { convNet, mlp, transformerBlock } from './models.js';
 import { inStepWorkingSet, isSameRun, runStock, runUnderLms } from './lmsRuns.js';
+import { budgetAt } from './budgetAt.js';
 import { useTfjsGpuSuite } from './gpuSuite.js';
 
 const KiB = 1024;
@@ -33,7 +34,7 @@ describe('StowageWebGpuBackend under LMS', function () {
     it('runs the mlp at a half and at a quarter of stock tfjs\'s peak GPU bytes, bit-identical to stock, where the runtime without LMS runs out of memory', async () => {
       const stock = await runStock(context, mlp, STEPS);
       for (const fraction of [0.5, 0.25]) {
-        const budget = Math.round((stock.peakGpuBytes * fraction) / 512) * 512;
+        const budget = budgetAt(stock.peakGpuBytes, fraction);
         const { run, error, stats } = await runUnderLms(context, mlp, STEPS, budget);
         expect(error, `at ${fraction} of ${stock.peakGpuBytes} bytes`).to.equal(undefined);
         expect(isSameRun(run!, stock.run), 'prediction, losses and weights bits').to.equal(true);
@@ -47,20 +48,20 @@ describe('StowageWebGpuBackend under LMS', function () {
 
     it('runs the conv net at half of stock\'s peak bit-identical to stock; a quarter is below its in-step working set, out of reach for a synchronous step', async () => {
       const stock = await runStock(context, convNet, STEPS);
-      const half = Math.round(stock.peakGpuBytes / 2 / 512) * 512;
+      const half = budgetAt(stock.peakGpuBytes, 0.5);
       const { run, error } = await runUnderLms(context, convNet, STEPS, half);
       expect(error).to.equal(undefined);
       expect(isSameRun(run!, stock.run)).to.equal(true);
       const workingSet = await inStepWorkingSet(context, convNet, STEPS);
       expect(workingSet.maxBytes, 'the floor of any budget').to.be.greaterThan(stock.peakGpuBytes / 4);
-      const quarter = await runUnderLms(context, convNet, STEPS, Math.round(stock.peakGpuBytes / 4 / 512) * 512);
+      const quarter = await runUnderLms(context, convNet, STEPS, budgetAt(stock.peakGpuBytes, 0.25));
       expect(quarter.error, 'a typed error, never wrong values').to.satisfy((e: unknown) => e instanceof TensorBytesInFlightError || e instanceof OutOfMemoryError);
     });
 
     it('runs the transformer block at half and at 0.3 of stock\'s peak (its smallest measured budget is 0.277), bit-identical to stock', async () => {
       const stock = await runStock(context, transformerBlock, STEPS);
       for (const fraction of [0.5, 0.3]) {
-        const budget = Math.round((stock.peakGpuBytes * fraction) / 512) * 512;
+        const budget = budgetAt(stock.peakGpuBytes, fraction);
         const { run, error, stats } = await runUnderLms(context, transformerBlock, STEPS, budget);
         expect(error, `at ${fraction} of ${stock.peakGpuBytes} bytes`).to.equal(undefined);
         expect(isSameRun(run!, stock.run)).to.equal(true);

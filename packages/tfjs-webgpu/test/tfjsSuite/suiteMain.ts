@@ -18,6 +18,7 @@ import { createRuntime } from '@stowage/core';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
 import { installWebGpuGlobals, registerStowageWebGpuBackend } from '@stowage/tfjs-webgpu';
 import type { SuiteResult } from './SuiteResult.js';
+import { specsOfBlocks, suiteReporter } from './suiteReporter.js';
 
 /** What the suite needs of the `jasmine` package's runner (5.x). */
 interface JasmineRunner {
@@ -26,12 +27,6 @@ interface JasmineRunner {
   readonly env: { configure(options: { random?: boolean; specFilter?: (spec: { getFullName(): string }) => boolean }): void };
   addReporter(reporter: object): void;
   execute(): Promise<unknown>;
-}
-
-interface SpecResult {
-  readonly fullName: string;
-  readonly status: string;
-  readonly failedExpectations: readonly { readonly message: string }[];
 }
 
 async function main(): Promise<void> {
@@ -47,8 +42,7 @@ async function main(): Promise<void> {
   runner.jasmine.DEFAULT_TIMEOUT_INTERVAL = 120_000; // first compiles of a kernel on a software device are slow
   runner.env.configure({
     random: false,
-    // A describeWithFlags block named N has specs named "N webgpu {flags} …".
-    ...(filter === null ? {} : { specFilter: (spec) => filter.some((name) => spec.getFullName().startsWith(`${name} webgpu `)) }),
+    ...(filter === null ? {} : { specFilter: specsOfBlocks(filter) }),
   });
 
   const context = await openWebGpuDevice();
@@ -63,16 +57,7 @@ async function main(): Promise<void> {
   setTestEnvs([{ name: 'webgpu', backendName: 'webgpu', flags: { WEBGPU_CPU_FORWARD: false }, isDataSync: false }]);
 
   const result: SuiteResult = { backend: kind, adapter: context.adapterInfo, passed: [], failed: [], pending: 0, wallMs: 0 };
-  runner.addReporter({
-    specDone(spec: SpecResult) {
-      if (spec.status === 'passed') result.passed.push(spec.fullName);
-      else if (spec.status === 'failed') result.failed.push({ name: spec.fullName, message: spec.failedExpectations[0]?.message ?? '' });
-      else if (spec.status === 'pending') result.pending++;
-    },
-    suiteDone(suite: SpecResult) {
-      if (suite.status === 'failed') result.failed.push({ name: `${suite.fullName} (suite)`, message: suite.failedExpectations[0]?.message ?? '' });
-    },
-  });
+  runner.addReporter(suiteReporter(result));
   await import('@tensorflow/tfjs-core/dist/tests.js'); // declares the specs under the environment set above
   const started = performance.now();
   await runner.execute();
