@@ -81,8 +81,8 @@ export async function runTfjsSuiteInChromium(backend: 'stock' | 'stowage', optio
   const total: BrowserSuiteRun = { ...first, passed: [], failed: [], deviceLostIn: [] };
   const suites = (await page('listTfjsSuites', [])) as string[];
   const keep = (result: PageResult, from: number, through: number): void => {
-    const kept = new Set(suites.slice(from, through + 1));
-    const inKept = (name: string): boolean => [...kept].some((suite) => name.startsWith(`${suite} `));
+    const kept = suites.slice(from, through + 1);
+    const inKept = (name: string): boolean => kept.some((suite) => name.startsWith(`${suite} `));
     total.passed.push(...result.passed.filter(inKept));
     total.failed.push(...result.failed.filter((f) => inKept(f.name)));
   };
@@ -116,5 +116,5 @@ export async function runTfjsSuiteInChromium(backend: 'stock' | 'stowage', optio
 
 /** The top-level suites of `remaining` that the filter (describeWithFlags names, or null for all) selects. */
 function wanted(remaining: readonly string[], filter: readonly string[] | null): SuiteSelection {
-  return { topSuites: filter === null ? remaining : remaining.filter((suite) => filter.some((name) => suite.startsWith(`${name} webgpu `) || suite === `${name} webgpu`)) };
+  return { topSuites: filter === null ? remaining : remaining.filter((suite) => filter.some((name) => suite.startsWith(`${name} webgpu `))) };
 }
