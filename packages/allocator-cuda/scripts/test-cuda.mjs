@@ -3,6 +3,7 @@
 // the stand-in's comparison with the driver (StandInParity), with STOWAGE_LIBCUDA set to the real libcuda. Fails when
 // no real libcuda loads (on a machine without a GPU, `pnpm test` runs the same tests on the stand-in).
 import { spawnSync } from 'node:child_process';
+import { createRequire } from 'node:module';
 
 import { CudaDriver, DEFAULT_LIBCUDA_PATHS } from '@stowage/allocator-cuda';
 import { StandInHooks } from '@stowage/allocator-cuda/testing';
@@ -22,7 +23,9 @@ if (StandInHooks.open(driver.path) !== null) {
 }
 console.log(`Real CUDA driver ${driver.driverVersion()} at ${driver.path}: ${driver.deviceCount()} device(s), ${driver.deviceName(driver.device(0))}.`);
 const specs = ['packages/allocator-cuda/dist-test/*.test.js', 'packages/lms/dist-test/LmsCuda.test.js', 'examples/train/dist-test/lmsTraining.test.js', 'examples/train/dist-test/cudaHostOps.test.js'];
-const run = spawnSync('pnpm', ['exec', 'mocha', '--no-config', '--require', 'reflect-metadata', '--timeout', '600000', ...(process.argv.slice(2)), ...specs], {
+// mocha through this node, not `pnpm exec`: a GPU machine may have node but no pnpm.
+const mocha = createRequire(import.meta.url).resolve('mocha/bin/mocha.js');
+const run = spawnSync(process.execPath, [mocha, '--no-config', '--require', 'reflect-metadata', '--timeout', '600000', ...(process.argv.slice(2)), ...specs], {
   stdio: 'inherit',
   env: { ...process.env, STOWAGE_LIBCUDA: driver.path, STOWAGE_STANDIN_PARITY: '1' },
 });

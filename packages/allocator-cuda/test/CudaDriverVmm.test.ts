@@ -55,8 +55,8 @@ describe('CudaDriver virtual memory management', function () {
       expect(driver.memGetAllocationGranularity(0, true)).to.equal(2 * MiB);
     });
 
-    it('turns an invalid device into CUDA_ERROR_INVALID_DEVICE', function () {
-      expect(thrown(() => driver.memGetAllocationGranularity(driver.deviceCount()))).to.include({ call: 'cuMemGetAllocationGranularity', driverName: 'CUDA_ERROR_INVALID_DEVICE' });
+    it('answers for a device index past the count without an error, as the driver does', function () {
+      expect(driver.memGetAllocationGranularity(driver.deviceCount())).to.equal(granularity);
     });
   });
 
@@ -91,16 +91,16 @@ describe('CudaDriver virtual memory management', function () {
       const b = driver.memAddressReserve(4 * granularity);
       const bAt = b + BigInt(granularity);
       driver.memMap(a, 2 * granularity, handle);
-      driver.memMap(bAt, granularity, handle, granularity); // the second half only
+      driver.memMap(bAt, 2 * granularity, handle);
       driver.memSetAccess(a, 2 * granularity, 0);
-      driver.memSetAccess(bAt, granularity, 0);
+      driver.memSetAccess(bAt, 2 * granularity, 0);
       const bytes = pattern(MiB, 3);
       driver.memcpyHtoD(a + BigInt(granularity) + 100n, bytes);
-      expect(read(bAt + 100n, bytes.length).equals(Buffer.from(bytes))).to.equal(true);
+      expect(read(bAt + BigInt(granularity) + 100n, bytes.length).equals(Buffer.from(bytes))).to.equal(true);
       driver.memcpyHtoD(bAt, pattern(64, 9));
-      expect(read(a + BigInt(granularity), 64).equals(Buffer.from(pattern(64, 9)))).to.equal(true);
+      expect(read(a, 64).equals(Buffer.from(pattern(64, 9)))).to.equal(true);
       driver.memUnmap(a, 2 * granularity);
-      driver.memUnmap(bAt, granularity);
+      driver.memUnmap(bAt, 2 * granularity);
       driver.memRelease(handle);
       driver.memAddressFree(a, 2 * granularity);
       driver.memAddressFree(b, 4 * granularity);
@@ -123,16 +123,23 @@ describe('CudaDriver virtual memory management', function () {
       driver.memAddressFree(va, 2 * granularity);
     });
 
-    it('rejects a size, offset or address off the granularity, or past the allocation, with CUDA_ERROR_INVALID_VALUE', function () {
+    it('refuses to map part of an allocation, or from a non-zero offset, with CUDA_ERROR_NOT_SUPPORTED, as the driver does', function () {
       const handle = driver.memCreate(2 * granularity, 0);
-      const va = driver.memAddressReserve(4 * granularity);
-      const invalid = { call: 'cuMemMap', driverName: 'CUDA_ERROR_INVALID_VALUE' };
-      expect(thrown(() => driver.memMap(va, granularity / 2, handle))).to.include(invalid);
-      expect(thrown(() => driver.memMap(va, granularity, handle, 4096))).to.include(invalid);
-      expect(thrown(() => driver.memMap(va + 4096n, granularity, handle))).to.include(invalid);
-      expect(thrown(() => driver.memMap(va, 2 * granularity, handle, granularity))).to.include(invalid);
+      const va = driver.memAddressReserve(2 * granularity);
+      const unsupported = { call: 'cuMemMap', driverName: 'CUDA_ERROR_NOT_SUPPORTED' };
+      expect(thrown(() => driver.memMap(va, granularity / 2, handle))).to.include(unsupported);
+      expect(thrown(() => driver.memMap(va, granularity, handle, granularity))).to.include(unsupported);
       driver.memRelease(handle);
-      driver.memAddressFree(va, 4 * granularity);
+      driver.memAddressFree(va, 2 * granularity);
+    });
+
+    it('rejects an address off the granularity with CUDA_ERROR_INVALID_VALUE', function () {
+      hooks(this); // the real driver's answer is compared in StandInParity, not asserted here
+      const handle = driver.memCreate(granularity, 0);
+      const va = driver.memAddressReserve(2 * granularity);
+      expect(thrown(() => driver.memMap(va + 4096n, granularity, handle))).to.include({ call: 'cuMemMap', driverName: 'CUDA_ERROR_INVALID_VALUE' });
+      driver.memRelease(handle);
+      driver.memAddressFree(va, 2 * granularity);
     });
 
     it('refuses a copy into a mapping before memSetAccess', function () {
@@ -151,12 +158,24 @@ describe('CudaDriver virtual memory management', function () {
   });
 
   describe('CudaDriver#memUnmap', function () {
-    it('rejects a range that is not whole mappings with CUDA_ERROR_INVALID_VALUE', function () {
+    it('rejects a range that is part of a mapping with CUDA_ERROR_INVALID_VALUE', function () {
       const handle = driver.memCreate(2 * granularity, 0);
       const va = driver.memAddressReserve(4 * granularity);
       driver.memMap(va, 2 * granularity, handle);
       expect(thrown(() => driver.memUnmap(va, granularity))).to.include({ call: 'cuMemUnmap', driverName: 'CUDA_ERROR_INVALID_VALUE' });
-      expect(thrown(() => driver.memUnmap(va + BigInt(2 * granularity), granularity))).to.include({ call: 'cuMemUnmap', driverName: 'CUDA_ERROR_INVALID_VALUE' });
+      driver.memUnmap(va, 2 * granularity);
+      driver.memRelease(handle);
+      driver.memAddressFree(va, 4 * granularity);
+    });
+
+    it('accepts a reserved range that holds no mapping, as the driver does', function () {
+      const handle = driver.memCreate(2 * granularity, 0);
+      const va = driver.memAddressReserve(4 * granularity);
+      driver.memMap(va, 2 * granularity, handle);
+      driver.memUnmap(va + BigInt(2 * granularity), granularity);
+      driver.memSetAccess(va, 2 * granularity, 0);
+      driver.memcpyHtoD(va, pattern(64, 4));
+      expect(read(va, 64).equals(Buffer.from(pattern(64, 4)))).to.equal(true);
       driver.memUnmap(va, 2 * granularity);
       driver.memRelease(handle);
       driver.memAddressFree(va, 4 * granularity);

@@ -68,6 +68,34 @@ step('VMM round trip and partial unmap', () => {
   driver.memAddressFree(va, 2 * granularity);
   return { read: [...back], partialUnmap: partial, releaseTwice: second };
 });
+step('cuMemGetAllocationGranularity of a device index past the count', () => driver.memGetAllocationGranularity(driver.deviceCount()) === granularity);
+/** What cuMemMap answers for `bytes` of a two-page allocation at `offset`, `pagesIn` pages into a four-page reservation. */
+function mapOutcome(bytes: number, offset: number, pagesIn: number, misalign = 0): unknown {
+  const va = driver.memAddressReserve(4 * granularity, granularity);
+  const handle = driver.memCreate(2 * granularity, device);
+  const at = va + BigInt(pagesIn * granularity + misalign);
+  try {
+    driver.memMap(at, bytes, handle, offset);
+    driver.memUnmap(at, bytes);
+    return 'ok';
+  } finally {
+    driver.memRelease(handle);
+    driver.memAddressFree(va, 4 * granularity);
+  }
+}
+step('cuMemMap at a non-zero offset into the allocation', () => mapOutcome(granularity, granularity, 0));
+step('cuMemMap of half an allocation', () => mapOutcome(granularity, 0, 0));
+step('cuMemMap of more than the allocation', () => mapOutcome(4 * granularity, 0, 0));
+step('cuMemMap at an address off the granularity', () => mapOutcome(2 * granularity, 0, 1, 4096));
+step('cuMemMap past the end of its reservation', () => mapOutcome(2 * granularity, 0, 3));
+step('cuMemUnmap of a reserved range that holds no mapping', () => {
+  const va = driver.memAddressReserve(2 * granularity, granularity);
+  try {
+    return driver.memUnmap(va, granularity);
+  } finally {
+    driver.memAddressFree(va, 2 * granularity);
+  }
+});
 step('cuMemExportToShareableHandle of an allocation made without the handle type', () => {
   const handle = driver.memCreate(granularity, device);
   try {

@@ -841,7 +841,7 @@ CUresult CUDAAPI cuMemGetAllocationGranularity(size_t *granularity, const CUmemA
   ENTER("cuMemGetAllocationGranularity");
   if (granularity == NULL || !valid_allocation_prop(prop)) return CUDA_ERROR_INVALID_VALUE;
   if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_device(prop->location.id)) return CUDA_ERROR_INVALID_DEVICE;
+  /* No device check: the driver (580, H200) answers a granularity for a device index past its count. */
   *granularity = STANDIN_GRANULARITY;
   return CUDA_SUCCESS;
 }
@@ -970,11 +970,25 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
   ENTER("cuMemMap");
   char *base = (char *)(uintptr_t)ptr;
-  if (size == 0 || flags != 0 || !granular(size) || !granular(offset) || !granular((uintptr_t)base)) return CUDA_ERROR_INVALID_VALUE;
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
   struct mapping *m = malloc(sizeof *m);
   if (m == NULL) return CUDA_ERROR_OUT_OF_MEMORY;
   pthread_mutex_lock(&g_lock);
   struct physical *p = find_physical(handle);
+  /* Note [Whole allocations only]: the driver documents that offset must currently be zero, and driver 580 on an
+     H200 answered both a non-zero offset and a mapping of half an allocation with NOT_SUPPORTED. So a physical
+     allocation is mapped whole or not at all; the stand-in's mappings could show any range, but refuse as the
+     driver does. */
+  if (p != NULL && (offset != 0 || size != p->bytes)) {
+    pthread_mutex_unlock(&g_lock);
+    free(m);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (size == 0 || !granular(size) || !granular((uintptr_t)base)) {
+    pthread_mutex_unlock(&g_lock);
+    free(m);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   int overlaps = 0;
   for (struct mapping *x = g_mappings; x; x = x->next) overlaps |= x->base < base + size && base < x->base + x->bytes;
   if (p == NULL || offset > p->bytes || size > p->bytes - offset || find_reservation(base, size) == NULL || overlaps) {
@@ -1000,6 +1014,13 @@ CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   ENTER("cuMemUnmap");
   char *base = (char *)(uintptr_t)ptr;
   pthread_mutex_lock(&g_lock);
+  /* A range that holds no mapping at all is unmapped already: the driver (580, H200) answers it with success. */
+  int mapped = 0;
+  for (struct mapping *x = g_mappings; x; x = x->next) mapped |= x->base < base + size && base < x->base + x->bytes;
+  if (!mapped && size != 0) {
+    pthread_mutex_unlock(&g_lock);
+    return CUDA_SUCCESS;
+  }
   if (!whole_mappings(base, size)) {
     pthread_mutex_unlock(&g_lock);
     return CUDA_ERROR_INVALID_VALUE;
