@@ -172,7 +172,7 @@ export async function runTraceOnSim(options: SimRunOptions): Promise<SimRunResul
     plugins: [simulated({ link, ...limit, segmentSize: (roundedBytes) => roundedBytes, splitBlocks: false }), lms({ devices: ['sim'], policy, speculation })],
   });
   const allocator = runtime.allocator('sim');
-  const device = simulatedDeviceOf(allocator)!;
+  const device = simulatedDeviceOf(runtime)!;
   const recording = new ScheduleRecording(device);
   const controller = resolve(runtime.container, LMS_CONTROLLER);
   const newStorage = (tensor: TraceTensor): StorageImpl => runtime.storage(tensor.bytes, { device: 'sim' });

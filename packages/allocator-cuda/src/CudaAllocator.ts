@@ -101,7 +101,7 @@ export class CudaAllocator extends ForwardingAllocator {
    */
   exportIpc(ptr: DataPtr): CudaIpcExport {
     this.checkOpen('exportIpc');
-    if (!(ptr instanceof DataPtrClass) || ptr.isReleased || !this.owns(ptr) || ptr.byteLength === 0) {
+    if (!(ptr instanceof DataPtrClass) || ptr.isReleased || this.engine.describeBlock(ptr) === undefined || ptr.byteLength === 0) {
       throw new InvalidArgumentError('ptr', ptr, `a live, non-empty DataPtr of this cuda:${this.backend.device.index} allocator`);
     }
     return this.#ipc.export(ptr);

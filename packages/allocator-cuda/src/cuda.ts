@@ -1,6 +1,6 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { CachingAllocatorOptions, DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin } from '@stowage/core';
-import { AllocatorFactory, BackendUnavailableError, checkBoolean, createDeviceAllocator, InvalidArgumentError, parseBytes, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
+import { AllocatorFactory, BackendUnavailableError, BlockInspector, checkBoolean, IpcExporter, Pager, createDeviceAllocator, InvalidArgumentError, parseBytes, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
 import { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
 import { CudaStreams } from './backend/CudaStreams.js';
 import { CudaAllocator } from './CudaAllocator.js';
@@ -110,6 +110,11 @@ function cudaDevice(opened: OpenedCudaDriver, allocConf: string | undefined): De
   return {
     ...CUDA_OPTIONS,
     deviceCount: opened.deviceCount,
+    provideServices(allocator, provide) {
+      provide(BlockInspector, allocator.engine);
+      provide(Pager, allocator.cudaPager);
+      provide(IpcExporter, allocator);
+    },
     create(device, engine, own) {
       const backend = new CudaMemoryBackend({
         driver: opened.driver,

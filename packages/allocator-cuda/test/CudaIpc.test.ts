@@ -2,10 +2,10 @@ import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 import { expect } from 'chai';
-import { DataPtr, InvalidArgumentError } from '@stowage/core';
-import { patternBytes } from '@stowage/core/testing';
+import { createRuntime, DataPtr, InvalidArgumentError, IpcExporter, wrapAllocators } from '@stowage/core';
+import { adaptorCases, patternBytes } from '@stowage/core/testing';
 import type { CudaAllocator, CudaIpcExport } from '@stowage/allocator-cuda';
-import { createCudaAllocator, CudaError } from '@stowage/allocator-cuda';
+import { createCudaAllocator, cuda, CudaError } from '@stowage/allocator-cuda';
 import { testLibcuda } from '@stowage/allocator-cuda/testing';
 
 const MiB = 2 ** 20;
@@ -119,6 +119,21 @@ describe('CUDA IPC export', function () {
     expect(() => allocator.devicePointer(opened), 'not once released').to.throw(InvalidArgumentError);
     expect(allocator.backend.memoryInfo().freeBytes, 'closing an import gives back nothing of the exporter\'s memory').to.equal(free);
     allocator.free(ptr);
+  });
+
+  describe('the IpcExporter device service, through adaptors', () => {
+    for (const adaptor of adaptorCases()) {
+      it(`exports a storage the runtime allocated through a ${adaptor.name}, and the export opens to the same bytes`, async () => {
+        await using rt = await createRuntime({ plugins: [cuda({ libcuda: lib.path, allocConf: '' }), wrapAllocators('cuda', (a) => adaptor.wrap(a))] });
+        const exporter = rt.service(IpcExporter, 'cuda:0')!;
+        expect(exporter).to.not.equal(rt.allocator('cuda:0'));
+        const storage = rt.storage(2 * MiB, { device: 'cuda:0' });
+        rt.write(storage, patternBytes(2 * MiB, 6));
+        const opened = exporter.openIpc(exporter.exportIpc(storage.data()));
+        expect(Buffer.from(await rt.allocator('cuda:0').readBytes(opened)).equals(Buffer.from(patternBytes(2 * MiB, 6)))).to.equal(true);
+        opened.release();
+      });
+    }
   });
 
   it('refuses to export what cannot be shared, and to open what is not an export', () => {

@@ -1,6 +1,7 @@
 import type { AllocateOptions, CachingAllocatorOptions, Deleter, DeviceError } from '@stowage/core';
 import { CachingAllocator, DataPtr, DeviceMismatchError, ForwardingAllocator, formatDevice, InvalidArgumentError, isSameDevice, UseAfterReleaseError } from '@stowage/core';
 import type { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
+import type { WebGpuPager } from './WebGpuPager.js';
 import { BufferUsage } from './WebGpuUsage.js';
 
 /** The context of a pointer over a caller's GPUBuffer: Stowage never frees it. */
@@ -40,6 +41,11 @@ export class WebGpuAllocator extends ForwardingAllocator {
     super(engine);
     this.engine = engine;
     this.backend = backend;
+  }
+
+  /** Moves blocks to host memory and back (the device's Pager service, for LMS). */
+  get pager(): WebGpuPager {
+    return this.backend.pager;
   }
 
   /**

@@ -6,6 +6,7 @@ export { WebGpuAllocator } from './WebGpuAllocator.js';
 export type { WebGpuMemoryBackendOptions } from './WebGpuMemoryBackend.js';
 export { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
 export { WebGpuPager } from './WebGpuPager.js';
+export { WebGpuBuffers } from './WebGpuBuffers.js';
 export type { WebGpuUsage } from './WebGpuUsage.js';
 export type { WebGpuEngineDefaultsOptions, WebGpuOptions, WebGpuSegmentSizing } from './webgpu.js';
 export { createWebGpuAllocator, DEFAULT_FIRST_SEGMENT_BYTES, DEFAULT_MIN_SEGMENT_BYTES, registerWebGpuAllocator, webgpu, webGpuEngineDefaults, webGpuSegmentSize } from './webgpu.js';

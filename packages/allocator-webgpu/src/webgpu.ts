@@ -1,6 +1,7 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin, CachingAllocatorOptions, SegmentSizeRule } from '@stowage/core';
-import { checkEnum, createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
+import { BlockInspector, checkEnum, createDeviceAllocator, Pager, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
+import { WebGpuBuffers } from './WebGpuBuffers.js';
 import type { OpenWebGpuOptions, WebGpuContext } from './openWebGpuDevice.js';
 import { checkOpenWebGpuOptions, OPEN_WEBGPU_OPTION_KEYS, openWebGpuDevice } from './openWebGpuDevice.js';
 import { WebGpuAllocator } from './WebGpuAllocator.js';
@@ -156,6 +157,11 @@ function webGpuDevice(context: WebGpuContext): DeviceAllocatorSpec<WebGpuOptions
   return {
     ...WEBGPU_OPTIONS,
     deviceCount: 1,
+    provideServices(allocator, provide) {
+      provide(BlockInspector, allocator.engine);
+      provide(Pager, allocator.pager);
+      provide(WebGpuBuffers, allocator);
+    },
     create(device, engine, own, budgetBytes) {
       const owner: { allocator?: WebGpuAllocator } = {};
       const backend = new WebGpuMemoryBackend({

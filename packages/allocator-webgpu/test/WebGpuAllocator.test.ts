@@ -16,10 +16,11 @@ import {
   OutOfMemoryError,
   StowageError,
   UseAfterReleaseError,
+  wrapAllocators,
 } from '@stowage/core';
-import { patternBytes } from '@stowage/core/testing';
+import { adaptorCases, patternBytes } from '@stowage/core/testing';
 import type { WebGpuContext, WebGpuOptions } from '@stowage/allocator-webgpu';
-import { createWebGpuAllocator, fromGpuBuffer, openWebGpuDevice, webgpu, WebGpuAllocator, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
+import { createWebGpuAllocator, fromGpuBuffer, openWebGpuDevice, webgpu, WebGpuAllocator, WebGpuBuffers, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
 import { refuseSegments } from '@stowage/allocator-webgpu/testing';
 import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, MAP_READ, ownDeviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
 
@@ -539,6 +540,34 @@ describe('WebGpuAllocator', function () {
       expect(() => mine.importBuffer(b.handle as GPUBuffer, { byteOffset: b.byteOffset, byteLength: 256 }), "import of the other device's segment").to.throw(DeviceMismatchError);
       expect(() => mine.copyData(a, b, 256), 'still refused after the refused import').to.throw(DeviceMismatchError);
       expect((await theirs.readBytes(b, 0, 1))[0]).to.equal(2);
+    });
+  });
+
+  describe('WebGpuBuffers (its device service, through adaptors)', () => {
+    for (const adaptor of adaptorCases()) {
+      it(`binds a storage's range and imports a buffer through a ${adaptor.name} over the runtime's allocator`, async () => {
+        await using rt = await createRuntime({ plugins: [webgpu({ device: context.device }), wrapAllocators('webgpu', (a) => adaptor.wrap(a))] });
+        const buffers = rt.service(WebGpuBuffers, 'webgpu')!;
+        expect(buffers).to.be.instanceOf(WebGpuAllocator);
+        expect(rt.allocator('webgpu')).to.not.equal(buffers);
+        const storage = rt.storage(1000, { device: 'webgpu' });
+        rt.write(storage, patternBytes(1000, 3));
+        const binding = buffers.bindingOf(storage.data());
+        expect(binding.size).to.equal(1000);
+        expect(Buffer.from(await readBuffer(context.device, binding.buffer, binding.offset, 1000)).equals(Buffer.from(patternBytes(1000, 3)))).to.equal(true);
+        const buffer = context.device.createBuffer({ size: 256, usage: STORAGE | COPY_SRC | COPY_DST });
+        const imported = fromGpuBuffer(rt, buffer);
+        rt.write(imported, new Uint8Array([4, 5, 6, 7]));
+        expect([...(await readBuffer(context.device, buffer, 0, 4))]).to.deep.equal([4, 5, 6, 7]);
+        imported.release();
+        buffer.destroy();
+      });
+    }
+
+    it('is absent from a device the webgpu() plugin does not serve', async () => {
+      await using rt = await createRuntime({ plugins: [webgpu({ device: context.device })] });
+      expect(rt.service(WebGpuBuffers, 'cpu')).to.equal(undefined);
+      expect(() => fromGpuBuffer(rt, context.device.createBuffer({ size: 16, usage: STORAGE }), { device: 'cpu' })).to.throw(InvalidArgumentError, /webgpu\(\) plugin/);
     });
   });
 

@@ -57,7 +57,11 @@ export type {
 export type { MemoryReclaimer } from './contracts/MemoryReclaimer.js';
 export { IpcCollector, LmsReclaimer } from './contracts/MemoryReclaimer.js';
 export type { ReclaimTarget } from './contracts/MemoryReclaimer.js';
-export type { PageOut, Pager } from './contracts/Pager.js';
+export type { PageOut } from './contracts/Pager.js';
+export { Pager } from './contracts/Pager.js';
+export { BlockInspector } from './contracts/BlockInspector.js';
+export { IpcExporter } from './contracts/IpcExporter.js';
+export type { DeviceServices } from './contracts/DeviceServices.js';
 export type { BlockPlacement } from './contracts/BlockPlacement.js';
 export type { Plugin } from './contracts/Plugin.js';
 export { ReshapePolicy } from './contracts/ReshapePolicy.js';

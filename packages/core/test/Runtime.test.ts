@@ -3,8 +3,14 @@ import type { DependencyContainer } from 'tsyringe';
 import type { Device, LmsStorage, Plugin, ReshapePolicy as ReshapePolicyType, StorageImpl, TensorImpl } from '@stowage/core';
 import {
   Allocator,
+  AllocatorContext,
   AllocatorFactory,
   BackendUnavailableError,
+  BlockInspector,
+  CachingAllocator,
+  IpcExporter,
+  Pager,
+  TrackingAllocator,
   cpu,
   DataPtr,
   createCpuAllocator,
@@ -404,5 +410,48 @@ describe('createRuntime (what plugins register)', () => {
     const thrown = new BackendUnavailableError('no device');
     const error = await rejectionOf(createRuntime({ plugins: [{ name: 'p', register: () => { throw thrown; } }] }));
     expect(error).to.equal(thrown);
+  });
+});
+
+describe('Runtime#service', () => {
+  it("finds the engine's services of a device through any adaptor, and nothing under a token the device does not offer", async () => {
+    await using rt = await createRuntime({ plugins: [wrapAllocators('cpu', (a) => new TrackingAllocator(a))] });
+    const s = rt.storage(1000);
+    const inspector = rt.service(BlockInspector, 'cpu')!;
+    expect(inspector).to.be.instanceOf(CachingAllocator);
+    expect(inspector.describeBlock(s.data())?.size, "the block, found under the TrackingAllocator's deleter").to.equal(1024);
+    expect(rt.service(Pager)?.device).to.deep.equal({ type: 'cpu', index: 0 });
+    expect(rt.service(IpcExporter, 'cpu'), 'the CPU device exports nothing for IPC').to.equal(undefined);
+  });
+
+  it('gives each runtime its own services, and none for a device no plugin serves', async () => {
+    await using a = await createRuntime();
+    await using b = await createRuntime();
+    expect(a.service(Pager)).to.not.equal(b.service(Pager));
+    expect(() => a.service(Pager, 'webgpu')).to.throw(BackendUnavailableError);
+  });
+
+  it('refuses a second service under one token for one device, and registers nothing for a device whose factory failed', async () => {
+    const token = Symbol('test.service');
+    let attempts = 0;
+    const twice: Plugin = {
+      name: 'twice',
+      register: (c: DependencyContainer) =>
+        void c.register(AllocatorFactory, {
+          useValue: {
+            deviceType: 'twice',
+            create(device: Device, context: AllocatorContext) {
+              attempts++;
+              context.provide(device, token, 'first');
+              context.provide(device, token, 'second');
+              return createCpuAllocator();
+            },
+          },
+        }),
+    };
+    await using rt = await createRuntime({ plugins: [twice] });
+    expect(() => rt.service(token, 'twice')).to.throw(InvalidArgumentError, /registered already/);
+    expect(() => rt.service(token, 'twice'), 'the failed attempt left no service behind').to.throw(InvalidArgumentError, /registered already/);
+    expect(attempts).to.equal(2);
   });
 });

@@ -2,7 +2,8 @@ import { expect } from 'chai';
 import { MessageChannel, Worker } from 'node:worker_threads';
 
 import type { Runtime, StorageImpl } from '@stowage/core';
-import { cpu, createRuntime, DisposedError, InvalidArgumentError } from '@stowage/core';
+import { cpu, createRuntime, DisposedError, InvalidArgumentError, wrapAllocators } from '@stowage/core';
+import { adaptorCases } from '@stowage/core/testing';
 import type { SabMemory, StorageDescriptor } from '@stowage/ipc';
 import { ipc, ipcCollect, ipcOf, StorageQueue } from '@stowage/ipc';
 
@@ -308,4 +309,31 @@ describe('StorageQueue (worker threads)', () => {
       expect(ipcOf(rt).limboBytes()).to.equal(0);
     });
   });
+});
+
+describe('StorageQueue through adaptors (Note [Device services] in core)', () => {
+  for (const adaptor of adaptorCases()) {
+    it(`sends a shared storage the runtime allocated through a ${adaptor.name}, and frees it once both ends released it`, async () => {
+      await using rt = await createRuntime({ plugins: [cpu({ shared: true }), wrapAllocators('cpu', (a) => adaptor.wrap(a)), ipc({ deadCheckIntervalMs: 0 })] });
+      const channel = new MessageChannel();
+      const queue = new StorageQueue(rt, channel.port1);
+      const consumer = await Consumer.start(channel.port2);
+      try {
+        const s = rt.storage(64);
+        view(s).forEach((_, i, a) => (a[i] = 255 - i));
+        queue.put(s);
+        const got = await consumer.call<Described>('get', { key: 'a' });
+        expect(got.bytes).to.deep.equal([...view(s)]);
+        s.release();
+        expect(ipcOf(rt).limboBytes(), 'in the limbo while the consumer holds it').to.be.greaterThan(0);
+        await consumer.call('release', { key: 'a' });
+        ipcCollect(rt);
+        expect(ipcOf(rt).limboBytes()).to.equal(0);
+        expect(rt.allocator('cpu').memoryStats()['allocation.all.current']).to.equal(0);
+      } finally {
+        queue.close();
+        await consumer.stop();
+      }
+    });
+  }
 });

@@ -1,4 +1,4 @@
-import type { AllocateOptions, Allocator, AllocatorStats, DataPtr, LmsStorage, MemorySnapshot, Pager, StorageImpl } from '@stowage/core';
+import type { AllocateOptions, Allocator, AllocatorStats, BlockInspector, DataPtr, LmsStorage, MemorySnapshot, Pager, StorageImpl } from '@stowage/core';
 import { formatBytes, ForwardingAllocator, OutOfMemoryError } from '@stowage/core';
 import { LmsDevice } from './LmsDevice.js';
 import type { LmsPolicy } from './LmsPolicy.js';
@@ -12,7 +12,7 @@ export interface LmsSnapshot extends MemorySnapshot {
 }
 
 /**
- * An allocator that can page (it has a `pager`), under LMS: it hands an LMS object to every storage it backs
+ * An allocator whose device can page (it offers the `Pager` and `BlockInspector` services), under LMS: it hands an LMS object to every storage it backs
  * (`asLmsStorage`), adds LMS statistics to `memoryStats()` and reclaimed storages to `snapshot()`, counts how each
  * allocation was served (`alloc_distribution`), and says in an out-of-memory error what LMS held. Everything else
  * goes to the allocator it wraps, which keeps the one budget (the device plugin's `limit`).
@@ -22,9 +22,10 @@ export class LmsAllocator extends ForwardingAllocator {
   #segmentsReserved = 0;
   #segmentsReleased = 0;
 
-  constructor(upstream: Allocator, pager: Pager, policyOf: () => LmsPolicy, speculation: SpeculationSettings = SPECULATION_OFF) {
+  /** `pager` and `inspector` are the device's services (the runtime's `Pager` and `BlockInspector` for it). */
+  constructor(upstream: Allocator, pager: Pager, inspector: BlockInspector, policyOf: () => LmsPolicy, speculation: SpeculationSettings = SPECULATION_OFF) {
     super(upstream);
-    this.lms = new LmsDevice(this, pager, policyOf, speculation);
+    this.lms = new LmsDevice(upstream.device, pager, inspector, policyOf, speculation);
     upstream.events.on('segmentReserved', () => void this.#segmentsReserved++);
     upstream.events.on('segmentReleased', () => void this.#segmentsReleased++);
   }

@@ -1,5 +1,5 @@
-import type { Allocator, Device, MemoryReclaimer, ReclaimTarget, Token } from '@stowage/core';
-import { formatDevice } from '@stowage/core';
+import type { Allocator, Device, DeviceServices, MemoryReclaimer, ReclaimTarget, Token } from '@stowage/core';
+import { BlockInspector, formatDevice, Pager } from '@stowage/core';
 import { LmsAllocator } from './LmsAllocator.js';
 import type { LmsDevice } from './LmsDevice.js';
 import type { LmsPolicy } from './LmsPolicy.js';
@@ -35,11 +35,15 @@ export class LmsController implements MemoryReclaimer {
     return this.#policyOf();
   }
 
-  /** The allocator under LMS when it can page (it has a pager); otherwise the allocator itself, unchanged. */
-  wrap(allocator: Allocator, device: Device): Allocator {
-    const pager = allocator.pager;
-    if (pager === undefined || allocator.describeBlock === undefined) return allocator;
-    const wrapped = new LmsAllocator(allocator, pager, this.#policyOf, this.#speculation);
+  /**
+   * The allocator under LMS when its device can page (it offers the Pager and BlockInspector services);
+   * otherwise the allocator itself, unchanged.
+   */
+  wrap(allocator: Allocator, device: Device, services: DeviceServices): Allocator {
+    const pager = services.get(Pager);
+    const inspector = services.get(BlockInspector);
+    if (pager === undefined || inspector === undefined) return allocator;
+    const wrapped = new LmsAllocator(allocator, pager, inspector, this.#policyOf, this.#speculation);
     this.#devices.set(formatDevice(device), wrapped.lms);
     return wrapped;
   }

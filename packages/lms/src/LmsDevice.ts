@@ -1,4 +1,4 @@
-import type { Allocator, Device, Pager, ReclaimTarget, StorageImpl } from '@stowage/core';
+import type { BlockInspector, Device, Pager, ReclaimTarget, StorageImpl } from '@stowage/core';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 import type { AllocSource } from './LmsStats.js';
 import { LmsStats } from './LmsStats.js';
@@ -41,9 +41,10 @@ export class LmsDevice {
   #learner: Speculation | null | undefined;
 
   constructor(
-    /** The LMS allocator: it places the blocks (`describeBlock`) and pages in. */
-    readonly allocator: Allocator,
+    readonly device: Device,
+    /** The device's pager and block inspector (device services: Note [Device services] in core). */
     readonly pager: Pager,
+    readonly inspector: BlockInspector,
     policyOf: () => LmsPolicy,
     speculation: SpeculationSettings = SPECULATION_OFF,
   ) {
@@ -67,10 +68,6 @@ export class LmsDevice {
   endIteration(): void {
     this.stats.iterations++;
     this.learner?.endIteration();
-  }
-
-  get device(): Device {
-    return this.allocator.device;
   }
 
   get policy(): LmsPolicy {
@@ -135,7 +132,7 @@ export class LmsDevice {
     const learner = this.learner;
     const predicting = learner !== null && learner.history.predictor !== null;
     for (const lms of this.list) {
-      const placement = this.allocator.describeBlock?.(lms.storage.peekDataPtr());
+      const placement = this.inspector.describeBlock(lms.storage.peekDataPtr());
       if (placement === undefined) continue; // not the allocator's block (COW-shared, imported, empty): never reclaimed
       if (target !== undefined && (placement.small !== target.small || placement.kind !== target.kind || placement.stream !== target.stream)) continue;
       const candidate = { storage: lms.storage, placement, hasHostCopy: lms.hasHostCopy, hostCopyReady: lms.hostCopyReady, unpinnedAt: lms.unpinnedAt };

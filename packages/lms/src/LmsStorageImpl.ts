@@ -230,7 +230,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
     if (this.#state !== 'inactive' || this.#host !== null || this.#released) return;
     const device = this.lmsDevice;
     const ptr = this.storage.peekDataPtr();
-    if (device.allocator.describeBlock?.(ptr) === undefined) return;
+    if (device.inspector.describeBlock(ptr) === undefined) return;
     this.#startPageOut(ptr);
     this.#hostUnusedSpeculation = true;
     device.stats.speculativePageOut++;

@@ -44,7 +44,9 @@ export function registerLms(container: DependencyContainer, options: LmsOptions 
   container.register(LMS_CONTROLLER, { useValue: controller });
   container.register(LmsReclaimer, { useValue: controller });
   for (const deviceType of devices) {
-    const decorator: AllocatorDecorator = { deviceType, wrap: (allocator, device) => controller.wrap(allocator, device) };
+    // Outermost: whatever adaptors are registered, and in whatever order, the allocator the runtime hands out is
+    // LMS's, which answers asLmsStorage; LMS reaches the device through its services, never through the chain.
+    const decorator: AllocatorDecorator = { deviceType, outermost: true, wrap: (allocator, device, services) => controller.wrap(allocator, device, services) };
     container.register(AllocatorDecorator, { useValue: decorator });
   }
 }

@@ -1,9 +1,9 @@
 import { expect } from 'chai';
 import type { AllocatorStats, Plugin, Runtime } from '@stowage/core';
-import { CachingAllocator, CpuMemoryBackend, cpu, createRuntime, DeviceError, InvalidArgumentError, OutOfMemoryError, resolve, StorageImpl, UseAfterReleaseError } from '@stowage/core';
+import { CachingAllocator, CpuMemoryBackend, cpu, createRuntime, DeviceError, wrapAllocators, InvalidArgumentError, OutOfMemoryError, resolve, StorageImpl, UseAfterReleaseError } from '@stowage/core';
 import type { LmsOptions, LmsPolicy, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
 import { LMS_CONTROLLER, LMS_POLICY, lms, LmsAllocator, LmsController, LmsStorageImpl, LruPolicy, pin } from '@stowage/lms';
-import { patternBytes, VirtualMemoryBackend } from '@stowage/core/testing';
+import { adaptorCases, patternBytes, VirtualMemoryBackend } from '@stowage/core/testing';
 
 const MiB = 1 << 20;
 
@@ -146,7 +146,8 @@ describe('LMS', () => {
         }
       })());
       using engine = new CachingAllocator(new VirtualMemoryBackend({ capacityBytes: 64 * MiB }));
-      expect(controller.wrap(engine, engine.device)).to.equal(engine); // a virtual backend has no pager
+      const noServices = { device: engine.device, get: () => undefined };
+      expect(controller.wrap(engine, engine.device, noServices)).to.equal(engine); // a virtual backend has no pager
       await using rt = await createRuntime({ plugins: [cpu(), lms({ devices: ['webgpu'] })] });
       const s = rt.storage(1024);
       expect(s.lms).to.equal(null);
@@ -363,6 +364,23 @@ describe('LMS', () => {
     });
   });
 
+  describe('through adaptors (Note [Device services] in core)', () => {
+    for (const adaptor of adaptorCases()) {
+      for (const order of ['before', 'after'] as const) {
+        it(`reclaims and pages back in through a ${adaptor.name} registered ${order} lms()`, async () => {
+          const wrap = wrapAllocators('cpu', (a) => adaptor.wrap(a));
+          await using rt = await createRuntime({ plugins: order === 'before' ? [cpu({ limit: 32 * MiB }), wrap, lms()] : [cpu({ limit: 32 * MiB }), lms(), wrap] });
+          const storages = [0, 1, 2].map((seed) => inactiveStorage(rt, 12 * MiB, seed));
+          expect(storages.map((s) => s.lms?.state)).to.deep.equal(['reclaimed', 'inactive', 'inactive']);
+          expect(stats(rt)['page_out']).to.be.greaterThan(0);
+          pin(storages[0]!).release();
+          expect(storages[0]!.lms!.state).to.equal('inactive');
+          for (const [seed, s] of storages.entries()) await expectBytes(rt, s, seed);
+        });
+      }
+    }
+  });
+
   describe('policies', () => {
     it('lru takes the least recently unpinned storage that fits', async () => {
       await using rt = await lmsRuntime(40 * MiB);
@@ -562,7 +580,7 @@ describe('LMS', () => {
           },
           pageIn: () => {},
         };
-        const alloc = new LmsAllocator(engine, pager, () => new LruPolicy());
+        const alloc = new LmsAllocator(engine, pager, engine, () => new LruPolicy());
         const s = new StorageImpl({ dataPtr: alloc.allocate(MiB), allocator: alloc });
         pin(s).release();
         alloc.lms.reclaimAll();

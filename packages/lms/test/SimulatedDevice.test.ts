@@ -348,7 +348,7 @@ describe('SimulatedDevice (schedule)', () => {
 describe('SimulatedDevice (under LMS)', () => {
   it('pages storages out and back in through its pager under a budget, on the schedule worked out by hand', async () => {
     await using rt = await createRuntime({ plugins: [cpu(), simulated({ link: 'pcie4', limit: 24 * MiB }), lms({ devices: ['sim'] })] });
-    const device = simulatedDeviceOf(rt.allocator('sim'))!;
+    const device = simulatedDeviceOf(rt)!;
     const storages = [0, 1, 2].map((seed) => {
       const s = rt.storage(10 * MiB, { device: 'sim' }); // a segment of its own: two fit under the budget, not three
       rt.write(s, patternBytes(s.byteLength, seed));
@@ -384,16 +384,16 @@ describe('simulated (the sim device plugin)', () => {
     await using rt = await createRuntime({ plugins: [cpu(), simulated({ link: 'pcie5' }), lms({ devices: ['sim'] })] });
     const allocator = rt.allocator('sim');
     expect(allocator).to.be.instanceOf(LmsAllocator);
-    const device = simulatedDeviceOf(allocator);
+    const device = simulatedDeviceOf(rt);
     expect(device).to.be.instanceOf(SimulatedDevice);
     expect(device!.link).to.equal(LINK_PROFILES.pcie5);
     expect(device!.device).to.deep.equal({ type: 'sim', index: 0 });
     const s = rt.storage(1000, { device: 'sim' });
     expect(s.lms?.state, 'the storage has an LMS object').to.equal('allocated');
-    expect(simulatedDeviceOf(rt.allocator('cpu')), 'the CPU allocator has none').to.equal(undefined);
+    expect(simulatedDeviceOf(rt, 'cpu'), 'the CPU device has none').to.equal(undefined);
     await using other = await createRuntime({ plugins: [simulated()] });
-    expect(simulatedDeviceOf(other.allocator('sim')), 'each runtime has its own device').to.not.equal(device);
-    expect(simulatedDeviceOf(other.allocator('sim'))!.link, 'pcie4 by default').to.equal(LINK_PROFILES.pcie4);
+    expect(simulatedDeviceOf(other), 'each runtime has its own device').to.not.equal(device);
+    expect(simulatedDeviceOf(other)!.link, 'pcie4 by default').to.equal(LINK_PROFILES.pcie4);
   });
 
   it('refuses bad options at once with an InvalidArgumentError naming the option', () => {
@@ -428,7 +428,7 @@ describe('simulated (the sim device plugin)', () => {
     const budgetBytes = 3 * MiB;
     await using rt = await createRuntime({ plugins: [simulated({ limit: budgetBytes, segmentSize: (rounded) => rounded }), lms({ devices: ['sim'] })] });
     const allocator = rt.allocator('sim');
-    const device = simulatedDeviceOf(allocator)!;
+    const device = simulatedDeviceOf(rt)!;
     const storages = [0, 1, 2, 3, 4, 5].map((seed) => {
       const s = rt.storage(MiB, { device: 'sim' });
       rt.write(s, patternBytes(MiB, seed));

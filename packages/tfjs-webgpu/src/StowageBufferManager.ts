@@ -1,5 +1,5 @@
 import type { Runtime, StorageImpl } from '@stowage/core';
-import type { WebGpuAllocator } from '@stowage/allocator-webgpu';
+import type { WebGpuBuffers } from '@stowage/allocator-webgpu';
 import type { BufferManager } from '@tensorflow/tfjs-backend-webgpu/dist/buffer_manager.js';
 import type { UniformCapture } from './UniformCapture.js';
 import { UNIFORM_USAGE } from './UniformCapture.js';
@@ -28,7 +28,7 @@ export class StowageBufferManager {
   constructor(
     private readonly runtime: Runtime,
     /** The allocator behind `device` (the end of its upstream chain). */
-    readonly allocator: WebGpuAllocator,
+    readonly allocator: WebGpuBuffers,
     /** The device tensors live on, as the runtime names it (`webgpu:0`). */
     readonly device: string,
     /** tfjs's own manager, for the buffers that are not tensor storage. */

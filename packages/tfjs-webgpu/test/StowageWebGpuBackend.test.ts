@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs-core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { createRuntime, cpu, StowageError, StorageImpl } from '@stowage/core';
+import { createRuntime, cpu, StowageError, StorageImpl, wrapAllocators } from '@stowage/core';
+import { adaptorCases } from '@stowage/core/testing';
 import { webgpu } from '@stowage/allocator-webgpu';
 import { registerStowageWebGpuBackend, StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
 import { DeviceMemoryCounter } from './DeviceMemoryCounter.js';
@@ -45,6 +46,26 @@ describe('StowageWebGpuBackend', function () {
         } finally {
           counter.uninstall();
         }
+      });
+    }
+  });
+
+  describe('through adaptors over the runtime\'s allocator (Note [Device services] in core)', () => {
+    for (const adaptor of adaptorCases()) {
+      it(`computes on tensors the runtime allocated through a ${adaptor.name}`, async () => {
+        await onBackend(
+          context,
+          'stowage',
+          async (_backend, runtime) => {
+            const a = tf.tensor2d([1, 2, 3, 4], [2, 2]);
+            const product = tf.matMul(a, tf.add(a, a));
+            expect([...(await product.data())]).to.deep.equal([14, 20, 30, 44]);
+            expect(runtime!.allocator('webgpu').memoryStats()['allocation.all.current'], 'tensors live in Stowage segments').to.be.greaterThan(0);
+            tf.dispose([a, product]);
+          },
+          {},
+          [wrapAllocators('webgpu', (allocator) => adaptor.wrap(allocator))],
+        );
       });
     }
   });

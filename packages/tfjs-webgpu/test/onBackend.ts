@@ -1,6 +1,6 @@
 import * as tf from '@tensorflow/tfjs-core';
 import { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
-import type { Runtime } from '@stowage/core';
+import type { Plugin, Runtime } from '@stowage/core';
 import { createRuntime } from '@stowage/core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { webgpu } from '@stowage/allocator-webgpu';
@@ -11,20 +11,21 @@ export type BackendKind = 'stock' | 'stowage';
 
 /**
  * Runs `body` with tfjs's `'webgpu'` backend on the shared device: tfjs's own (`stock`) or Stowage's, in a runtime
- * of its own, with `options`. The backend is removed (disposed) afterwards, and the runtime disposed.
+ * of its own (with `morePlugins` after the webgpu plugin), with `options`. The backend is removed (disposed) afterwards, and the runtime disposed.
  */
 export async function onBackend<T>(
   context: WebGpuContext,
   kind: BackendKind,
   body: (backend: WebGPUBackend, runtime?: Runtime) => Promise<T>,
   options: StowageWebGpuBackendOptions = {},
+  morePlugins: readonly Plugin[] = [],
 ): Promise<T> {
   let runtime: Runtime | undefined;
   if (kind === 'stock') {
     if (tf.findBackendFactory('webgpu') != null) tf.removeBackend('webgpu');
     tf.registerBackend('webgpu', () => new WebGPUBackend(context.device));
   } else {
-    runtime = await createRuntime({ plugins: [webgpu({ device: context.device, limit: '1GiB' })] });
+    runtime = await createRuntime({ plugins: [webgpu({ device: context.device, limit: '1GiB' }), ...morePlugins] });
     await registerStowageWebGpuBackend(runtime, { ...options, gpu: context.keepAlive });
   }
   try {

@@ -1,6 +1,7 @@
 import { InvalidArgumentError } from '@stowage/core';
 import type { TensorImpl } from '@stowage/core';
-import { webGpuAllocatorOf } from './webGpuAllocatorOf.js';
+import type { Device } from '@stowage/core';
+import type { WebGpuBuffers } from '@stowage/allocator-webgpu';
 import type { KernelName } from './kernels.js';
 import { KERNELS, WORKGROUP } from './kernels.js';
 
@@ -139,16 +140,17 @@ export class KernelRunner {
 
   /**
    * Records `dispatches` in order into one command encoder and submits it. Precondition: every operand is pinned
-   * (resident) until this returns; the caller may unpin right after, since the work is submitted.
+   * (resident) until this returns; the caller may unpin right after, since the work is submitted. `buffersOf` is
+   * the WebGpuBuffers device service of a tensor's device in the caller's runtime (it binds the operands).
    * @throws InvalidArgumentError for an operand whose allocator is not a WebGpuAllocator of this device, a tensor
    * that is not float32, two written operands that overlap, or more operands than a kernel can take
    */
-  run(dispatches: readonly Dispatch[]): void {
+  run(dispatches: readonly Dispatch[], buffersOf: (device: Device) => WebGpuBuffers | undefined): void {
     const uses = new Map<KernelName, number>();
     let scratchBytes = 0;
     const planned = dispatches.map((dispatch) => {
       if (dispatch.operands.length > MAX_OPERANDS) throw new InvalidArgumentError('operands.length', dispatch.operands.length, `at most ${MAX_OPERANDS}`);
-      const { placements, scratchEnd } = this.#place(dispatch.operands, scratchBytes);
+      const { placements, scratchEnd } = this.#place(dispatch.operands, scratchBytes, buffersOf);
       scratchBytes = scratchEnd;
       const use = uses.get(dispatch.kernel) ?? 0;
       uses.set(dispatch.kernel, use + 1);
@@ -186,7 +188,7 @@ export class KernelRunner {
    * in its own buffer unless it would overlap a placement before it. Scratch placements take the bytes from
    * `scratchStart` to the returned `scratchEnd`. Takes each operand's pointer here, after the caller pinned it.
    */
-  #place(operands: readonly Operand[], scratchStart: number): { placements: Placement[]; scratchEnd: number } {
+  #place(operands: readonly Operand[], scratchStart: number, buffersOf: (device: Device) => WebGpuBuffers | undefined): { placements: Placement[]; scratchEnd: number } {
     const placements = new Array<Placement>(operands.length);
     let scratchEnd = scratchStart;
     const order = [...operands.keys()].sort((i, j) => Number(operands[i]!.access === 'read') - Number(operands[j]!.access === 'read'));
@@ -200,9 +202,9 @@ export class KernelRunner {
         continue;
       }
       const ptr = access === 'write' ? tensor.mutableData() : tensor.data();
-      const allocator = webGpuAllocatorOf(tensor.storage.allocator);
+      const allocator = buffersOf(tensor.device);
       if (allocator === undefined || allocator.backend.gpuDevice !== this.#device) {
-        throw new InvalidArgumentError(`operands[${i}]`, `a tensor on ${tensor.device.type}:${tensor.device.index}`, "a tensor of a WebGpuAllocator (or adaptors over one) on this ops object's GPUDevice");
+        throw new InvalidArgumentError(`operands[${i}]`, `a tensor on ${tensor.device.type}:${tensor.device.index}`, "a tensor of a webgpu() device on this ops object's GPUDevice");
       }
       const binding = allocator.bindingOf(ptr);
       const start = binding.offset + tensor.byteOffset;

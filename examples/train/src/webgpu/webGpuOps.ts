@@ -1,6 +1,6 @@
 import type { Runtime } from '@stowage/core';
 import { InvalidArgumentError } from '@stowage/core';
-import { webGpuAllocatorOf } from './webGpuAllocatorOf.js';
+import { WebGpuBuffers } from '@stowage/allocator-webgpu';
 import type { Ops, PinScope, Tensor } from '../Ops.js';
 import { noPin } from '../noPin.js';
 import type { Dispatch, KernelParams, Operand } from './KernelRunner.js';
@@ -42,7 +42,7 @@ export interface WebGpuOpsOptions {
  * BackendUnavailableError when the runtime has no `webgpu` plugin
  */
 export function createWebGpuOps(runtime: Runtime, options: WebGpuOpsOptions): Ops {
-  const allocator = webGpuAllocatorOf(runtime.allocator('webgpu'));
+  const allocator = runtime.service(WebGpuBuffers, 'webgpu');
   if (allocator === undefined || allocator.backend.gpuDevice !== options.gpu) {
     throw new InvalidArgumentError('options.gpu', options.gpu, "the GPUDevice of the runtime's webgpu allocator (a WebGpuAllocator, or adaptors over one: the kernels bind its buffers)");
   }
@@ -72,7 +72,7 @@ class WebGpuOps extends TrainingOps {
 
   /** Records and submits the call's dispatches; returns once they are submitted, not done. */
   protected execute(call: KernelCall, operands: KernelOperands): void {
-    this.#runner.run(dispatchesOf(call, operands));
+    this.#runner.run(dispatchesOf(call, operands), (device) => this.runtime.service(WebGpuBuffers, device));
   }
 }
 

@@ -7,11 +7,10 @@ import { DoubleFreeError } from '../errors/DoubleFreeError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import type { Device } from '../contracts/Device.js';
 import type { LmsStorage } from '../contracts/LmsStorage.js';
-import type { Pager } from '../contracts/Pager.js';
-import type { BlockPlacement } from '../contracts/BlockPlacement.js';
 import type { MemorySnapshot } from '../contracts/MemorySnapshot.js';
 import type { StorageImpl } from '../storage/StorageImpl.js';
-import { markAllocatorDeleter } from '../internal/allocatorDeleters.js';
+import type { Adoption } from '../internal/allocatorDeleters.js';
+import { makeAdoption, markAllocatorDeleter } from '../internal/allocatorDeleters.js';
 import { throwHeld } from '../internal/AllocatorBase.js';
 import { checkUpstream } from '../internal/checkUpstream.js';
 import { checkBoolean, checkOptions } from '../validation/validate.js';
@@ -22,11 +21,6 @@ export interface ForwardingAllocatorOptions {
 }
 
 /** What an adopting adaptor keeps as a pointer's context: the deleter and context it displaced. */
-interface Adopted {
-  readonly ptr: DataPtr;
-  readonly deleter: Deleter | null;
-  readonly context: unknown;
-}
 
 /**
  * The base of RMM-style adaptors: forwards every member to `upstream`, so that a subclass overrides only the
@@ -46,7 +40,7 @@ export class ForwardingAllocator implements Allocator {
   readonly upstream: Allocator;
   readonly #ownsUpstream: boolean;
   readonly #deleter: Deleter = markAllocatorDeleter((context) => {
-    const adopted = context as Adopted;
+    const adopted = context as Adoption;
     try {
       this.onReleased?.(adopted.ptr);
     } finally {
@@ -103,7 +97,7 @@ export class ForwardingAllocator implements Allocator {
    */
   protected adopt(ptr: DataPtr): DataPtr {
     if (this.onReleased === undefined) return ptr;
-    const adopted: Adopted = { ptr, deleter: ptr.deleter, context: ptr.context };
+    const adopted = makeAdoption(ptr);
     ptr.compareExchangeDeleter(adopted.deleter, this.#deleter, adopted);
     return ptr;
   }
@@ -115,19 +109,7 @@ export class ForwardingAllocator implements Allocator {
    */
   recordStream(ptr: DataPtr, stream: number): void {
     this.checkOpen('recordStream');
-    const upstream = this.upstream;
-    if (upstream.recordStream === undefined) return;
-    if (!(ptr instanceof DataPtr) || this.onReleased === undefined || ptr.deleter !== this.#deleter) {
-      upstream.recordStream(ptr, stream);
-      return;
-    }
-    const adopted = ptr.context as Adopted;
-    ptr.compareExchangeDeleter(this.#deleter, adopted.deleter, adopted.context);
-    try {
-      upstream.recordStream(ptr, stream);
-    } finally {
-      ptr.compareExchangeDeleter(adopted.deleter, this.#deleter, adopted);
-    }
+    this.upstream.recordStream?.(ptr, stream); // the engine finds its block through this adaptor's adoption
   }
 
   copyData(dst: DataPtr, src: DataPtr, nbytes: number, dstOffset?: number, srcOffset?: number): void {
@@ -170,14 +152,6 @@ export class ForwardingAllocator implements Allocator {
   }
 
   /** The upstream's pager: an adaptor pages as what it wraps does. */
-  get pager(): Pager | undefined {
-    return this.upstream.pager;
-  }
-
-  describeBlock(ptr: DataPtr): BlockPlacement | undefined {
-    return this.upstream.describeBlock?.(ptr);
-  }
-
   dispose(): void {
     if (this.#disposed) return;
     this.#disposed = true;

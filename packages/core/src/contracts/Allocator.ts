@@ -4,8 +4,6 @@ import type { AllocatorStats } from './AllocatorStats.js';
 import type { DataPtr } from '../storage/DataPtr.js';
 import type { Device } from './Device.js';
 import type { LmsStorage } from './LmsStorage.js';
-import type { Pager } from './Pager.js';
-import type { BlockPlacement } from './BlockPlacement.js';
 import type { MemorySnapshot } from './MemorySnapshot.js';
 import type { StorageImpl } from '../storage/StorageImpl.js';
 import type { Token } from './Token.js';
@@ -37,6 +35,9 @@ export type AllocatorEventSource = Pick<EventEmitter<AllocatorEvents>, 'on' | 'o
  * (which supplies validation, bookkeeping, stats, events and snapshots around a minimal core), or as an adaptor
  * over an `upstream` allocator ({@link ForwardingAllocator}). Prove an implementation with
  * `describeAllocatorContract` from `@stowage/core/testing`.
+ *
+ * What a device can do beyond allocating (page, describe a block, bind, import, export for IPC) is not here: it is
+ * a device service, registered per device under a token (Note [Device services]).
  *
  * Every method validates its arguments and throws a `StowageError` subclass with the allocator's state
  * unchanged; after `dispose()` every method but `dispose()` throws `DisposedError`.
@@ -115,16 +116,6 @@ export interface Allocator extends Disposable {
    * Default (absent): null. Called once per StorageImpl, at its construction.
    */
   asLmsStorage?(storage: StorageImpl): LmsStorage | null;
-
-  /** Moves blocks to host memory and back, for LMS; absent when this allocator cannot page. */
-  readonly pager?: Pager | undefined;
-
-  /**
-   * Where a live pointer of this allocator sits in its segment, for LMS policies choosing what to reclaim;
-   * undefined for a pointer this allocator did not place (released, imported, another allocator's). Absent on
-   * allocators that do not place blocks in segments.
-   */
-  describeBlock?(ptr: DataPtr): BlockPlacement | undefined;
 
   /** Frees everything this allocator holds. Idempotent. */
   dispose(): void;

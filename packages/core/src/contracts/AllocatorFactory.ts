@@ -1,6 +1,7 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { Allocator } from './Allocator.js';
 import type { Device } from './Device.js';
+import type { DeviceServices } from './DeviceServices.js';
 import type { MemoryReclaimer } from './MemoryReclaimer.js';
 import type { Token } from './Token.js';
 
@@ -13,6 +14,12 @@ export interface AllocatorContext {
    * `IpcCollector`, then every `LmsReclaimer`. Resolved at call time, so plugins registered later still count.
    */
   reclaimers(): readonly MemoryReclaimer[];
+  /**
+   * Registers a device service of `device` (Note [Device services]): a factory calls it from `create`, before it
+   * returns the allocator, once per (device, token).
+   * @throws InvalidArgumentError for a token already registered for that device, or a missing service
+   */
+  provide<T>(device: Device, token: Token<T>, service: T): void;
 }
 
 /**
@@ -39,7 +46,13 @@ export const AllocatorContext: Token<AllocatorContext> = Symbol('stowage.Allocat
  */
 export interface AllocatorDecorator {
   readonly deviceType: string;
-  wrap(allocator: Allocator, device: Device): Allocator;
+  /**
+   * Applied after every decorator without it, whatever the registration order: LMS's, so that the allocator the
+   * runtime hands out answers `asLmsStorage` even when a third party's wrapper does not forward it.
+   */
+  readonly outermost?: boolean;
+  /** `services` are the device's (its factory registered them): a decorator reads them, never the chain. */
+  wrap(allocator: Allocator, device: Device, services: DeviceServices): Allocator;
 }
 
 export const AllocatorDecorator: Token<AllocatorDecorator> = Symbol('stowage.AllocatorDecorator');

@@ -1,5 +1,6 @@
 import type { DataPtr } from '../storage/DataPtr.js';
 import type { Device } from './Device.js';
+import type { Token } from './Token.js';
 
 /**
  * A page-out under way or done: the bytes of one block on their way to host memory.
@@ -15,7 +16,7 @@ export interface PageOut {
 }
 
 /**
- * The LMS service-provider interface a device offers (`Allocator.pager`): move a block's bytes to host memory and
+ * The LMS service-provider interface a device offers (a device service under the `Pager` token): move a block's bytes to host memory and
  * back without blocking the JavaScript thread.
  *
  * Note [Paging in device order]: both calls enqueue their copy in the device's order and return at once. Work the
@@ -33,3 +34,5 @@ export interface Pager {
   /** Enqueues a copy of host `bytes` into `dst` (which has at least `bytes.byteLength` bytes). */
   pageIn(bytes: Uint8Array, dst: DataPtr): void;
 }
+
+export const Pager: Token<Pager> = Symbol('stowage.Pager');

@@ -36,7 +36,8 @@ import type { MemoryBackend, StreamId } from '../contracts/MemoryBackend.js';
 import type { MemorySnapshot } from '../contracts/MemorySnapshot.js';
 import { Block, placementOf } from './Block.js';
 import type { BlockPlacement } from '../contracts/BlockPlacement.js';
-import type { Pager } from '../contracts/Pager.js';
+import { contextUnder, NOT_UNDER } from '../internal/allocatorDeleters.js';
+import type { BlockInspector } from '../contracts/BlockInspector.js';
 import type { CachingAllocatorOptions, ResolvedCachingOptions } from './CachingAllocatorOptions.js';
 import { resolveCachingOptions } from './CachingAllocatorOptions.js';
 import { EngineInvariants } from './EngineInvariants.js';
@@ -73,7 +74,7 @@ const ZERO_BYTES = Symbol('zero-byte allocation');
  *   active_bytes == allocated + pending-free block sizes; requested_bytes == requested sizes of the same blocks
  *   (as in PyTorch, a block leaves requested_bytes when it leaves active_bytes).
  */
-export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
+export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements BlockInspector {
   readonly backend: MemoryBackend<H>;
   readonly options: ResolvedCachingOptions;
   /** Pools, segments, statistics, backend and options, shared with the mechanisms below. */
@@ -161,11 +162,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     // Not checkPtr's `owned`, whose holder test is free's: a live storage's pointer is the usual one to record a
     // stream on (PyTorch's `tensor.record_stream`; LMS's page-out of a storage's block).
     this.checkPtr('ptr', ptr);
-    if (ptr.deleter !== this.deleter) {
+    const block = contextUnder(ptr, this.deleter) as Block<H> | typeof ZERO_BYTES | typeof NOT_UNDER;
+    if (block === NOT_UNDER) {
       throw new ForeignPointerError(`Cannot record a stream on the allocation at 0x${ptr.address.toString(16)}: this ${formatDevice(this.device)} allocator did not allocate it, or COW/IPC now owns it.`);
     }
     if (!this.backend.isStream(stream)) throw new InvalidArgumentError('stream', stream, `a stream of ${formatDevice(this.device)}`);
-    const block = ptr.context as Block<H> | typeof ZERO_BYTES;
     if (block === ZERO_BYTES || stream === block.stream) return;
     (block.streamUses ??= new Set()).add(stream);
   }
@@ -223,15 +224,15 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> {
     return [...this.#state.segments].flatMap((segment) => this.livePointersIn(segment.memory.handle));
   }
 
-  /** The backend's pager (for LMS), when it has one. */
-  get pager(): Pager | undefined {
-    return this.backend.pager;
-  }
-
-  /** Where a live pointer of this engine sits (for LMS policies); undefined for any other pointer. */
+  /**
+   * Where a live pointer of this engine sits (the engine is its device's BlockInspector service), also through
+   * the adaptors that took over its deleter; undefined for any other pointer.
+   */
   describeBlock(ptr: DataPtr): BlockPlacement | undefined {
-    if (this.isDisposed || !(ptr instanceof DataPtr) || ptr.isReleased || !this.owns(ptr) || ptr.context === ZERO_BYTES) return undefined;
-    return placementOf(ptr.context as Block<H>);
+    if (this.isDisposed || !(ptr instanceof DataPtr) || ptr.isReleased) return undefined;
+    const block = contextUnder(ptr, this.deleter);
+    if (block === NOT_UNDER || block === ZERO_BYTES) return undefined;
+    return placementOf(block as Block<H>);
   }
 
   /**

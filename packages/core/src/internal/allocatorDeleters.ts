@@ -1,4 +1,4 @@
-import type { Deleter } from '../storage/DataPtr.js';
+import type { DataPtr, Deleter } from '../storage/DataPtr.js';
 
 /**
  * Marks the deleter of a Stowage allocator (AllocatorBase, ForwardingAllocator). A pointer whose deleter is
@@ -24,4 +24,43 @@ export function markAllocatorDeleter<D extends Deleter>(deleter: D): D {
  */
 export function isAllocatorDeleter(deleter: Deleter | null): boolean {
   return deleter !== null && (deleter as MarkedDeleter)[ALLOCATOR_DELETER] === true;
+}
+
+const ADOPTION = Symbol.for('stowage.adoption');
+
+/**
+ * What an adaptor (ForwardingAllocator) keeps when it takes over a pointer's deleter: the deleter and context it
+ * replaced. Branded, so that the allocator underneath can find its own context through any number of adaptors
+ * (Note [Device services]: the engine's block inspector answers for pointers adaptors have taken over).
+ */
+export interface Adoption {
+  readonly ptr: DataPtr;
+  readonly deleter: Deleter | null;
+  readonly context: unknown;
+}
+
+export function makeAdoption(ptr: DataPtr): Adoption {
+  return { ptr, deleter: ptr.deleter, context: ptr.context, [ADOPTION]: true } as Adoption;
+}
+
+function isAdoption(context: unknown): context is Adoption {
+  return typeof context === 'object' && context !== null && (context as { [ADOPTION]?: true })[ADOPTION] === true;
+}
+
+/** Returned by {@link contextUnder} when `deleter` is not under the pointer's adaptors. */
+export const NOT_UNDER = Symbol('stowage.notUnder');
+
+/**
+ * The context `ptr` had when `deleter` was its deleter, looking through the adaptors that took it over since;
+ * NOT_UNDER when `deleter` is not among them (COW, IPC or another allocator owns the pointer).
+ */
+export function contextUnder(ptr: DataPtr, deleter: Deleter): unknown {
+  let current = ptr.deleter;
+  let context = ptr.context;
+  for (let depth = 0; current !== deleter; depth++) {
+    if (depth === 64 || !isAdoption(context)) return NOT_UNDER;
+    current = context.deleter;
+    context = context.context;
+  }
+  return context;
 }

@@ -6,6 +6,8 @@ import { BackendUnavailableError } from '../errors/BackendUnavailableError.js';
 import { DeviceMismatchError } from '../errors/DeviceMismatchError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { checkReturned } from '../validation/validate.js';
+import type { Token } from '../contracts/Token.js';
+import type { DeviceServiceTable } from '../services/DeviceServiceTable.js';
 
 /**
  * One runtime's allocators, one per device, made on first use by the registered factories.
@@ -17,18 +19,22 @@ export class AllocatorRegistry implements Disposable {
   readonly #owned = new Set<Allocator>();
   readonly #context: AllocatorContext;
   readonly #decorators: readonly AllocatorDecorator[];
+  readonly #services: DeviceServiceTable;
 
   /**
+   * `services` is the table the context's `provide` fills (Note [Device services]).
    * @throws InvalidArgumentError for a factory that is not `{ deviceType, create }` or a decorator that is not
    * `{ deviceType, wrap }` (what a plugin registered), naming it
    */
-  constructor(factories: readonly AllocatorFactory[], context: AllocatorContext, decorators: readonly AllocatorDecorator[]) {
+  constructor(factories: readonly AllocatorFactory[], context: AllocatorContext, decorators: readonly AllocatorDecorator[], services: DeviceServiceTable) {
     if (!Array.isArray(factories)) throw new InvalidArgumentError('factories', factories, 'an array of AllocatorFactory');
     if (!Array.isArray(decorators)) throw new InvalidArgumentError('decorators', decorators, 'an array of AllocatorDecorator');
     for (const [i, factory] of factories.entries()) checkPluginObject(`the registered AllocatorFactory [${i}]`, factory, 'create');
     for (const [i, decorator] of decorators.entries()) checkPluginObject(`the registered AllocatorDecorator [${i}]`, decorator, 'wrap');
     this.#context = context;
-    this.#decorators = decorators;
+    // Decorators apply in registration order, those marked outermost (LMS) after all the others.
+    this.#decorators = [...decorators.filter((d) => d.outermost !== true), ...decorators.filter((d) => d.outermost === true)];
+    this.#services = services;
     for (const factory of factories) this.#factories.set(factory.deviceType, factory);
   }
 
@@ -57,17 +63,25 @@ export class AllocatorRegistry implements Disposable {
         `No allocator is registered for ${key}: this runtime serves ${this.deviceTypes.join(', ')}. Add the plugin for '${parsed.type}' to createRuntime({ plugins }).`,
       );
     }
-    let allocator = checkReturned(`the AllocatorFactory for '${parsed.type}' (create(${key}))`, factory.create(parsed, this.#context), isAllocator, 'an Allocator');
+    let allocator: Allocator;
+    try {
+      allocator = checkReturned(`the AllocatorFactory for '${parsed.type}' (create(${key}))`, factory.create(parsed, this.#context), isAllocator, 'an Allocator');
+    } catch (error) {
+      this.#services.forget(parsed);
+      throw error;
+    }
     try {
       checkServes(allocator, parsed);
+      const services = this.#services.of(parsed);
       for (const decorator of this.#decorators) {
         if (decorator.deviceType !== parsed.type) continue;
-        const wrapped: unknown = decorator.wrap(allocator, parsed);
+        const wrapped: unknown = decorator.wrap(allocator, parsed, services);
         allocator = checkReturned(`the AllocatorDecorator for '${parsed.type}' (a wrapAllocators wrapper)`, wrapped, isAllocator, `an Allocator (the one it was given, wrapped)`);
       }
       checkServes(allocator, parsed);
     } catch (error) {
       // Not handed out: the allocator made so far (a decorator's wrapper owns what it wraps) goes back.
+      this.#services.forget(parsed);
       try {
         allocator.dispose();
       } catch {
@@ -78,6 +92,17 @@ export class AllocatorRegistry implements Disposable {
     this.#created.set(key, allocator);
     this.#owned.add(allocator);
     return allocator;
+  }
+
+  /**
+   * The service registered under `token` for `device` (its allocator is made first, as `get` makes it);
+   * undefined when the device offers none.
+   * @throws as `get`
+   */
+  service<T>(token: Token<T>, device: DeviceLike): T | undefined {
+    const parsed = parseDevice(device);
+    this.get(parsed);
+    return this.#services.get(parsed, token);
   }
 
   /** True when `allocator` was made by this registry (so storages it backs belong to this runtime). */

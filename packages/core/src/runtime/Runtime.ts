@@ -1,5 +1,6 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { Allocator } from '../contracts/Allocator.js';
+import type { Token } from '../contracts/Token.js';
 import { DataPtr } from '../storage/DataPtr.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import type { AllocatorRegistry } from './AllocatorRegistry.js';
@@ -96,6 +97,17 @@ export class Runtime implements TensorContext, AsyncDisposable {
    * @throws InvalidArgumentError for a bad size or device; BackendUnavailableError for a device with no plugin;
    * OutOfMemoryError when the device is full
    */
+  /**
+   * A device service (Note [Device services]): what `device` offers under `token` beyond allocating, e.g.
+   * `rt.service(Pager, 'webgpu:0')`. Makes the device's allocator first, as `allocator(device)` does.
+   * @returns the service, or undefined when the device offers none under that token
+   * @throws BackendUnavailableError when no plugin serves the device
+   */
+  service<T>(token: Token<T>, device: DeviceLike = 'cpu'): T | undefined {
+    this.#checkOpen('service');
+    return this.#allocators.service(token, parseDevice(device, 'device'));
+  }
+
   storage(nbytes: number, options?: StorageOptions): StorageImpl {
     this.#checkOpen('storage');
     checkByteCount('nbytes', nbytes);

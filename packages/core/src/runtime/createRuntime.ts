@@ -9,6 +9,7 @@ import type { Plugin } from '../contracts/Plugin.js';
 import { AliasReshapePolicy } from '../storage/AliasReshapePolicy.js';
 import { ReshapePolicy } from '../contracts/ReshapePolicy.js';
 import { Runtime } from './Runtime.js';
+import { DeviceServiceTable } from '../services/DeviceServiceTable.js';
 import { StorageHooks } from '../contracts/StorageHooks.js';
 import { TensorHooks } from '../contracts/TensorHooks.js';
 import type { Token } from '../contracts/Token.js';
@@ -51,15 +52,18 @@ export async function createRuntime(options?: RuntimeOptions): Promise<Runtime> 
   registerCpuAllocator(container);
   container.register(ReshapePolicy, { useValue: new AliasReshapePolicy() });
   for (const [i, plugin] of plugins.entries()) await registerPlugin(`plugins[${i}]`, plugin, container);
+  const services = new DeviceServiceTable();
   const context: AllocatorContext = {
     container,
     reclaimers: () => [...resolveAll(container, IpcCollector), ...resolveAll(container, LmsReclaimer)],
+    provide: (device, token, service) => services.provide(device, token, service),
   };
   container.register(AllocatorContext, { useValue: context });
   const allocators = new AllocatorRegistry(
     resolveRegistered(container, AllocatorFactory, 'AllocatorFactory'),
     context,
     resolveRegistered(container, AllocatorDecorator, 'AllocatorDecorator'),
+    services,
   );
   container.register(AllocatorRegistry, { useValue: allocators });
   container.register(Allocator, { useFactory: () => allocators.get('cpu') });

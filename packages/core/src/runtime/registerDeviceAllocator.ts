@@ -10,6 +10,11 @@ import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { parseBytes } from '../units/formatBytes.js';
 import { checkOptions } from '../validation/validate.js';
 import type { MemoryReclaimer } from '../contracts/MemoryReclaimer.js';
+import type { MemoryBackend } from '../contracts/MemoryBackend.js';
+import { BlockInspector } from '../contracts/BlockInspector.js';
+import { Pager } from '../contracts/Pager.js';
+import type { Token } from '../contracts/Token.js';
+import { CachingAllocator } from '../engine/CachingAllocator.js';
 
 /**
  * What every device plugin takes besides its own options: its budget (`limit`), and the caching engine's options,
@@ -61,6 +66,12 @@ export interface DeviceAllocatorSpec<O extends DeviceAllocatorOptions, K extends
    * services beside it. `engine.memoryLimit` is the budget; `budgetBytes` is the same in bytes, when it is bytes.
    */
   create(device: Device, engine: CachingAllocatorOptions, own: Pick<O, K>, budgetBytes: number | undefined): A;
+  /**
+   * Registers the device's services beyond the engine's own (Note [Device services]) for an allocator `create`
+   * made in a runtime. The engine's are registered without it: the engine as BlockInspector, its backend's pager
+   * as Pager.
+   */
+  provideServices?(allocator: A, provide: <T>(token: Token<T>, service: T) => void): void;
 }
 
 /** A device plugin's options after checking: the device's own, and the engine's (with the budget as `memoryLimit`). */
@@ -192,7 +203,15 @@ export function registerDeviceAllocator<O extends DeviceAllocatorOptions, K exte
     create(device, context): Allocator {
       checkDeviceIndex(spec, device);
       const reclaimers = (): readonly MemoryReclaimer[] => context.reclaimers();
-      return spec.create(device, { ...settings.engine, reclaimers }, settings.own, settings.budgetBytes);
+      const allocator = spec.create(device, { ...settings.engine, reclaimers }, settings.own, settings.budgetBytes);
+      const provide = <T>(token: Token<T>, service: T): void => context.provide(device, token, service);
+      if (allocator instanceof CachingAllocator) {
+        provide(BlockInspector, allocator);
+        const pager = (allocator.backend as MemoryBackend<unknown>).pager;
+        if (pager !== undefined) provide(Pager, pager);
+      }
+      spec.provideServices?.(allocator, provide);
+      return allocator;
     },
   };
   container.register(AllocatorFactory, { useValue: factory });

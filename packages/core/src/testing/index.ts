@@ -5,3 +5,5 @@ export { describeAllocatorContract } from './describeAllocatorContract.js';
 export type { VirtualMemoryBackendOptions } from './VirtualMemoryBackend.js';
 export { VirtualMemoryBackend } from './VirtualMemoryBackend.js';
 export { expectTypedOrSuccess, junk, junkArgs } from './junk.js';
+export type { AdaptorCase } from './adaptorCases.js';
+export { adaptorCases } from './adaptorCases.js';

@@ -1,5 +1,5 @@
-import type { Allocator, DataPtr } from '@stowage/core';
-import { InvalidArgumentError } from '@stowage/core';
+import type { DeviceLike, Runtime } from '@stowage/core';
+import { InvalidArgumentError, IpcExporter } from '@stowage/core';
 
 /**
  * allocator-cuda's `CudaIpcExport`, as plain data this package checks without importing that package (no package
@@ -10,24 +10,18 @@ export type CudaExport =
   | { readonly kind: 'legacy'; readonly device: number; readonly handle: Uint8Array; readonly offset: number; readonly byteLength: number }
   | { readonly kind: 'shareable'; readonly device: number; readonly pageBytes: number; readonly fds: readonly number[]; readonly offset: number; readonly byteLength: number };
 
-/** The two members of allocator-cuda's `CudaAllocator` that IPC uses. */
-export interface CudaIpcAllocator {
-  exportIpc(ptr: DataPtr): CudaExport;
-  openIpc(exported: CudaExport): DataPtr<bigint>;
-}
+/**
+ * The CUDA device's IpcExporter service (core's token; allocator-cuda's `cuda()` registers its CudaAllocator under
+ * it), with the export's type IPC checks.
+ */
+export type CudaIpcAllocator = IpcExporter<CudaExport>;
 
 /**
- * The allocator under `allocator`'s forwarding chain (decorators such as IPC's own stats adaptor) that has
- * `exportIpc`/`openIpc` (allocator-cuda's CudaAllocator), or undefined.
+ * The IpcExporter service of `device` in `rt` (Note [Device services] in core: found by token, so adaptors over the
+ * allocator cannot hide it), or undefined when the device offers none.
  */
-export function cudaIpcAllocatorOf(allocator: Allocator): CudaIpcAllocator | undefined {
-  let a: unknown = allocator;
-  for (let depth = 0; depth < 16 && typeof a === 'object' && a !== null; depth++) {
-    const c = a as Partial<CudaIpcAllocator> & { upstream?: unknown };
-    if (typeof c.exportIpc === 'function' && typeof c.openIpc === 'function') return c as CudaIpcAllocator;
-    a = c.upstream;
-  }
-  return undefined;
+export function cudaIpcAllocatorOf(rt: Runtime, device: DeviceLike): CudaIpcAllocator | undefined {
+  return rt.service(IpcExporter, device) as CudaIpcAllocator | undefined;
 }
 
 const isIndex = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;

@@ -333,9 +333,9 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
         'a host storage: threads of one process share one CUDA context, where a CUDA IPC handle cannot be opened; CUDA storages cross between processes (a child process channel or a stream)',
       );
     }
-    const exporter = cudaIpcAllocatorOf(this.#rt.allocator(device));
+    const exporter = cudaIpcAllocatorOf(this.#rt, device);
     if (exporter === undefined) {
-      throw new InvalidArgumentError('item', `a ${formatDevice(device)} storage whose allocator has no exportIpc`, "a CUDA storage of allocator-cuda's cuda() plugin");
+      throw new InvalidArgumentError('item', `a ${formatDevice(device)} storage whose device offers no IpcExporter service`, "a CUDA storage of allocator-cuda's cuda() plugin");
     }
     const { slot, exported } = this.#ipc.sendCuda(storage, exporter);
     const memory: CudaMemory = { kind: 'cuda', exported: exported.kind === 'legacy' ? { ...exported, handle: Uint8Array.from(exported.handle) } : exported, byteOffset: 0 };

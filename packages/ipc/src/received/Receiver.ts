@@ -99,10 +99,9 @@ export class Receiver {
    * producer that exited took its device memory with its context: its storage is refused (UseAfterReleaseError).
    */
   #receiveCuda(rt: Runtime, descriptor: StorageDescriptor, exported: CudaExport): ReceivedStorage {
-    const allocator = rt.allocator(descriptor.device); // BackendUnavailableError without a cuda() plugin
-    const opener = cudaIpcAllocatorOf(allocator);
+    const opener = cudaIpcAllocatorOf(rt, descriptor.device); // BackendUnavailableError without a cuda() plugin
     if (opener === undefined) {
-      throw new InvalidArgumentError('rt', `a runtime whose ${descriptor.device} allocator has no openIpc`, "a runtime with allocator-cuda's cuda() plugin, to open CUDA storages another process sent");
+      throw new InvalidArgumentError('rt', `a runtime whose ${descriptor.device} offers no IpcExporter service`, "a runtime with allocator-cuda's cuda() plugin, to open CUDA storages another process sent");
     }
     const slot = descriptor.slot;
     this.client.acquire(slot);
@@ -113,7 +112,7 @@ export class Receiver {
         `The producer of this ${descriptor.device} storage (process ${producer}) has exited, and its device memory went with its CUDA context: device memory, unlike host shared memory, does not outlive the process that allocated it. Keep a producer alive until its consumers have released what it sent.`,
       );
     }
-    let ptr: DataPtr<bigint>;
+    let ptr: DataPtr;
     try {
       ptr = opener.openIpc(exported.kind === 'shareable' ? { ...exported, fds: takeFds(producer, exported.fds) } : exported);
     } catch (error) {
@@ -141,7 +140,7 @@ export class Receiver {
       if (failure !== undefined) throw failure;
     };
     ptr.compareExchangeDeleter(closeDeleter, receivedDeleter, { slot, release });
-    return this.#wrap(rt, descriptor, ptr, entry, allocator);
+    return this.#wrap(rt, descriptor, ptr, entry, rt.allocator(descriptor.device));
   }
 
   /** Watches `ptr` with the safety net and wraps it as the received storage (and tensor) of `allocator`. */

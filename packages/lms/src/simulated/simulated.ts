@@ -1,6 +1,6 @@
 import type { DependencyContainer } from 'tsyringe';
-import type { DeviceAllocatorOptions, DeviceAllocatorSpec, HostBuffer, Plugin } from '@stowage/core';
-import { CachingAllocator, createDeviceAllocator, ForwardingAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
+import type { DeviceAllocatorOptions, DeviceAllocatorSpec, DeviceLike, HostBuffer, Plugin, Runtime, Token } from '@stowage/core';
+import { CachingAllocator, createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
 import type { LinkName, LinkProfile } from './LinkProfile.js';
 import { SimulatedDevice } from './SimulatedDevice.js';
 
@@ -34,6 +34,7 @@ function simulatedSpec(reportsCapacity: boolean): DeviceAllocatorSpec<SimulatedA
     // The device's constructor is the one home of these checks; making one reserves nothing.
     checkDeviceOptions: (own) => void new SimulatedDevice(own),
     create: (device, engine, own) => new CachingAllocator(new SimulatedDevice({ ...own, device }), engine),
+    provideServices: (allocator, provide) => provide(SIMULATED_DEVICE, allocator.backend as SimulatedDevice),
   };
 }
 
@@ -61,7 +62,7 @@ export function registerSimulatedAllocator(container: DependencyContainer, optio
 
 /**
  * The simulated-time device plugin: `createRuntime({ plugins: [simulated({ link: 'pcie5', limit: '64MiB' }),
- * lms({ devices: ['sim'] })] })`, then `simulatedDeviceOf(runtime.allocator('sim'))` for its clock and timeline.
+ * lms({ devices: ['sim'] })] })`, then `simulatedDeviceOf(runtime)` for its clock and timeline.
  * Each runtime gets a device of its own, made with its allocator.
  * @throws InvalidArgumentError for a bad option, at once
  */
@@ -71,11 +72,14 @@ export function simulated(options: SimulatedAllocatorOptions = {}): Plugin {
 }
 
 /**
- * The SimulatedDevice under `allocator`: the backend of the caching engine it is, or that the adaptors over it
- * (LMS's LmsAllocator, wrapAllocators' wrappers, any ForwardingAllocator) wrap; undefined when there is none.
+ * The SimulatedDevice behind a runtime's `device` (its device service, registered by `simulated()`: found whatever
+ * adaptors or LMS wrap the allocator), or behind an allocator `createSimulatedAllocator` made; undefined for
+ * anything else.
  */
-export function simulatedDeviceOf(allocator: unknown): SimulatedDevice | undefined {
-  let current = allocator;
-  while (current instanceof ForwardingAllocator) current = current.upstream;
-  return current instanceof CachingAllocator && current.backend instanceof SimulatedDevice ? current.backend : undefined;
+export function simulatedDeviceOf(source: Runtime | CachingAllocator<HostBuffer>, device: DeviceLike = 'sim'): SimulatedDevice | undefined {
+  if (source instanceof CachingAllocator) return source.backend instanceof SimulatedDevice ? source.backend : undefined;
+  return source.service(SIMULATED_DEVICE, device);
 }
+
+/** The device service under which `simulated()` registers each device's SimulatedDevice. */
+const SIMULATED_DEVICE: Token<SimulatedDevice> = Symbol('stowage.SimulatedDevice');
