@@ -124,10 +124,15 @@ export class CudaAllocator extends ForwardingAllocator {
     return { ...snapshot, allocator_settings: { ...snapshot.allocator_settings, PYTORCH_CUDA_ALLOC_CONF: this.#allocConf } };
   }
 
-  /** Waits for the pager's copies, disposes the engine (its segments go back to the driver), then the backend's streams, events and context. Idempotent. */
+  /**
+   * Waits for the pager's copies, the reads in flight and the events of frees still pending on other streams, then
+   * disposes the engine (its segments go back to the driver, no stream using them any more), then the backend's
+   * streams, events and context. Idempotent.
+   */
   override dispose(): void {
     if (this.isDisposed) return;
     this.cudaPager.dispose();
+    this.backend.synchronize();
     super.dispose();
     this.backend.dispose();
   }

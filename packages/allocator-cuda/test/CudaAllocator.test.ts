@@ -176,6 +176,70 @@ describe('CudaAllocator', function () {
     });
   });
 
+  describe('CudaAllocator#allocate', () => {
+    /** Allocates and frees every request once (the cache fills), then `rounds` more times; driver calls in those rounds. */
+    function callsOnCacheHits(allocator: CudaAllocator, requests: readonly { bytes: number; stream: number }[], rounds: number): number {
+      const round = (): void => {
+        for (const { bytes, stream } of requests) allocator.free(allocator.allocate(bytes, { stream }));
+      };
+      round();
+      const reserved = allocator.memoryStats()['reserved_bytes.all.current'];
+      const driver = allocator.backend.driver;
+      const calls = driver.callCount;
+      for (let i = 0; i < rounds; i++) round();
+      const made = driver.callCount - calls;
+      expect(allocator.memoryStats()['reserved_bytes.all.current'], 'every request was served from the cache').to.equal(reserved);
+      return made;
+    }
+
+    it('makes no driver call for an allocate and free served from the cache, fixed segments, small and large, on two streams', () => {
+      using allocator = make({ expandableSegments: false });
+      const s = allocator.createStream();
+      const requests = [1000, 3 * MiB, 30 * MiB].flatMap((bytes) => [{ bytes, stream: 0 }, { bytes, stream: s }]);
+      expect(callsOnCacheHits(allocator, requests, 100)).to.equal(0);
+    });
+
+    it('makes no driver call for an allocate and free served from the cache of an expandable segment', () => {
+      using allocator = make();
+      const requests = [1000, 3 * MiB, 30 * MiB, 700].map((bytes) => ({ bytes, stream: 0 }));
+      expect(callsOnCacheHits(allocator, requests, 100)).to.equal(0);
+    });
+  });
+
+  describe('CudaAllocator#dispose', () => {
+    it('leaves no driver event alive when disposed with a free still pending on another stream\'s event', function () {
+      const hooks = needHooks(this, lib);
+      const before = hooks.liveEvents();
+      const allocator = make({ expandableSegments: false });
+      const reader = allocator.createStream({ nonBlocking: true });
+      const own = allocator.createStream();
+      const ptr = allocator.allocate(MiB, { stream: own });
+      hooks.delayStream(allocator.streamOf(reader)!, 50_000); // the reader's work runs past the dispose below
+      allocator.recordStream(ptr, reader);
+      allocator.free(ptr);
+      expect(allocator.memoryStats()['active_bytes.all.current'], 'the free waits for the reader\'s event').to.be.greaterThan(0);
+      expect(hooks.liveEvents(), 'an event was recorded for the pending free').to.be.greaterThan(before);
+      allocator.dispose();
+      expect(hooks.liveEvents()).to.equal(before);
+    });
+
+    it('leaves no driver event alive once disposed after frees whose events completed and went back to the pool', function () {
+      const hooks = needHooks(this, lib);
+      const before = hooks.liveEvents();
+      const allocator = make({ expandableSegments: false });
+      const reader = allocator.createStream({ nonBlocking: true });
+      for (let i = 0; i < 3; i++) {
+        const ptr = allocator.allocate(MiB);
+        allocator.recordStream(ptr, reader);
+        allocator.free(ptr);
+      }
+      allocator.backend.driver.streamSynchronize(allocator.streamOf(reader));
+      allocator.free(allocator.allocate(MiB)); // completes the pending frees: their events go back to the pool
+      allocator.dispose();
+      expect(hooks.liveEvents()).to.equal(before);
+    });
+  });
+
   describe('snapshots', () => {
     /** The JSON types of an object's keys, as PyTorch's memory visualizer reads them. */
     function shape(value: object): Record<string, string> {

@@ -40,7 +40,7 @@
  * - Test hooks (not driver symbols): standinInjectError makes a named call fail once with a chosen result after
  *   `countdown` further successful calls of it; standinDelayStream queues a sleep on a stream's worker, so a test
  *   can make a race deterministic; standinSetCapacity changes every device's capacity, standinSetDeviceCapacity one
- *   device's.
+ *   device's; standinLiveEvents counts the events not yet destroyed (a leak shows in it).
  */
 #define _GNU_SOURCE
 #ifdef STOWAGE_CUDA_FALLBACK_HEADER
@@ -1644,6 +1644,15 @@ CUresult CUDAAPI cuIpcOpenEventHandle(CUevent *phEvent, CUipcEventHandle handle)
   link_event(e);
   *phEvent = e;
   return CUDA_SUCCESS;
+}
+
+/* Test hook: events of this process not destroyed (created, or opened from another process's handle). */
+int standinLiveEvents(void) {
+  int n = 0;
+  pthread_mutex_lock(&g_lock);
+  for (struct CUevent_st *x = g_events; x; x = x->next_live) n++;
+  pthread_mutex_unlock(&g_lock);
+  return n;
 }
 
 /* Test hook: the stream's worker sleeps `microseconds` before its next queued operation. */

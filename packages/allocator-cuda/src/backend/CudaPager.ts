@@ -1,16 +1,7 @@
 import type { CachingAllocator, DataPtr, Device, PageOut, Pager, StreamId } from '@stowage/core';
 import { DeviceError } from '@stowage/core';
-import type { CudaDriver, CudaEvent, PinnedHostMemory } from '../driver/CudaDriver.js';
-import { CudaError } from '../driver/CudaError.js';
+import { CudaCopyStream } from './CudaCopyStream.js';
 import type { CudaMemoryBackend } from './CudaMemoryBackend.js';
-import { PinnedPool } from './PinnedPool.js';
-
-/** A copy queued on the pager's stream, and what to do once its event completes. */
-interface Transfer {
-  readonly event: CudaEvent;
-  readonly staging: PinnedHostMemory;
-  readonly done: (error?: Error) => void;
-}
 
 class CudaPageOut implements PageOut {
   bytes: Uint8Array | null = null;
@@ -27,21 +18,6 @@ class CudaPageOut implements PageOut {
   }
 }
 
-/** cuEventSynchronize on one of koffi's worker threads: resolves when the event completes, without blocking this one. */
-function synchronizeAsync(driver: CudaDriver, event: CudaEvent): Promise<void> {
-  const call = driver.raw('cuEventSynchronize') as unknown as { async(handle: unknown, callback: (error: unknown, result: number) => void): void };
-  return new Promise((resolve, reject) => {
-    call.async(event.handle, (error, result) => {
-      if (error) return reject(error instanceof Error ? error : new Error(String(error)));
-      if (result === 0) return resolve();
-      reject(new CudaError({ call: 'cuEventSynchronize', result, driverName: driver.errorName(result), driverMessage: driver.errorString(result) }));
-    });
-  });
-}
-
-/** cuEventCreate's CU_EVENT_DISABLE_TIMING. */
-const EVENT_DISABLE_TIMING = 2;
-
 /**
  * LMS paging for CUDA (Note [Paging in device order] in core's Pager), on a stream of its own so that copies overlap
  * the program's kernels:
@@ -53,23 +29,18 @@ const EVENT_DISABLE_TIMING = 2;
  * - page-in: the bytes go into a pinned buffer, the pager stream waits for the destination block's stream, copies
  *   (cuMemcpyHtoDAsync), and the destination's stream then waits for the copy's event: work the program queues on it
  *   afterwards sees the bytes.
- * Nothing blocks the JavaScript thread: completions are learnt by one asynchronous cuEventSynchronize at a time on
- * a koffi worker thread, oldest first (the pager stream completes in order).
+ * Nothing blocks the JavaScript thread: the pager stream is a non-blocking CudaCopyStream, whose completions are
+ * learnt by one asynchronous cuEventSynchronize at a time on a koffi worker thread, oldest first.
  */
 export class CudaPager implements Pager {
   readonly #backend: CudaMemoryBackend;
   readonly #engine: CachingAllocator<bigint>;
-  readonly #pinned: PinnedPool;
-  readonly #pending: Transfer[] = [];
-  readonly #eventPool: CudaEvent[] = [];
-  #stream: StreamId | null = null;
-  #waiting = false;
-  #disposed = false;
+  readonly #copies: CudaCopyStream;
 
   constructor(backend: CudaMemoryBackend, engine: CachingAllocator<bigint>) {
     this.#backend = backend;
     this.#engine = engine;
-    this.#pinned = new PinnedPool(backend.driver, () => backend.enter());
+    this.#copies = new CudaCopyStream(backend, { nonBlocking: true });
   }
 
   get device(): Device {
@@ -78,26 +49,26 @@ export class CudaPager implements Pager {
 
   /** Pinned host bytes the pager holds for its copies. */
   get pinnedBytes(): number {
-    return this.#pinned.reservedBytes;
+    return this.#copies.pinnedBytes;
   }
 
   pageOut(src: DataPtr): PageOut {
     const out = new CudaPageOut(src.byteLength);
     this.#backend.enter(); // events and staging belong to this device's context
-    const side = this.#sideStream();
+    const copies = this.#copies;
+    const side = copies.stream;
     // First, as it checks the pointer: once the copy is queued, its staging buffer must not go back to the pool
     // before the copy has run.
     this.#engine.recordStream(src, side);
-    const staging = this.#pinned.take(src.byteLength);
-    const driver = this.#backend.driver;
+    const staging = copies.take(src.byteLength);
     try {
-      this.#waitFor(this.#streamOf(src));
-      driver.memcpyDtoHAsync(staging.address, (src.handle as bigint) + BigInt(src.byteOffset), src.byteLength, this.#backend.streams.handle(side));
+      copies.waitFor(this.#streamOf(src));
+      this.#backend.driver.memcpyDtoHAsync(staging.address, (src.handle as bigint) + BigInt(src.byteOffset), src.byteLength, this.#backend.streams.handle(side));
     } catch (error) {
-      this.#pinned.give(staging);
+      copies.give(staging);
       throw error;
     }
-    this.#queue(staging, (error) => {
+    copies.queue(staging, (error) => {
       if (error !== undefined) return out.reject(error);
       out.bytes = staging.bytes.slice(0, src.byteLength);
       out.resolve(out.bytes);
@@ -107,93 +78,29 @@ export class CudaPager implements Pager {
 
   pageIn(bytes: Uint8Array, dst: DataPtr): void {
     this.#backend.enter();
-    const staging = this.#pinned.take(bytes.byteLength);
+    const copies = this.#copies;
+    const staging = copies.take(bytes.byteLength);
     staging.bytes.set(bytes);
-    const side = this.#sideStream();
+    const side = copies.stream;
     const driver = this.#backend.driver;
     const dstStream = this.#streamOf(dst);
     try {
-      this.#waitFor(dstStream);
+      copies.waitFor(dstStream);
       driver.memcpyHtoDAsync((dst.handle as bigint) + BigInt(dst.byteOffset), staging.address, bytes.byteLength, this.#backend.streams.handle(side));
     } catch (error) {
-      this.#pinned.give(staging);
+      copies.give(staging);
       throw error;
     }
-    const event = this.#queue(staging, () => {});
+    const event = copies.queue(staging, () => {});
     driver.streamWaitEvent(this.#backend.streams.handle(dstStream), event);
   }
 
-  /** Waits for every copy in flight, then returns the pinned buffers and the pager's stream to the driver. */
+  /** Waits for every copy in flight (failing its page-out), then returns the pinned buffers and events to the driver. */
   dispose(): void {
-    if (this.#disposed) return;
-    this.#disposed = true;
-    const driver = this.#backend.driver;
-    this.#backend.enter();
-    for (const t of this.#pending.splice(0)) {
-      driver.eventSynchronize(t.event);
-      driver.eventDestroy(t.event);
-      t.done(new DeviceError('The CUDA allocator was disposed while a page transfer was in flight.'));
-    }
-    for (const e of this.#eventPool.splice(0)) driver.eventDestroy(e);
-    this.#pinned.dispose();
-  }
-
-  #sideStream(): StreamId {
-    if (this.#stream === null) {
-      this.#stream = this.#backend.streams.create(this.#backend.device.index, true);
-    }
-    return this.#stream;
+    this.#copies.dispose(new DeviceError('The CUDA allocator was disposed while a page transfer was in flight.'));
   }
 
   #streamOf(ptr: DataPtr): StreamId {
     return this.#engine.describeBlock(ptr)?.stream ?? this.#backend.defaultStream;
-  }
-
-  /** The pager stream's next copy waits for the work queued on `stream` so far. */
-  #waitFor(stream: StreamId): void {
-    const driver = this.#backend.driver;
-    const event = this.#eventPool.pop() ?? driver.eventCreate(EVENT_DISABLE_TIMING);
-    driver.eventRecord(event, this.#backend.streams.handle(stream));
-    driver.streamWaitEvent(this.#backend.streams.handle(this.#stream!), event);
-    this.#eventPool.push(event); // reusable at once: a wait uses the record made before it
-  }
-
-  /** Records an event after the copy just queued and completes `done` when it completes. */
-  #queue(staging: PinnedHostMemory, done: (error?: Error) => void): CudaEvent {
-    const driver = this.#backend.driver;
-    const event = driver.eventCreate(EVENT_DISABLE_TIMING);
-    driver.eventRecord(event, this.#backend.streams.handle(this.#stream!));
-    this.#pending.push({ event, staging, done });
-    this.#wake();
-    return event;
-  }
-
-  /** Waits (off the JavaScript thread) for the oldest copy in flight, then completes every copy done by then. */
-  #wake(): void {
-    if (this.#waiting || this.#pending.length === 0 || this.#disposed) return;
-    this.#waiting = true;
-    const oldest = this.#pending[0]!;
-    synchronizeAsync(this.#backend.driver, oldest.event).then(
-      () => this.#complete(),
-      (error: Error) => this.#fail(error),
-    );
-  }
-
-  #complete(): void {
-    this.#waiting = false;
-    if (this.#disposed) return;
-    const driver = this.#backend.driver;
-    while (this.#pending.length > 0 && driver.eventQuery(this.#pending[0]!.event)) {
-      const t = this.#pending.shift()!;
-      driver.eventDestroy(t.event);
-      t.done();
-      this.#pinned.give(t.staging);
-    }
-    this.#wake();
-  }
-
-  #fail(error: Error): void {
-    this.#waiting = false;
-    for (const t of this.#pending.splice(0)) t.done(error);
   }
 }

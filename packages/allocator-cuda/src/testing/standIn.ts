@@ -105,6 +105,7 @@ export class StandInHooks {
   readonly #delayStream: (stream: unknown, microseconds: number) => number;
   readonly #setCapacity: (bytes: number) => void;
   readonly #setDeviceCapacity: (device: number, bytes: number) => number;
+  readonly #liveEvents: () => number;
 
   /** The hooks of the library at `path`, or null when it has none (a real libcuda). */
   static open(path: string): StandInHooks | null {
@@ -121,6 +122,7 @@ export class StandInHooks {
     this.#delayStream = lib.func('standinDelayStream', 'int', ['void *', 'uint']) as (stream: unknown, microseconds: number) => number;
     this.#setCapacity = lib.func('standinSetCapacity', 'void', ['size_t']) as (bytes: number) => void;
     this.#setDeviceCapacity = lib.func('standinSetDeviceCapacity', 'int', ['int', 'size_t']) as (device: number, bytes: number) => number;
+    this.#liveEvents = lib.func('standinLiveEvents', 'int', []) as () => number;
   }
 
   /** The `countdown`-th next call of driver function `call` (0: the very next) returns `result` once. */
@@ -142,6 +144,11 @@ export class StandInHooks {
   /** Sets every device's capacity in bytes (what cuMemGetInfo_v2 reports as total). */
   setCapacity(bytes: number): void {
     this.#setCapacity(bytes);
+  }
+
+  /** Events of this process not yet destroyed (cuEventCreate and cuIpcOpenEventHandle minus cuEventDestroy_v2). */
+  liveEvents(): number {
+    return this.#liveEvents();
   }
 
   /** Sets one device's capacity in bytes. */
