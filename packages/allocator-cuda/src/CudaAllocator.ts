@@ -21,7 +21,7 @@ export class CudaAllocator extends ForwardingAllocator {
   readonly engine: CachingAllocator<bigint>;
   readonly backend: CudaMemoryBackend;
   /** Pages blocks out to pinned host memory and back on a stream of its own, for LMS. */
-  readonly cudaPager: CudaPager;
+  readonly pager: CudaPager;
   readonly #ipc: CudaIpc;
   readonly #allocConf: string;
 
@@ -31,8 +31,8 @@ export class CudaAllocator extends ForwardingAllocator {
     super(engine);
     this.engine = engine;
     this.backend = backend;
-    this.cudaPager = new CudaPager(backend, engine);
-    backend.pager = this.cudaPager;
+    this.pager = new CudaPager(backend, engine);
+    backend.pager = this.pager;
     this.#ipc = new CudaIpc(backend);
     this.#allocConf = settings.allocConf ?? '';
   }
@@ -131,7 +131,7 @@ export class CudaAllocator extends ForwardingAllocator {
    */
   override dispose(): void {
     if (this.isDisposed) return;
-    this.cudaPager.dispose();
+    this.pager.dispose();
     this.backend.synchronize();
     super.dispose();
     this.backend.dispose();

@@ -112,7 +112,7 @@ function cudaDevice(opened: OpenedCudaDriver, allocConf: string | undefined): De
     deviceCount: opened.deviceCount,
     provideServices(allocator, provide) {
       provide(BlockInspector, allocator.engine);
-      provide(Pager, allocator.cudaPager);
+      provide(Pager, allocator.pager);
       provide(IpcExporter, allocator);
     },
     create(device, engine, own) {

@@ -28,13 +28,13 @@ describe('CudaPager', function () {
     const src = allocator.allocate(3 * MiB + 5);
     const pattern = patternBytes(src.byteLength, 7);
     allocator.writeBytes(src, pattern);
-    const out = allocator.cudaPager.pageOut(src);
+    const out = allocator.pager.pageOut(src);
     allocator.free(src);
     const bytes = await out.done;
     expect(out.bytes).to.equal(bytes);
     expect(equalBytes(bytes, pattern)).to.equal(true);
     const dst = allocator.allocate(src.byteLength);
-    allocator.cudaPager.pageIn(bytes, dst);
+    allocator.pager.pageIn(bytes, dst);
     expect(equalBytes(await allocator.readBytes(dst), pattern), 'work on the default stream after pageIn sees the bytes').to.equal(true);
     allocator.free(dst);
   });
@@ -50,7 +50,7 @@ describe('CudaPager', function () {
     const pattern = patternBytes(MiB, 3);
     allocator.writeBytes(src, pattern);
     lib.hooks!.delayStream(allocator.streamOf(s)!, 100_000); // the program's work on s is still running
-    const out = allocator.cudaPager.pageOut(src);
+    const out = allocator.pager.pageOut(src);
     expect(out.bytes, 'bytes are not on the host when pageOut returns').to.equal(null);
     const address = src.address;
     allocator.free(src);
@@ -77,7 +77,7 @@ describe('CudaPager', function () {
       a1.writeBytes(p1, patternBytes(MiB, seed));
       const p0 = a0.allocate(MiB);
       a0.backend.enter(); // device 0's context is current now, as after any call of a0's
-      const out = a1.cudaPager.pageOut(p1);
+      const out = a1.pager.pageOut(p1);
       a1.free(p1);
       expect(equalBytes(await out.done, patternBytes(MiB, seed))).to.equal(true);
       a0.free(p0);
@@ -88,8 +88,8 @@ describe('CudaPager', function () {
     using allocator = make();
     using other = make();
     const foreign = other.allocate(MiB);
-    expect(() => allocator.cudaPager.pageOut(foreign)).to.throw(ForeignPointerError);
-    expect(allocator.cudaPager.pinnedBytes, 'no staging buffer was taken').to.equal(0);
+    expect(() => allocator.pager.pageOut(foreign)).to.throw(ForeignPointerError);
+    expect(allocator.pager.pinnedBytes, 'no staging buffer was taken').to.equal(0);
     other.free(foreign);
   });
 
@@ -97,14 +97,14 @@ describe('CudaPager', function () {
     using allocator = make();
     const round = async (): Promise<void> => {
       const ptrs = [MiB, 2 * MiB, MiB].map((n) => allocator.allocate(n));
-      const outs = ptrs.map((p) => allocator.cudaPager.pageOut(p));
+      const outs = ptrs.map((p) => allocator.pager.pageOut(p));
       for (const p of ptrs) allocator.free(p);
       await Promise.all(outs.map((o) => o.done));
     };
     await round();
-    const pinned = allocator.cudaPager.pinnedBytes;
+    const pinned = allocator.pager.pinnedBytes;
     expect(pinned).to.be.greaterThan(0);
     await round();
-    expect(allocator.cudaPager.pinnedBytes).to.equal(pinned);
+    expect(allocator.pager.pinnedBytes).to.equal(pinned);
   });
 });

@@ -62,7 +62,7 @@ describe('LMS on CUDA', function () {
     expect(after.page_out).to.be.at.least(8);
     expect(after.page_in).to.be.at.least(4);
     expect(after['reserved_bytes.all.peak'], 'never over the budget').to.be.at.most(BUDGET);
-    expect((rt.allocator('cuda:0') as unknown as { upstream: CudaAllocator }).upstream.cudaPager.pinnedBytes, 'staging is pinned host memory').to.be.greaterThan(0);
+    expect((rt.allocator('cuda:0') as unknown as { upstream: CudaAllocator }).upstream.pager.pinnedBytes, 'staging is pinned host memory').to.be.greaterThan(0);
   });
 
   it('does not block on a page-out: the bytes reach the host later, a synchronous pin meanwhile is PageInPendingError, and pinAsync waits', async () => {
