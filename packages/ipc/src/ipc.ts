@@ -1,6 +1,7 @@
 import type { DependencyContainer, Lifecycle } from 'tsyringe';
 import type { Allocator, AllocatorStats, Device, Plugin, Runtime } from '@stowage/core';
-import { AllocatorDecorator, checkOptions, ForwardingAllocator, InvalidArgumentError, IpcCollector, resolve } from '@stowage/core';
+import { ForwardingAllocator, InvalidArgumentError, resolve } from '@stowage/core';
+import { AllocatorDecorator, checkOptions, IpcCollector } from '@stowage/core/plugin-kit';
 
 import { RefCounterFiles } from './refcount/RefCounterFiles.js';
 import type { IpcOptions } from './sent/Ipc.js';
@@ -90,7 +91,7 @@ class LimboStatsAllocator extends ForwardingAllocator {
   }
 }
 
-declare module '@stowage/core' {
+declare module '@stowage/core/plugin-kit' {
   interface PluginStats {
     /** Bytes this runtime sent that wait in its limbo for consumers to release them (`ipc()` in the runtime). */
     readonly limbo_bytes?: number;

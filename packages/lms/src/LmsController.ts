@@ -1,4 +1,5 @@
-import type { Allocator, Device, DeviceServices, MemoryReclaimer, ReclaimTarget, Token } from '@stowage/core';
+import type { Allocator, Device, DeviceServices, Token } from '@stowage/core';
+import type { MemoryReclaimer, ReclaimTarget } from '@stowage/core/plugin-kit';
 import { BlockInspector, formatDevice, Pager } from '@stowage/core';
 import { LmsAllocator } from './LmsAllocator.js';
 import type { LmsDevice } from './LmsDevice.js';

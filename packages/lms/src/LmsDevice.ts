@@ -1,4 +1,5 @@
-import type { BlockInspector, Device, Pager, ReclaimTarget, StorageImpl } from '@stowage/core';
+import type { BlockInspector, Device, Pager, StorageImpl } from '@stowage/core';
+import type { ReclaimTarget } from '@stowage/core/plugin-kit';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 import type { AllocSource } from './LmsStats.js';
 import { LmsStats } from './LmsStats.js';

@@ -1,4 +1,5 @@
-import type { BlockPlacement, Device, StorageImpl, Token } from '@stowage/core';
+import type { Device, StorageImpl, Token } from '@stowage/core';
+import type { BlockPlacement } from '@stowage/core/plugin-kit';
 
 /** What a reclaim must free room for. */
 export interface ReclaimRequest {

@@ -1,4 +1,5 @@
-import type { DataPtr, LmsState, LmsStorage, PageOut, StorageImpl } from '@stowage/core';
+import type { DataPtr, LmsStorage, StorageImpl } from '@stowage/core';
+import type { LmsState, PageOut } from '@stowage/core/plugin-kit';
 import { DeviceError, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 import { PageInPendingError } from './errors.js';
 import type { LmsDevice } from './LmsDevice.js';

@@ -1,6 +1,7 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { Plugin } from '@stowage/core';
-import { AllocatorDecorator, checkOptions, InvalidArgumentError, LmsReclaimer, resolve } from '@stowage/core';
+import { InvalidArgumentError, resolve } from '@stowage/core';
+import { AllocatorDecorator, checkOptions, LmsReclaimer } from '@stowage/core/plugin-kit';
 import { LMS_CONTROLLER, LmsController } from './LmsController.js';
 import type { LmsPolicy } from './LmsPolicy.js';
 import { LMS_POLICY } from './LmsPolicy.js';

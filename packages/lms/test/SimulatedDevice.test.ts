@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { DataPtr, HostBuffer } from '@stowage/core';
+import type { DataPtr } from '@stowage/core';
+import type { HostBuffer } from '@stowage/core/plugin-kit';
 import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve, UseAfterReleaseError } from '@stowage/core';
 import { describeAllocatorContract, patternBytes } from '@stowage/core/testing';
 import type { EngineName, LinkProfile, TimelineEntry } from '@stowage/lms';

@@ -1,7 +1,9 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { AllocatorStats, BlockPlacement, Runtime } from '@stowage/core';
-import { cpu, createRuntime, hostBytes, InvalidArgumentError, resolve, StorageImpl } from '@stowage/core';
+import type { AllocatorStats, Runtime } from '@stowage/core';
+import type { BlockPlacement } from '@stowage/core/plugin-kit';
+import { cpu, createRuntime, InvalidArgumentError, resolve, StorageImpl } from '@stowage/core';
+import { hostBytes } from '@stowage/core/plugin-kit';
 import type { BuiltInPolicyName, LmsDevice, LmsOptions, LmsPolicy, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
 import type { LearnedStorage } from '@stowage/lms';
 import { AccessHistory, AccessKind, BUILT_IN_POLICIES, LMS_CONTROLLER, lms, LmsStorageImpl, pin, SpeculativePolicy } from '@stowage/lms';

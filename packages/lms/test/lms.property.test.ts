@@ -1,7 +1,9 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { AllocatorStats, LmsState, Runtime, StorageImpl } from '@stowage/core';
-import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve, roundSize, segmentSize } from '@stowage/core';
+import type { AllocatorStats, Runtime, StorageImpl } from '@stowage/core';
+import type { LmsState } from '@stowage/core/plugin-kit';
+import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve } from '@stowage/core';
+import { roundSize, segmentSize } from '@stowage/core/plugin-kit';
 import type { BuiltInPolicyName, LmsDevice, PinGuard } from '@stowage/lms';
 import { LMS_CONTROLLER, lms, LmsAllocator, LmsStorageImpl, pin, pinAsync } from '@stowage/lms';
 

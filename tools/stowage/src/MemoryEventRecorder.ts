@@ -1,4 +1,5 @@
-import type { Allocator, MemorySnapshot, SnapshotTraceEntry } from '@stowage/core';
+import type { Allocator, MemorySnapshot } from '@stowage/core';
+import type { SnapshotTraceEntry } from '@stowage/core/plugin-kit';
 import type { IpcEventSource } from '@stowage/ipc';
 import type { LmsEventSource } from '@stowage/lms';
 import type { AllocatorEventRecord } from './toChromeTrace.js';

@@ -1,4 +1,5 @@
-import type { Deleter, StorageImpl, TensorImpl } from '@stowage/core';
+import type { StorageImpl, TensorImpl } from '@stowage/core';
+import type { Deleter } from '@stowage/core/plugin-kit';
 import { DataPtr, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 
 import type { CounterSlot } from '../refcount/CounterSlot.js';

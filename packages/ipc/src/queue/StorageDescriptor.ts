@@ -1,7 +1,8 @@
 import type { MessagePort } from 'node:worker_threads';
 
 import type { DType } from '@stowage/core';
-import { DTYPE_ITEMSIZE, InvalidArgumentError } from '@stowage/core';
+import { InvalidArgumentError } from '@stowage/core';
+import { DTYPE_ITEMSIZE } from '@stowage/core/plugin-kit';
 
 import type { CounterSlot } from '../refcount/CounterSlot.js';
 import type { CudaExport } from '../cuda/CudaIpcAllocator.js';

@@ -1,6 +1,7 @@
 import { MessagePort, threadId } from 'node:worker_threads';
 
-import { DisposedError, formatDevice, InvalidArgumentError, resolveAll, Runtime, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+import { DisposedError, formatDevice, InvalidArgumentError, Runtime, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+import { resolveAll } from '@stowage/core/plugin-kit';
 
 import { ipcOf } from '../ipc.js';
 import type { Ipc } from '../sent/Ipc.js';

@@ -1,4 +1,5 @@
-import type { Allocator, DataPtr, Deleter, Runtime } from '@stowage/core';
+import type { Allocator, DataPtr, Runtime } from '@stowage/core';
+import type { Deleter } from '@stowage/core/plugin-kit';
 import { DisposedError, InvalidArgumentError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
 
 import type { CudaExport } from '../cuda/CudaIpcAllocator.js';

@@ -1,8 +1,10 @@
 import { MessageChannel } from 'node:worker_threads';
 import type { MessagePort } from 'node:worker_threads';
 
-import type { DataPtr, Device, MemoryReclaimer, Runtime } from '@stowage/core';
-import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, isAllocatorDeleter, StorageImpl, UseAfterReleaseError } from '@stowage/core';
+import type { DataPtr, Device, Runtime } from '@stowage/core';
+import type { MemoryReclaimer } from '@stowage/core/plugin-kit';
+import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, StorageImpl, UseAfterReleaseError } from '@stowage/core';
+import { isAllocatorDeleter } from '@stowage/core/plugin-kit';
 
 import type { CudaExport, CudaIpcAllocator } from '../cuda/CudaIpcAllocator.js';
 import { closeFds } from '../cuda/descriptorFds.js';
