@@ -4,8 +4,9 @@ import type { DataPtr } from '@stowage/core';
 import type { HostBuffer } from '@stowage/core/plugin-kit';
 import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve, UseAfterReleaseError } from '@stowage/core';
 import { describeAllocatorContract, patternBytes } from '@stowage/core/testing';
-import type { EngineName, LinkProfile, TimelineEntry } from '@stowage/lms';
-import { copyDurationNs, createSimulatedAllocator, LINK_PROFILES, LMS_CONTROLLER, LmsAllocator, lms, pin, SimulatedDevice, simulated, simulatedDeviceOf } from '@stowage/lms';
+import type { EngineName, LinkProfile, TimelineEntry } from '@stowage/lab';
+import { LMS_CONTROLLER, LmsAllocator, lms, pin } from '@stowage/lms';
+import { copyDurationNs, createSimulatedAllocator, LINK_PROFILES, SimulatedDevice, simulated, simulatedDeviceOf } from '@stowage/lab';
 
 const MiB = 1 << 20;
 
