@@ -1,27 +1,21 @@
+// @stowage/lms: the user's API — the lms() plugin, pins, the controller, policies and what they see, LMS's
+// per-device and per-storage state, the statistics keys. Internals tests need are in '@stowage/lms/testing'; the
+// simulated device and Belady-MIN that measure LMS are in '@stowage/lab'.
 export { PageInPendingError } from './errors.js';
 export type { LmsOptions } from './lms.js';
-export { lms, registerLms } from './lms.js';
+export { lms } from './lms.js';
 export type { LmsSnapshot } from './LmsAllocator.js';
 export { LmsAllocator } from './LmsAllocator.js';
-export { LMS_CONTROLLER, LmsController } from './LmsController.js';
-export { LmsDevice } from './LmsDevice.js';
-export type { LmsEvents, LmsEventSource } from './LmsEvents.js';
-export { LmsEmitter } from './LmsEvents.js';
-export type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
-export { LMS_POLICY } from './LmsPolicy.js';
-export type { AllocSource } from './LmsStats.js';
-export { ALLOC_SOURCES, LmsStats, PAGING_STAT_KEYS, SPECULATION_STAT_KEYS } from './LmsStats.js';
-export { LmsStorageImpl } from './LmsStorageImpl.js';
+export { LmsController } from './LmsController.js';
+export { Residency } from './Residency.js';
+export type { LmsEventSource } from './LmsEvents.js';
+export type { ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
+export { LmsPolicy } from './LmsPolicy.js';
+export { PAGING_STAT_KEYS, SPECULATION_STAT_KEYS } from './LmsStats.js';
+export { StorageResidency } from './StorageResidency.js';
 export type { Pinnable } from './pin.js';
 export { pin, pinAsync, PinGuard } from './pin.js';
 export type { BuiltInPolicyName } from './policies.js';
-export { BestFitPolicy, BUILT_IN_POLICIES, freedRun, LruPolicy, smallestAdjacentRun, SpeculativePolicy } from './policies.js';
-export type { SpeculationOptions, SpeculationSettings } from './speculation/SpeculationOptions.js';
-export { resolveSpeculation } from './speculation/SpeculationOptions.js';
-export type { LearnedStorage } from './speculation/AccessHistory.js';
-export { AccessHistory } from './speculation/AccessHistory.js';
-export type { RecordedStorage } from './speculation/AccessRecording.js';
-export { AccessKind, AccessRecording } from './speculation/AccessRecording.js';
+export { BestFitPolicy, freedRun, LruPolicy, SpeculativePolicy } from './policies.js';
+export type { SpeculationOptions } from './speculation/SpeculationOptions.js';
 export { Speculation } from './speculation/Speculation.js';
-export type { ReclaimNode } from './ReclaimList.js';
-export { ReclaimList } from './ReclaimList.js';

@@ -5,7 +5,7 @@ import type { HostBuffer } from '@stowage/core/plugin-kit';
 import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve, UseAfterReleaseError } from '@stowage/core';
 import { describeAllocatorContract, patternBytes } from '@stowage/core/testing';
 import type { EngineName, LinkProfile, TimelineEntry } from '@stowage/lab';
-import { LMS_CONTROLLER, LmsAllocator, lms, pin } from '@stowage/lms';
+import { LmsController, LmsAllocator, lms, pin } from '@stowage/lms';
 import { copyDurationNs, createSimulatedAllocator, LINK_PROFILES, SimulatedDevice, simulated, simulatedDeviceOf } from '@stowage/lab';
 
 const MiB = 1 << 20;
@@ -437,7 +437,7 @@ describe('simulated (the sim device plugin)', () => {
       pin(s).release();
       return s;
     });
-    resolve(rt.container, LMS_CONTROLLER).endIteration();
+    resolve(rt.container, LmsController).endIteration();
     for (const [seed, s] of storages.entries()) {
       using guard = pin(s);
       expect(guard.isHeld).to.equal(true);

@@ -5,7 +5,7 @@ import type { AllocSource } from './LmsStats.js';
 import { LmsStats } from './LmsStats.js';
 import type { LmsEventSource } from './LmsEvents.js';
 import { LmsEmitter } from './LmsEvents.js';
-import { LmsStorageImpl } from './LmsStorageImpl.js';
+import { StorageResidency } from './StorageResidency.js';
 import { ReclaimList } from './ReclaimList.js';
 import { Speculation } from './speculation/Speculation.js';
 import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
@@ -22,8 +22,8 @@ import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
  * candidates of the request's pool, segment kind and stream are offered for the first two steps; reclaim_all takes
  * every kind, so that whole segments can be released and reserved again for the request.
  */
-export class LmsDevice {
-  readonly list = new ReclaimList<LmsStorageImpl>();
+export class Residency {
+  readonly list = new ReclaimList<StorageResidency>();
   readonly stats = new LmsStats();
   readonly #emitter = new LmsEmitter();
   /**
@@ -35,7 +35,7 @@ export class LmsDevice {
   unpinClock = 0;
   /** The step the last reclaim took, for `alloc_distribution`; reset by the allocator before each allocation. */
   lastStep: AllocSource | null = null;
-  readonly #reclaimed = new Set<LmsStorageImpl>();
+  readonly #reclaimed = new Set<StorageResidency>();
   readonly #policyOf: () => LmsPolicy;
   readonly speculation: SpeculationSettings;
   /** What learns the program's sequence (Note [Speculation]); null when nothing needs it; decided on first use. */
@@ -65,7 +65,7 @@ export class LmsDevice {
     return this.#learner;
   }
 
-  /** The end of one iteration of the program's loop (LmsController#endIteration): learns it. */
+  /** The end of one iteration of the program's loop (Residencies#endIteration): learns it. */
   endIteration(): void {
     this.stats.iterations++;
     this.learner?.endIteration();
@@ -76,15 +76,15 @@ export class LmsDevice {
   }
 
   /** The storages reclaimed now (bytes in host memory, no device memory). */
-  get reclaimedStorages(): ReadonlySet<LmsStorageImpl> {
+  get reclaimedStorages(): ReadonlySet<StorageResidency> {
     return this.#reclaimed;
   }
 
-  rememberReclaimed(lms: LmsStorageImpl): void {
+  rememberReclaimed(lms: StorageResidency): void {
     this.#reclaimed.add(lms);
   }
 
-  forgetReclaimed(lms: LmsStorageImpl): void {
+  forgetReclaimed(lms: StorageResidency): void {
     this.#reclaimed.delete(lms);
   }
 
@@ -156,13 +156,13 @@ export class LmsDevice {
     const floor = learner.reclaimFloor!;
     const all = [...this.candidates(target)];
     let laterBytes = 0;
-    for (const candidate of all) if (candidate.nextUse! > floor && (candidate.storage.lms as LmsStorageImpl).reclaimPredicted) laterBytes += candidate.placement.size;
+    for (const candidate of all) if (candidate.nextUse! > floor && (candidate.storage.lms as StorageResidency).reclaimPredicted) laterBytes += candidate.placement.size;
     learner.checkPrefetchRoom(bytes, laterBytes);
     const request: ReclaimRequest = { device: this.device, bytes };
     const policy = this.policy;
     const one = policy.chooseOne(request, all);
     const chosen = one !== undefined ? [one] : policy.chooseFragments(request, all);
-    if (chosen.length === 0 || chosen.some((c) => c.nextUse === undefined || c.nextUse <= floor || !(c.storage.lms as LmsStorageImpl).reclaimPredicted)) learner.decline();
+    if (chosen.length === 0 || chosen.some((c) => c.nextUse === undefined || c.nextUse <= floor || !(c.storage.lms as StorageResidency).reclaimPredicted)) learner.decline();
     return this.#reclaimChosen(one !== undefined ? 'reclaim_one' : 'reclaim_fragments', chosen);
   }
 
@@ -171,7 +171,7 @@ export class LmsDevice {
     for (const candidate of chosen) {
       const lms = candidate.storage.lms;
       // A policy may only choose among the candidates it was offered: inactive storages of this device.
-      if (!(lms instanceof LmsStorageImpl) || lms.lmsDevice !== this || !this.list.has(lms)) continue;
+      if (!(lms instanceof StorageResidency) || lms.lmsDevice !== this || !this.list.has(lms)) continue;
       freed += lms.reclaim();
     }
     if (freed > 0 && step !== null) this.lastStep = step;

@@ -2,7 +2,7 @@ import type { DataPtr, LmsStorage, StorageImpl } from '@stowage/core';
 import type { LmsState, PageOut } from '@stowage/core/plugin-kit';
 import { DeviceError, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 import { PageInPendingError } from './errors.js';
-import type { LmsDevice } from './LmsDevice.js';
+import type { Residency } from './Residency.js';
 import type { ReclaimList, ReclaimNode } from './ReclaimList.js';
 import type { LearnedStorage } from './speculation/AccessHistory.js';
 import type { AccessRecording } from './speculation/AccessRecording.js';
@@ -24,7 +24,7 @@ import type { AccessRecording } from './speculation/AccessRecording.js';
  * state === 'reclaimed' implies host !== null and the storage's pointer released; host bytes counted in the
  * device's stats iff host !== null.
  */
-export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
+export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage {
   reclaimPrev: ReclaimNode | null = null;
   reclaimNext: ReclaimNode | null = null;
   reclaimList: ReclaimList<ReclaimNode> | null = null;
@@ -60,7 +60,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
 
   constructor(
     readonly storage: StorageImpl,
-    readonly lmsDevice: LmsDevice,
+    readonly lmsDevice: Residency,
   ) {
     lmsDevice.learner?.onCreate(this);
   }
