@@ -2,10 +2,9 @@ import type { DependencyContainer, Lifecycle } from 'tsyringe';
 import type { Allocator, AllocatorStats, Device, Plugin, Runtime } from '@stowage/core';
 import { AllocatorDecorator, checkOptions, ForwardingAllocator, InvalidArgumentError, IpcCollector, resolve } from '@stowage/core';
 
+import type { IpcOptions } from './IpcService.js';
+import { Ipc, IpcService } from './IpcService.js';
 import { RefCounterFiles } from './refcount/RefCounterFiles.js';
-import type { IpcOptions } from './sent/Ipc.js';
-import { Ipc } from './sent/Ipc.js';
-import { IpcService } from './sent/IpcService.js';
 
 /** tsyringe's `Lifecycle.ContainerScoped`, without loading tsyringe (it needs reflect-metadata, which only applications load). */
 const CONTAINER_SCOPED = 3 as Lifecycle.ContainerScoped;

@@ -2,8 +2,7 @@ import type { DependencyContainer } from 'tsyringe';
 import type { DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin } from '@stowage/core';
 import { CachingAllocator, registerDeviceAllocator, resolve, resolveDeviceOptions } from '@stowage/core';
 
-import { Ipc } from './sent/Ipc.js';
-
+import { Ipc } from './IpcService.js';
 import { SharedMemoryBackend, SharedMemoryBackendToken } from './shm/SharedMemoryBackend.js';
 
 /**
