@@ -3,10 +3,9 @@ import type { Allocator, AllocatorStats, Device, Plugin, Runtime } from '@stowag
 import { ForwardingAllocator, InvalidArgumentError, resolve } from '@stowage/core';
 import { AllocatorDecorator, checkOptions, IpcCollector } from '@stowage/core/plugin-kit';
 
+import type { IpcOptions } from './IpcService.js';
+import { Ipc, IpcService } from './IpcService.js';
 import { RefCounterFiles } from './refcount/RefCounterFiles.js';
-import type { IpcOptions } from './sent/Ipc.js';
-import { Ipc } from './sent/Ipc.js';
-import { IpcService } from './sent/IpcService.js';
 
 /** tsyringe's `Lifecycle.ContainerScoped`, without loading tsyringe (it needs reflect-metadata, which only applications load). */
 const CONTAINER_SCOPED = 3 as Lifecycle.ContainerScoped;

@@ -4,8 +4,7 @@ import type { DeviceAllocatorOptions, DeviceAllocatorSpec } from '@stowage/core/
 import { CachingAllocator, resolve } from '@stowage/core';
 import { registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core/plugin-kit';
 
-import { Ipc } from './sent/Ipc.js';
-
+import { Ipc } from './IpcService.js';
 import { SharedMemoryBackend, SharedMemoryBackendToken } from './shm/SharedMemoryBackend.js';
 
 /**

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { cpu, createRuntime, parseDevice, resolve } from '@stowage/core';
-import { ipc, ipcCollect, ipcOf, RefCounterClient } from '@stowage/ipc';
+import { ipc, ipcCollect, ipcOf } from '@stowage/ipc';
+import { RefCounterClient } from '@stowage/ipc/testing';
 import { LmsController, lms, pin } from '@stowage/lms';
 import { MemoryEventRecorder, toChromeTrace, toVizData } from '@stowage/cli';
 
