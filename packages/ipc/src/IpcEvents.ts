@@ -1,5 +1,5 @@
-import { EventEmitter } from 'eventemitter3';
 import type { Device } from '@stowage/core';
+import type { SafeEmitter } from '@stowage/core/plugin-kit';
 
 /** One allocation as IPC reports it: its device, its device address and its bytes. */
 export interface IpcEvent {
@@ -22,20 +22,5 @@ export interface IpcEvents {
   listenerFailed: [e: { readonly event: string; readonly error: unknown }];
 }
 
-/** IPC's emitter: each listener runs on its own, and an error is re-emitted as `listenerFailed`. */
-export class IpcEmitter extends EventEmitter<IpcEvents> {
-  /** Emits to every listener in turn, isolating their errors. */
-  safeEmit<K extends keyof IpcEvents>(event: K, ...args: IpcEvents[K]): void {
-    for (const listener of this.listeners(event)) {
-      try {
-        (listener as (...a: IpcEvents[K]) => void)(...args);
-      } catch (error) {
-        if (event === 'listenerFailed') continue;
-        this.safeEmit('listenerFailed', { event, error });
-      }
-    }
-  }
-}
-
-/** What listeners see of IPC's emitter: they subscribe; only IPC emits. */
-export type IpcEventSource = Pick<IpcEmitter, 'on' | 'once' | 'off' | 'listenerCount'>;
+/** What listeners see of IPC's emitter (core's SafeEmitter): they subscribe; only IPC emits. */
+export type IpcEventSource = Pick<SafeEmitter<IpcEvents>, 'on' | 'once' | 'off' | 'listenerCount'>;

@@ -8,7 +8,7 @@ import { isReceivedDataPtr } from './consumer/ReceivedStorage.js';
 import type { ReceivedStorage } from './consumer/ReceivedStorage.js';
 import { Receiver } from './consumer/Receiver.js';
 import type { IpcEvent, IpcEvents, IpcEventSource } from './IpcEvents.js';
-import { IpcEmitter } from './IpcEvents.js';
+import { SafeEmitter } from '@stowage/core/plugin-kit';
 import { Sender } from './producer/Sender.js';
 import { ThreadLiveness } from './producer/ThreadLiveness.js';
 import type { CounterSlot } from './refcount/CounterSlot.js';
@@ -172,7 +172,7 @@ export class IpcService implements Ipc, MemoryReclaimer, Disposable {
   readonly counters: RefCounterFiles;
   readonly client: RefCounterClient;
   readonly limboWarningBytes: number;
-  readonly #emitter = new IpcEmitter();
+  readonly #emitter = new SafeEmitter<IpcEvents>();
   readonly events: IpcEventSource = this.#emitter;
   readonly #sender: Sender;
   readonly #receiver: Receiver;

@@ -1,5 +1,5 @@
-import { EventEmitter } from 'eventemitter3';
 import type { StorageImpl } from '@stowage/core';
+import type { SafeEmitter } from '@stowage/core/plugin-kit';
 
 /**
  * What LMS reports on a device (`Residency.events`), past tense. `address` is the device address of the block a
@@ -14,23 +14,5 @@ export interface LmsEvents {
   listenerFailed: [e: { readonly event: string; readonly error: unknown }];
 }
 
-/**
- * LMS's emitter. Paging runs inside allocations, so a listener that throws must not break them: each listener
- * runs on its own, and an error is re-emitted as `listenerFailed` (whose own listeners' errors are dropped).
- */
-export class LmsEmitter extends EventEmitter<LmsEvents> {
-  /** Emits to every listener in turn, isolating their errors. */
-  safeEmit<K extends keyof LmsEvents>(event: K, ...args: LmsEvents[K]): void {
-    for (const listener of this.listeners(event)) {
-      try {
-        (listener as (...a: LmsEvents[K]) => void)(...args);
-      } catch (error) {
-        if (event === 'listenerFailed') continue;
-        this.safeEmit('listenerFailed', { event, error });
-      }
-    }
-  }
-}
-
-/** What listeners see of LMS's emitter: they subscribe; only LMS emits. */
-export type LmsEventSource = Pick<LmsEmitter, 'on' | 'once' | 'off' | 'listenerCount'>;
+/** What listeners see of LMS's emitter (core's SafeEmitter): they subscribe; only LMS emits. */
+export type LmsEventSource = Pick<SafeEmitter<LmsEvents>, 'on' | 'once' | 'off' | 'listenerCount'>;

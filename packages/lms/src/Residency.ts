@@ -3,8 +3,8 @@ import type { ReclaimTarget } from '@stowage/core/plugin-kit';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 import type { AllocSource } from './LmsStats.js';
 import { LmsStats } from './LmsStats.js';
-import type { LmsEventSource } from './LmsEvents.js';
-import { LmsEmitter } from './LmsEvents.js';
+import type { LmsEvents, LmsEventSource } from './LmsEvents.js';
+import { SafeEmitter } from '@stowage/core/plugin-kit';
 import { StorageResidency } from './StorageResidency.js';
 import { ReclaimList } from './ReclaimList.js';
 import { Speculation } from './speculation/Speculation.js';
@@ -25,7 +25,7 @@ import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
 export class Residency {
   readonly list = new ReclaimList<StorageResidency>();
   readonly stats = new LmsStats();
-  readonly #emitter = new LmsEmitter();
+  readonly #emitter = new SafeEmitter<LmsEvents>();
   /**
    * `pagedOut` and `pagedIn` for every storage paged, `listenerFailed` for a listener or policy hook that threw:
    * listen only (LMS emits); listeners cannot break the allocation they run in.

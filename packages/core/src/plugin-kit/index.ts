@@ -51,3 +51,5 @@ export type { StatisticsAllocatorOptions, StatisticsCounter, StatisticsCounters 
 export type { TrackedAllocation, TrackingAllocatorOptions } from '../adaptors/TrackingAllocator.js';
 export { checkBoolean, checkByteCount, checkCount, checkEnum, checkFunction, checkOptions, checkReturned, nearestName } from '../validation/validate.js';
 export { describeValue } from '../validation/describeValue.js';
+export type { SafeEvents } from '../internal/SafeEmitter.js';
+export { SafeEmitter } from '../internal/SafeEmitter.js';

@@ -2,7 +2,6 @@
 // the reclaim list, the learned history, statistics and emitter classes, the policy helpers behind the built-ins.
 export { Residencies } from '../Residencies.js';
 export type { LmsEvents } from '../LmsEvents.js';
-export { LmsEmitter } from '../LmsEvents.js';
 export type { AllocSource } from '../LmsStats.js';
 export { ALLOC_SOURCES, LmsStats } from '../LmsStats.js';
 export { BUILT_IN_POLICIES, smallestAdjacentRun } from '../policies.js';
