@@ -198,7 +198,7 @@ describe('ForwardingAllocator', () => {
   it('stacks adaptors over an upstream and forwards to the bottom of the stack', () => {
     const base = createCpuAllocator();
     const stack = new ForgivingAllocator(new ForgivingAllocator(base));
-    expect(stack.upstream.upstream).to.equal(base);
+    expect((stack.upstream as ForgivingAllocator).upstream).to.equal(base);
     const ptr = stack.allocate(100);
     expect(base.memoryStats()['allocation.all.current']).to.equal(1);
     stack.free(ptr);

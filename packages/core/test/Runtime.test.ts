@@ -204,7 +204,7 @@ describe('wrapAllocators', () => {
     });
     const allocator = rt.allocator('cpu');
     expect(allocator).to.be.instanceOf(StatisticsAllocator);
-    expect(allocator.upstream).to.be.instanceOf(LimitingAllocator);
+    expect((allocator as StatisticsAllocator).upstream).to.be.instanceOf(LimitingAllocator);
     rt.storage(1000);
     expect((allocator as StatisticsAllocator).counters().bytes.current).to.equal(1000);
     expect(() => rt.storage(65 << 20)).to.throw(OutOfMemoryError);

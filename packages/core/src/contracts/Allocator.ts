@@ -46,8 +46,6 @@ export interface Allocator extends Disposable {
   readonly device: Device;
   /** Every DataPtr this allocator returns has `address % alignment === 0`. A power of two. */
   readonly alignment: number;
-  /** The allocator this one wraps, for adaptors; undefined for one that talks to a backend. */
-  readonly upstream?: Allocator;
   readonly events: AllocatorEventSource;
 
   /**
