@@ -13,6 +13,13 @@ const noGlobalContainer = {
   patterns: [{ group: ['@stowage/*/src/*', '@stowage/*/dist/*', '../../*/src/*'], message: 'Import other packages through their exports map only.' }],
 };
 
+// Nothing under packages/ imports tools/ (DESIGN.md, "Layers"): the lab's instruments are for tests and benches.
+const noTools = {
+  group: ['@stowage/lab', '@stowage/lab/*', '@stowage/cli', '@stowage/cli/*', '@stowage/snapshot-pickle', '@stowage/snapshot-pickle/*', '**/tools/**'],
+  message: "A library package's src never imports tools/ (the lab, the CLI, snapshot-pickle): only its tests and benches may.",
+};
+const packageSrc = { ...noGlobalContainer, patterns: [...noGlobalContainer.patterns, noTools] };
+
 export default tseslint.config(
   { ignores: ['**/dist/**', '**/dist-test/**', '**/dist-bench/**', '**/dist-browser/**', '**/node_modules/**'] },
   js.configs.recommended,
@@ -23,11 +30,15 @@ export default tseslint.config(
     rules: { 'no-restricted-imports': ['error', noGlobalContainer] },
   },
   {
+    files: ['packages/*/src/**/*.ts'],
+    rules: { 'no-restricted-imports': ['error', packageSrc] },
+  },
+  {
     files: ['packages/core/src/**/*.ts'],
     rules: {
       'no-restricted-imports': [
         'error',
-        { ...noGlobalContainer, patterns: [...noGlobalContainer.patterns, { group: ['@stowage/*'], message: 'core imports no plugin package.' }] },
+        { ...packageSrc, patterns: [...packageSrc.patterns, { group: ['@stowage/*'], message: 'core imports no plugin package.' }] },
       ],
     },
   },

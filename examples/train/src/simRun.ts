@@ -10,7 +10,7 @@ import { ScheduleRecording } from './ScheduleRecording.js';
 import type { ModelTrace, TraceOp, TraceTensor } from './traces/Trace.js';
 
 // A generated trace (traces/Trace.ts) run under LMS on the simulated-time device: the bench's measurement of
-// issue 19 (`pnpm bench:lms`, bench/speculation.bench.ts).
+// issue 19 (`pnpm bench:lms`, tools/lab/bench/train/speculation.bench.ts).
 //
 // - One runtime per run: the `sim` device plugin under the budget, one segment per allocation (Note [Segments under
 //   a small budget] in lmsRun.ts), and `lms({ devices: ['sim'], policy, speculation })`.

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import type { Runtime } from '@stowage/core';
 import { testLibcuda } from '@stowage/allocator-cuda/testing';
 
-export { deviceOrSkip } from '@stowage/allocator-webgpu/testing';
+export { deviceOrSkip } from '@stowage/lab/browser';
 
 export function allocatedBytes(rt: Runtime): number {
   return rt.allocator('cpu').memoryStats()['allocated_bytes.all.current'];

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { CachingAllocator } from '@stowage/core';
 import type { CachingAllocatorOptions } from '@stowage/core';
-import { findTraceRoot, listTraces, readPytorchReference, readTraceFile, replayTrace } from '@stowage/core/replay';
+import { findTraceRoot, listTraces, readPytorchReference, readTraceFile, replayTrace } from '@stowage/lab/replay';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 import { createCudaAllocator } from '@stowage/allocator-cuda';
 import { testLibcuda } from '@stowage/allocator-cuda/testing';

@@ -8,7 +8,7 @@ import type { BrowserAdapterInfo, BrowserCheckReport, ContractCheckResult, Round
 
 /**
  * The entry of the browser bundle (dist-browser/stowage-webgpu-checks.js, built by test/browser/BrowserChecks.test.ts
- * with `buildBrowserBundle` from this package's `./testing`). It imports the packages as a browser application
+ * with `buildBrowserBundle` from `@stowage/lab/browser`). It imports the packages as a browser application
  * would, through their exports maps (the tsc output in dist/), and defines `window.runStowageBrowserChecks()`,
  * which a page or a test driving the browser calls:
  * - asks `navigator.gpu` for an adapter; without one it reports why and runs nothing;

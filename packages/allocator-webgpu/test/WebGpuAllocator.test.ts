@@ -7,7 +7,7 @@ import { IpcCollector, LmsReclaimer, makeDirectAllocator } from '@stowage/core/p
 import { adaptorCases, patternBytes } from '@stowage/core/testing';
 import type { WebGpuContext, WebGpuOptions } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator, fromGpuBuffer, openWebGpuDevice, webgpu, WebGpuAllocator, WebGpuBuffers, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
-import { refuseSegments } from '@stowage/allocator-webgpu/testing';
+import { refuseSegments } from '@stowage/lab/browser';
 import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, MAP_READ, ownDeviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
 
 

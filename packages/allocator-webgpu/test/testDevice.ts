@@ -2,7 +2,7 @@ import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator } from '@stowage/allocator-webgpu';
 import type { WebGpuAllocator, WebGpuOptions } from '@stowage/allocator-webgpu';
 
-export { deviceOrSkip, ownDeviceOrSkip, sharedDevice } from '@stowage/allocator-webgpu/testing';
+export { deviceOrSkip, ownDeviceOrSkip, sharedDevice } from '@stowage/lab/browser';
 
 /** An allocator on the shared device. */
 export function allocatorOn(context: WebGpuContext, options: WebGpuOptions = {}): WebGpuAllocator {

@@ -3,8 +3,8 @@ import fc from 'fast-check';
 import type { Allocator, DataPtr, MinimalAllocator, Runtime } from '@stowage/core';
 import { CachingAllocator, CpuMemoryBackend, FailureCallbackAllocator, ForwardingAllocator, LimitingAllocator, LoggingAllocator, StatisticsAllocator, StorageImpl, TensorImpl, TrackingAllocator, cpu, createCpuAllocator, createRuntime, formatBytes, makeAllocator, parseBytes, parseDevice, wrapAllocators } from '@stowage/core';
 import { AliasReshapePolicy, hostBytes, makeDirectAllocator, parseRmmCsv, viewStrides } from '@stowage/core/plugin-kit';
-import { parseRmmCsvLog, replayTrace, traceSummary } from '@stowage/core/replay';
-import type { TraceEvent } from '@stowage/core/replay';
+import { parseRmmCsvLog, replayTrace, traceSummary } from '@stowage/lab/replay';
+import type { TraceEvent } from '@stowage/lab/replay';
 import { assertAllocatorInvariants, expectTypedOrSuccess, junkArgs as args, VirtualMemoryBackend } from '@stowage/core/testing';
 
 /**

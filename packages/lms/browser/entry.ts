@@ -10,7 +10,7 @@ import { patternBytes } from '@stowage/core/testing';
 
 /**
  * The entry of the LMS browser bundle (dist-browser/stowage-lms-checks.js, built by
- * test/browser/LmsBrowserChecks.test.ts with `buildBrowserBundle` from `@stowage/allocator-webgpu/testing`). It
+ * test/browser/LmsBrowserChecks.test.ts with `buildBrowserBundle` from `@stowage/lab/browser`). It
  * imports the packages through their exports maps (the tsc output in dist/), and defines
  * `window.runStowageLmsBrowserChecks()`, which the test calls in headless Chromium:
  * - asks `navigator.gpu` for an adapter; without one it reports why and runs nothing;

@@ -3,7 +3,7 @@ import type { AllocatorStats, ForwardingAllocator, Runtime, StorageImpl } from '
 import { createRuntime, resolve } from '@stowage/core';
 import type { WebGpuAllocator, WebGpuContext, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
 import { webgpu } from '@stowage/allocator-webgpu';
-import { deviceOrSkip as sharedDeviceOrSkip, ownDeviceOrSkip, refuseSegments } from '@stowage/allocator-webgpu/testing';
+import { deviceOrSkip as sharedDeviceOrSkip, ownDeviceOrSkip, refuseSegments } from '@stowage/lab/browser';
 import { LmsController, lms, StorageResidency, PageInPendingError, pin, pinAsync } from '@stowage/lms';
 import { patternBytes } from '@stowage/core/testing';
 

@@ -8,7 +8,7 @@ export interface TfjsBrowserReport {
   /** Why nothing ran: no `navigator.gpu`, or no adapter. Absent when the models ran. */
   readonly unavailable?: string;
   readonly adapter: string | null;
-  /** One entry per model of test/models.ts, stock tfjs against the Stowage backend on one device. */
+  /** One entry per model of @stowage/lab/tfjs (tools/lab/src/tfjs/models.ts), stock tfjs against the Stowage backend on one device. */
   readonly models: readonly TfjsBrowserModelResult[];
   /**
    * `dataSync()` of tensors the Stowage backend holds in ranges of a segment (a matMul's output and its two

@@ -8,16 +8,14 @@ import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
 import type { StorageImpl } from '@stowage/core';
 import { lms } from '@stowage/lms';
 import { registerStowageWebGpuBackend, StowageWebGpuBackend, SynchronousStepPolicy } from '@stowage/tfjs-webgpu';
-import { budgetAt } from '../test/budgetAt.js';
-import { DeviceMemoryCounter } from '../test/DeviceMemoryCounter.js';
-import type { Model, ModelRun } from '../test/models.js';
-import { MODELS, mlp, runModel } from '../test/models.js';
+import type { Model, ModelRun } from '@stowage/lab/tfjs';
+import { budgetAt, DeviceMemoryCounter, mlp, MODELS, runModel } from '@stowage/lab/tfjs';
 import type { TfjsBrowserLmsResult, TfjsBrowserModelResult, TfjsBrowserReport } from './TfjsBrowserReport.js';
 
 /**
  * The entry of the tfjs browser bundle (dist-browser/stowage-tfjs-checks.js, built by
  * test/browser/TfjsBrowserChecks.test.ts). `window.runStowageTfjsBrowserChecks()` opens a device through
- * `navigator.gpu` and runs each model of test/models.ts (predict, then 5 Adam steps) on tfjs's own WebGPU backend
+ * `navigator.gpu` and runs each model of @stowage/lab/tfjs (predict, then 5 Adam steps) on tfjs's own WebGPU backend
  * and on the Stowage backend, both on that device, and reports whether the results are bit-identical; then the
  * mlp under LMS at a quarter of stock's peak GPU bytes (Note [LMS inside a synchronous step]).
  */

@@ -5,10 +5,8 @@ import { createRuntime, cpu, StowageError, StorageImpl, wrapAllocators } from '@
 import { adaptorCases } from '@stowage/core/testing';
 import { webgpu } from '@stowage/allocator-webgpu';
 import { registerStowageWebGpuBackend, StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
-import { DeviceMemoryCounter } from './DeviceMemoryCounter.js';
-import type { ModelRun } from './models.js';
-import { MODELS, runModel } from './models.js';
-import { onBackend } from './onBackend.js';
+import type { ModelRun } from '@stowage/lab/tfjs';
+import { DeviceMemoryCounter, MODELS, onBackend, runModel } from '@stowage/lab/tfjs';
 import { useTfjsGpuSuite } from './gpuSuite.js';
 
 /** GPUBufferUsage STORAGE | COPY_SRC | COPY_DST (spec values). */

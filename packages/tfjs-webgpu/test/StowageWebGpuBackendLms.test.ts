@@ -5,10 +5,8 @@ import { OutOfMemoryError } from '@stowage/core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import type { StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
 import { TensorBytesInFlightError } from '@stowage/tfjs-webgpu';
-import type { Model } from './models.js';
-import { convNet, mlp, transformerBlock } from './models.js';
-import { inStepWorkingSet, isSameRun, runStock, runUnderLms } from './lmsRuns.js';
-import { budgetAt } from './budgetAt.js';
+import type { Model } from '@stowage/lab/tfjs';
+import { budgetAt, convNet, inStepWorkingSet, isSameRun, mlp, runStock, runUnderLms, transformerBlock } from '@stowage/lab/tfjs';
 import { useTfjsGpuSuite } from './gpuSuite.js';
 
 const KiB = 1024;

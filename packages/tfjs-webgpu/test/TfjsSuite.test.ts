@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { CHROMIUM_PATH, hasChromium, sharedDevice } from '@stowage/allocator-webgpu/testing';
+import { CHROMIUM_PATH, hasChromium, sharedDevice } from '@stowage/lab/browser';
 import { runTfjsSuiteInChromium } from './tfjsSuite/BrowserSuite.js';
 import type { SuiteResult } from './tfjsSuite/SuiteResult.js';
 import { compareSuites, runTfjsSuite } from './tfjsSuite/TfjsSuite.js';

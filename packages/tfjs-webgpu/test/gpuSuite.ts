@@ -1,8 +1,8 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { deviceOrSkip } from '@stowage/allocator-webgpu/testing';
+import { deviceOrSkip } from '@stowage/lab/browser';
 import { installWebGpuGlobals } from '@stowage/tfjs-webgpu';
-import { registerTfjsGradients } from './tfjsGradients.js';
+import { registerTfjsGradients } from '@stowage/lab/tfjs/node';
 
 /**
  * The hooks of a suite that runs tfjs on this machine's WebGPU device: before it, the device (or a skip saying why

@@ -1,6 +1,6 @@
 // @stowage/lab: instruments that measure Stowage and are not part of it (DESIGN.md, tools/lab): the simulated-time
 // device LMS is measured on at full size (SimulatedDevice, the `sim` plugin, link profiles) and the offline
-// Belady-MIN reference.
+// Belady-MIN reference. Node-only instruments are subpaths: ./replay, ./browser, ./bench-kit; ./tfjs holds tfjs models.
 export type { BeladyEviction, BeladyMinResult } from './offline/beladyMin.js';
 export { beladyMin } from './offline/beladyMin.js';
 export type { OfflineOp, OfflineTensor, OfflineTensorId, OfflineTrace } from './offline/OfflineTrace.js';

@@ -1,6 +1,6 @@
 /**
  * A snapshot's `device_traces` as a replayable trace (the JSON-lines format of `shared/traces`, which
- * `readTrace` and `replayTrace` in `@stowage/core/replay` take).
+ * `readTrace` and `replayTrace` in `@stowage/lab/replay` take).
  *
  * - Allocations are linked to their frees by address: an `alloc` opens a new id at its address; the
  *   `free_requested` and `free_completed` that follow at that address carry that id.
@@ -14,7 +14,7 @@
 import type { MemorySnapshot } from '@stowage/core';
 import type { SnapshotTraceEntry } from '@stowage/core/plugin-kit';
 import { InvalidArgumentError } from '@stowage/core';
-import type { TraceEvent } from '@stowage/core/replay';
+import type { TraceEvent } from '@stowage/lab/replay';
 
 export interface TraceEventsOptions {
   /** Which device's trace: the index into `device_traces`. Default 0. */

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { Parser } from 'pickleparser';
 import type { MemorySnapshot } from '@stowage/core';
 import { CachingAllocator, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
-import { findTraceRoot, readTrace, replayTrace } from '@stowage/core/replay';
+import { findTraceRoot, readTrace, replayTrace } from '@stowage/lab/replay';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 import type { PickleValue } from '@stowage/snapshot-pickle';
 import { formatTraceLines, fromPytorchSnapshot, MalformedPickleError, PickleFloat, PickleTuple, readPickle, readSnapshotPickle, toTraceEvents, UnsafePickleError, writePickle, writeSnapshotPickle } from '@stowage/snapshot-pickle';

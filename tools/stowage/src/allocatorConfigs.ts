@@ -1,7 +1,7 @@
 import type { CachingAllocatorOptions } from '@stowage/core';
 import { CachingAllocator, InvalidArgumentError, parseBytes } from '@stowage/core';
 import { nearestName } from '@stowage/core/plugin-kit';
-import { VirtualMemoryBackend } from '@stowage/core/replay';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 /** A named caching-engine configuration a trace can be replayed against. */
 export interface AllocatorConfig {

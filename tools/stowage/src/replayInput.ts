@@ -1,8 +1,8 @@
 import { dirname } from 'node:path';
 import type { CachingAllocator, MemorySnapshot } from '@stowage/core';
 import { InvalidArgumentError, parseBytes } from '@stowage/core';
-import type { TraceEvent } from '@stowage/core/replay';
-import { findTraceRoot, readPytorchReference, replayTrace, traceSummary } from '@stowage/core/replay';
+import type { TraceEvent } from '@stowage/lab/replay';
+import { findTraceRoot, readPytorchReference, replayTrace, traceSummary } from '@stowage/lab/replay';
 import type { AllocatorConfig, DeviceOptions } from './allocatorConfigs.js';
 import { createReplayAllocator } from './allocatorConfigs.js';
 import type { Input } from './readInput.js';

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
-import { readTrace } from '@stowage/core/replay';
+import { readTrace } from '@stowage/lab/replay';
 import type { ChromeTrace } from '@stowage/cli';
 import { EXIT } from '@stowage/cli';
 import { expectCleanFailure, runStowage, scratchDir, SMALL_TRACE, writeSmallRmmLog, writeSmallTrace } from './runStowage.js';

@@ -4,8 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import { findTraceRoot } from '@stowage/core/replay';
-import type { TraceEvent } from '@stowage/core/replay';
+import { findTraceRoot } from '@stowage/lab/replay';
+import type { TraceEvent } from '@stowage/lab/replay';
 import { RMM_CSV_HEADER } from '@stowage/core/plugin-kit';
 import { formatTraceLines } from '@stowage/snapshot-pickle';
 

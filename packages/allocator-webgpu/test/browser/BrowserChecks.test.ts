@@ -1,8 +1,8 @@
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
-import type { BrowserBundle } from '@stowage/allocator-webgpu/testing';
-import { buildBrowserBundle, CHROMIUM_PATH, hasChromium, runInChromium } from '@stowage/allocator-webgpu/testing';
+import type { BrowserBundle } from '@stowage/lab/browser';
+import { buildBrowserBundle, CHROMIUM_PATH, hasChromium, runInChromium } from '@stowage/lab/browser';
 import type { BrowserCheckReport } from '../../browser/BrowserCheckReport.js';
 
 /** The package root: test/browser/ and its compiled form dist-test/browser/ both sit two levels below it. */

@@ -17,7 +17,7 @@ export type SegmentSizeRule = (roundedBytes: number, reservedBytes: number, segm
 
 /**
  * How the caching engine behaves. `preset: 'pytorch'` reproduces PyTorch's defaults exactly (the parity
- * configuration); `preset: 'best'` is Stowage's default, chosen by measurement (see bench/engine.bench.ts).
+ * configuration); `preset: 'best'` is Stowage's default, chosen by measurement (see `pnpm bench:engine`).
  * Explicit fields override the preset.
  */
 export interface CachingAllocatorOptions {

@@ -45,11 +45,11 @@ export { createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } 
 export type { AllocationFailure, FailureCallback, FailureCallbackAllocatorOptions } from '../adaptors/FailureCallbackAllocator.js';
 export type { LimitingAllocatorOptions } from '../adaptors/LimitingAllocator.js';
 export type { LoggingAllocatorOptions } from '../adaptors/LoggingAllocator.js';
-export type { RmmLogAction, RmmLogRecord } from '../adaptors/parseRmmCsv.js';
-export { parseRmmCsv, RMM_CSV_HEADER } from '../adaptors/parseRmmCsv.js';
+export type { RmmLogAction, RmmLogLine, RmmLogRecord } from '../adaptors/parseRmmCsv.js';
+export { parseRmmCsv, parseRmmCsvLines, RMM_CSV_HEADER } from '../adaptors/parseRmmCsv.js';
 export type { StatisticsAllocatorOptions, StatisticsCounter, StatisticsCounters } from '../adaptors/StatisticsAllocator.js';
 export type { TrackedAllocation, TrackingAllocatorOptions } from '../adaptors/TrackingAllocator.js';
-export { checkBoolean, checkByteCount, checkCount, checkEnum, checkFunction, checkOptions, checkReturned, nearestName } from '../validation/validate.js';
+export { checkBoolean, checkByteCount, checkCount, checkEnum, checkFunction, checkOptions, checkReturned, checkString, nearestName } from '../validation/validate.js';
 export { describeValue } from '../validation/describeValue.js';
 export type { SafeEvents } from '../internal/SafeEmitter.js';
 export { SafeEmitter } from '../internal/SafeEmitter.js';

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Parser } from 'pickleparser';
-import { findTraceRoot } from '@stowage/core/replay';
+import { findTraceRoot } from '@stowage/lab/replay';
 import { engine, MiB } from './helpers.js';
 
 type Json = Record<string, unknown>;

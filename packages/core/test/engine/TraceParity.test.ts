@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { CachingAllocator } from '@stowage/core';
-import { findTraceRoot, listTraces, readPytorchReference, readTraceFile, replayTrace } from '@stowage/core/replay';
+import { findTraceRoot, listTraces, readPytorchReference, readTraceFile, replayTrace } from '@stowage/lab/replay';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 const GiB = 2 ** 30;

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { CachingAllocator } from '@stowage/core';
-import type { TraceEvent } from '@stowage/core/replay';
-import { findTraceRoot, listTraces, readPytorchReference, readTraceFile, replayTrace } from '@stowage/core/replay';
+import type { TraceEvent } from '@stowage/lab/replay';
+import { findTraceRoot, listTraces, readPytorchReference, readTraceFile, replayTrace } from '@stowage/lab/replay';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 /** A step of a static-shape loop: the first allocations of a recorded trace, with their frees. */

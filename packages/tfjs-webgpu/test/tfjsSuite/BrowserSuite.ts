@@ -2,7 +2,7 @@ import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
-import { runInChromium } from '@stowage/allocator-webgpu/testing';
+import { runInChromium } from '@stowage/lab/browser';
 import type { SuiteResult } from './SuiteResult.js';
 import type { SuiteRunOptions } from './TfjsSuite.js';
 
@@ -33,7 +33,7 @@ export function buildBrowserSuiteBundle(): Promise<string> {
     external: ['webgpu', 'node:*'],
     // As the Node bundle (TfjsSuite.ts): tests.js's bare imports of the *_test.js files must stay.
     ignoreAnnotations: true,
-    // Generated code: `eslint .` must not lint it (Note [Linting the bundle] in @stowage/allocator-webgpu/testing).
+    // Generated code: `eslint .` must not lint it (Note [Linting the bundle] in @stowage/lab/browser).
     banner: { js: '/* eslint-disable */' },
     logLevel: 'error',
   }).then(() => BUNDLE);

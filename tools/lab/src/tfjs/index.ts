@@ -1,0 +1,11 @@
+// @stowage/lab/tfjs: TensorFlow.js models and runs that measure @stowage/tfjs-webgpu against stock tfjs (its tests,
+// its browser check and `pnpm bench:tfjs` share them). It bundles for a browser; registerTfjsGradients, Node only,
+// is in @stowage/lab/tfjs/node.
+export { budgetAt } from './budgetAt.js';
+export { DeviceMemoryCounter } from './DeviceMemoryCounter.js';
+export type { LmsRun, StockRun, WorkingSet } from './lmsRuns.js';
+export { inStepWorkingSet, isSameRun, runStock, runUnderLms, smallestLmsBudget } from './lmsRuns.js';
+export type { Model, ModelRun } from './models.js';
+export { convNet, mlp, MODELS, runModel, transformerBlock } from './models.js';
+export type { BackendKind } from './onBackend.js';
+export { onBackend } from './onBackend.js';

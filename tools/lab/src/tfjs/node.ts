@@ -1,0 +1,3 @@
+// @stowage/lab/tfjs/node: what tfjs runs in Node need beyond @stowage/lab/tfjs (it imports esbuild and Node's
+// modules, so it stays out of that browser-safe entry).
+export { registerTfjsGradients } from './tfjsGradients.js';
