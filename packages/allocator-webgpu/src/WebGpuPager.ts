@@ -20,6 +20,8 @@ class WebGpuPageOut implements PageOut {
  * from the block into a pooled MAP_READ staging buffer and submits it before returning; the bytes reach the host
  * when the staging buffer maps. The block may be freed at once: any later use of it is submitted after the copy. A
  * page-in is a `queue.writeBuffer` of the host bytes, which the queue runs before any work submitted after it.
+ * The staging buffer is device memory inside the budget (Note [One budget] in WebGpuMemoryBackend.ts): a page-out
+ * whose staging buffer would pass it is refused (null).
  */
 export class WebGpuPager implements Pager {
   constructor(private readonly backend: WebGpuMemoryBackend) {}
@@ -28,12 +30,18 @@ export class WebGpuPager implements Pager {
     return this.backend.device;
   }
 
-  pageOut(src: DataPtr): PageOut {
-    // read() records and submits the copy synchronously, before its first await.
-    return new WebGpuPageOut(src.byteLength, this.backend.read(src.handle as GPUBuffer, src.byteOffset, src.byteLength));
+  pageOut(src: DataPtr): PageOut | null {
+    // pageOutRead records and submits the copy synchronously, before its first await.
+    const read = this.backend.pageOutRead(src.handle as GPUBuffer, src.byteOffset, src.byteLength);
+    return read === null ? null : new WebGpuPageOut(src.byteLength, read);
   }
 
   pageIn(bytes: Uint8Array, dst: DataPtr): void {
     this.backend.write(dst.handle as GPUBuffer, dst.byteOffset, bytes);
+  }
+
+  /** Keeps the backend's paging reserve out of its segments' reach from now on (Note [One budget]). */
+  enablePaging(): void {
+    this.backend.enablePaging();
   }
 }

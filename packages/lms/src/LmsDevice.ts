@@ -1,4 +1,4 @@
-import type { BlockInspector, Device, Pager, ReclaimTarget, StorageImpl } from '@stowage/core';
+import type { BlockInspector, Device, PageOut, Pager, ReclaimTarget, StorageImpl } from '@stowage/core';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 import type { AllocSource } from './LmsStats.js';
 import { LmsStats } from './LmsStats.js';
@@ -20,6 +20,15 @@ import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
  * storages that free room together), else reclaim_all (every inactive storage the allocator placed). Only
  * candidates of the request's pool, segment kind and stream are offered for the first two steps; reclaim_all takes
  * every kind, so that whole segments can be released and reserved again for the request.
+ *
+ * Note [Page-outs the device refuses]: a page-out may need device memory until its bytes land (WebGPU copies into
+ * a staging buffer inside the device's budget, Note [One budget] in @stowage/allocator-webgpu), and the pager
+ * refuses one that has no room (`pageOut` returns null). The refused storage stays as it was, and the step is
+ * taken again without it, so the policy's next choice — a storage whose host copy exists copies nothing and needs
+ * no room — serves instead; when nothing can be reclaimed the engine's chain ends in OutOfMemoryError. Reclaiming
+ * a storage whose copy is still in flight gains nothing on such a device until it lands, so a refusal also asks
+ * `pinAsync` to wait for the page-outs in flight before its next pins (`settlePageOuts`), and `pinAsync` retries
+ * a pin that ran out of memory once they landed.
  */
 export class LmsDevice {
   readonly list = new ReclaimList<LmsStorageImpl>();
@@ -39,6 +48,12 @@ export class LmsDevice {
   readonly speculation: SpeculationSettings;
   /** What learns the program's sequence (Note [Speculation]); null when nothing needs it; decided on first use. */
   #learner: Speculation | null | undefined;
+  /** Page-outs whose bytes are not on the host yet. */
+  readonly #inFlight = new Set<Promise<unknown>>();
+  /** A page-out was refused since the page-outs in flight last settled (Note [Page-outs the device refuses]). */
+  #refusedSinceSettled = false;
+  /** Storages whose page-out was refused during the current reclaim call. */
+  #refused: Set<LmsStorageImpl> | null = null;
 
   constructor(
     readonly device: Device,
@@ -50,6 +65,39 @@ export class LmsDevice {
   ) {
     this.#policyOf = policyOf;
     this.speculation = speculation;
+    pager.enablePaging?.();
+  }
+
+  /** Page-outs of this device whose bytes are still on their way to the host. */
+  get pageOutsInFlight(): number {
+    return this.#inFlight.size;
+  }
+
+  /** True when a page-out was refused since the page-outs in flight last settled. */
+  get refusedSinceSettled(): boolean {
+    return this.#refusedSinceSettled;
+  }
+
+  /** Counts a page-out in flight until its bytes landed or it failed. */
+  trackPageOut(host: PageOut): void {
+    if (host.bytes !== null) return;
+    const done: Promise<unknown> = host.done.then(
+      () => this.#inFlight.delete(done),
+      () => this.#inFlight.delete(done),
+    );
+    this.#inFlight.add(done);
+  }
+
+  /** Notes a page-out the pager refused (Note [Page-outs the device refuses]). */
+  pageOutRefused(): void {
+    this.stats.pageOutRefused++;
+    this.#refusedSinceSettled = true;
+  }
+
+  /** Resolves once every page-out in flight now has landed or failed; never rejects. */
+  async settlePageOuts(): Promise<void> {
+    this.#refusedSinceSettled = false;
+    while (this.#inFlight.size > 0) await Promise.all([...this.#inFlight]);
   }
 
   /**
@@ -105,8 +153,25 @@ export class LmsDevice {
     if (this.#emitter.listenerCount('pagedIn') > 0) this.#emitter.safeEmit('pagedIn', { storage, bytes, address: storage.peekDataPtr().address });
   }
 
-  /** One reclaim step toward `bytes` (Note [Reclaim steps]); returns the bytes freed, 0 when nothing is inactive. */
+  /**
+   * One reclaim step toward `bytes` (Note [Reclaim steps]); returns the bytes freed, 0 when nothing is inactive or
+   * every page-out it needed was refused (Note [Page-outs the device refuses]: each refused storage is left out and
+   * the step taken again).
+   */
   reclaim(bytes: number, target?: ReclaimTarget): number {
+    const refused = (this.#refused = new Set());
+    try {
+      for (;;) {
+        const before = refused.size;
+        const freed = this.#reclaimStep(bytes, target);
+        if (freed > 0 || refused.size === before) return freed;
+      }
+    } finally {
+      this.#refused = null;
+    }
+  }
+
+  #reclaimStep(bytes: number, target: ReclaimTarget | undefined): number {
     const learner = this.learner;
     if (learner !== null && learner.reclaimFloor !== null) return this.#reclaimForPrefetch(learner, bytes, target);
     if (this.list.size === 0) return 0;
@@ -131,7 +196,9 @@ export class LmsDevice {
   *candidates(target: ReclaimTarget | undefined): Generator<ReclaimCandidate> {
     const learner = this.learner;
     const predicting = learner !== null && learner.history.predictor !== null;
+    const refused = this.#refused;
     for (const lms of this.list) {
+      if (refused !== null && refused.has(lms)) continue;
       const placement = this.inspector.describeBlock(lms.storage.peekDataPtr());
       if (placement === undefined) continue; // not the allocator's block (COW-shared, imported, empty): never reclaimed
       if (target !== undefined && (placement.small !== target.small || placement.kind !== target.kind || placement.stream !== target.stream)) continue;
@@ -171,7 +238,9 @@ export class LmsDevice {
       const lms = candidate.storage.lms;
       // A policy may only choose among the candidates it was offered: inactive storages of this device.
       if (!(lms instanceof LmsStorageImpl) || lms.lmsDevice !== this || !this.list.has(lms)) continue;
-      freed += lms.reclaim();
+      const bytes = lms.reclaim();
+      if (bytes === 0) this.#refused?.add(lms);
+      freed += bytes;
     }
     if (freed > 0 && step !== null) this.lastStep = step;
     return freed;

@@ -231,7 +231,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
     const device = this.lmsDevice;
     const ptr = this.storage.peekDataPtr();
     if (device.inspector.describeBlock(ptr) === undefined) return;
-    this.#startPageOut(ptr);
+    if (!this.#startPageOut(ptr)) return; // no room for the copy now: the reclaim makes it, if one comes
     this.#hostUnusedSpeculation = true;
     device.stats.speculativePageOut++;
     device.stats.speculativePageOutBytes += ptr.byteLength;
@@ -260,7 +260,9 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
 
   /**
    * Pages the storage out (unless a host copy is valid) and frees its block: for the device's reclaim, on an
-   * inactive storage whose pointer the allocator placed. Returns the bytes freed.
+   * inactive storage whose pointer the allocator placed. Returns the bytes freed: 0, changing nothing, when the
+   * pager refused the page-out (no room on the device for the copy now: Note [Page-outs the device refuses] in
+   * LmsDevice.ts).
    */
   reclaim(): number {
     const device = this.lmsDevice;
@@ -269,7 +271,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
     const bytes = ptr.byteLength;
     const copied = this.#host === null;
     if (copied) {
-      this.#startPageOut(ptr);
+      if (!this.#startPageOut(ptr)) return 0;
       if (device.speculation.pageOut) device.stats.speculativeMisses++;
     } else if (this.#hostUnusedSpeculation) {
       this.#hostUnusedSpeculation = false;
@@ -291,10 +293,19 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
     return bytes;
   }
 
-  /** Enqueues the page-out of `ptr` (this storage's pointer) as the host copy, counted in the device's stats. */
-  #startPageOut(ptr: DataPtr): void {
+  /**
+   * Enqueues the page-out of `ptr` (this storage's pointer) as the host copy, counted in the device's stats; false,
+   * changing nothing, when the pager refused it.
+   */
+  #startPageOut(ptr: DataPtr): boolean {
     const device = this.lmsDevice;
-    const host = (this.#host = device.pager.pageOut(ptr));
+    const host = device.pager.pageOut(ptr);
+    if (host === null) {
+      device.pageOutRefused();
+      return false;
+    }
+    this.#host = host;
+    device.trackPageOut(host);
     this.#hostFailure = undefined;
     host.done.catch((error: unknown) => {
       if (this.#host === host) this.#hostFailure = error;
@@ -302,6 +313,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
     device.stats.pageOut++;
     device.stats.pageOutBytes += ptr.byteLength;
     device.stats.addHost(ptr.byteLength);
+    return true;
   }
 
   /** A prefetched storage leaves the device (reclaimed) or goes (released) before any pin: the prefetch was wasted. */

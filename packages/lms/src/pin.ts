@@ -1,5 +1,5 @@
 import type { LmsStorage } from '@stowage/core';
-import { InvalidArgumentError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+import { InvalidArgumentError, isOutOfMemoryError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
 import { LmsStorageImpl } from './LmsStorageImpl.js';
 
 /** What a guard pins: a storage, or a tensor (which pins its storage). */
@@ -83,10 +83,16 @@ export function pin(...items: Pinnable[]): PinGuard {
 
 /**
  * As `pin`, but waits for reclaimed storages whose bytes are still on their way to host memory (WebGPU) instead of
- * throwing: for callers that can await. Same errors otherwise; nothing stays pinned when it rejects.
+ * throwing: for callers that can await. Where the device refused a page-out for lack of room since its page-outs
+ * in flight last landed, it first waits for them, and a pin that runs out of memory while page-outs are in flight
+ * is tried again once they landed (Note [Page-outs the device refuses] in LmsDevice.ts). Same errors otherwise;
+ * nothing stays pinned when it rejects.
  */
 export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
   const objects = lmsObjects(items);
+  for (const lms of objects) {
+    if (lms instanceof LmsStorageImpl && lms.lmsDevice.refusedSinceSettled && lms.lmsDevice.pageOutsInFlight > 0) await lms.lmsDevice.settlePageOuts();
+  }
   const reclaimed = objects.filter((lms) => lms.state === 'reclaimed'); // once per item, as in `pin`
   const pinned: LmsStorage[] = [];
   const madeActive: LmsStorageImpl[] = [];
@@ -94,7 +100,16 @@ export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
     for (const lms of objects) if (lms.state !== 'reclaimed') pinOne(lms, pinned, madeActive);
     for (const lms of reclaimed) {
       await lms.ready(); // at once when an access brought it back meanwhile
-      pinOne(lms, pinned, madeActive);
+      for (;;) {
+        try {
+          pinOne(lms, pinned, madeActive);
+          break;
+        } catch (error) {
+          // The room may be in staging buffers of page-outs in flight: it comes back when they land.
+          if (!isOutOfMemoryError(error) || !(lms instanceof LmsStorageImpl) || lms.lmsDevice.pageOutsInFlight === 0) throw error;
+          await lms.lmsDevice.settlePageOuts();
+        }
+      }
     }
   } catch (error) {
     new PinGuard(pinned).release();

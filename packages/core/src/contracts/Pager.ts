@@ -29,10 +29,20 @@ export interface PageOut {
  */
 export interface Pager {
   readonly device: Device;
-  /** Enqueues a copy of `src`'s bytes to host memory and returns at once; `src` may be freed right after. */
-  pageOut(src: DataPtr): PageOut;
+  /**
+   * Enqueues a copy of `src`'s bytes to host memory and returns at once; `src` may be freed right after. Null when
+   * the device has no room for the copy now and enqueued nothing (WebGPU: its staging buffer would pass the
+   * device's budget): the caller keeps `src` and may try another block.
+   */
+  pageOut(src: DataPtr): PageOut | null;
   /** Enqueues a copy of host `bytes` into `dst` (which has at least `bytes.byteLength` bytes). */
   pageIn(bytes: Uint8Array, dst: DataPtr): void;
+  /**
+   * Called once by a residency service (LMS) that will page this device's blocks, before its first page-out. A
+   * device whose page-outs hold device memory until they land (WebGPU staging) sets part of its budget aside for
+   * them from then on. Optional: devices that page into host memory at once need nothing.
+   */
+  enablePaging?(): void;
 }
 
 export const Pager: Token<Pager> = Symbol('stowage.Pager');
