@@ -94,10 +94,13 @@ export class LmsDevice {
     this.#refusedSinceSettled = true;
   }
 
-  /** Resolves once every page-out in flight now has landed or failed; never rejects. */
+  /** Resolves once every page-out in flight has landed or failed, counting the wait in `transfer_wait_ms`; never rejects. */
   async settlePageOuts(): Promise<void> {
     this.#refusedSinceSettled = false;
+    if (this.#inFlight.size === 0) return;
+    const start = performance.now();
     while (this.#inFlight.size > 0) await Promise.all([...this.#inFlight]);
+    this.stats.waitMs += performance.now() - start;
   }
 
   /**

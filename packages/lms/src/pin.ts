@@ -91,7 +91,7 @@ export function pin(...items: Pinnable[]): PinGuard {
 export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
   const objects = lmsObjects(items);
   for (const lms of objects) {
-    if (lms instanceof LmsStorageImpl && lms.lmsDevice.refusedSinceSettled && lms.lmsDevice.pageOutsInFlight > 0) await lms.lmsDevice.settlePageOuts();
+    if (lms instanceof LmsStorageImpl && lms.lmsDevice.pageOutsInFlight > 0) await lms.lmsDevice.settlePageOuts();
   }
   const reclaimed = objects.filter((lms) => lms.state === 'reclaimed'); // once per item, as in `pin`
   const pinned: LmsStorage[] = [];
