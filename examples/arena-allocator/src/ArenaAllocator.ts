@@ -1,4 +1,5 @@
-import type { Allocator, Device, MemoryBlock, MinimalAllocator, SegmentSink, SnapshotBlock, SnapshotSegment } from '@stowage/core';
+import type { Allocator, Device, MinimalAllocator } from '@stowage/core';
+import type { MemoryBlock, SegmentSink, SnapshotBlock, SnapshotSegment } from '@stowage/core/plugin-kit';
 import { InvalidArgumentError, makeAllocator, parseBytes } from '@stowage/core';
 
 export interface ArenaAllocatorOptions {

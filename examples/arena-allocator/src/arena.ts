@@ -1,6 +1,6 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { Device, Plugin } from '@stowage/core';
-import { AllocatorFactory } from '@stowage/core';
+import { AllocatorFactory } from '@stowage/core/plugin-kit';
 import type { ArenaAllocatorOptions } from './ArenaAllocator.js';
 import { createArenaAllocator } from './ArenaAllocator.js';
 

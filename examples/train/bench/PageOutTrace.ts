@@ -1,5 +1,5 @@
 import type { StorageImpl } from '@stowage/core';
-import type { LmsDevice } from '@stowage/lms';
+import type { Residency } from '@stowage/lms';
 
 /** One LMS `pagedOut` event: which storage (numbered by first appearance in the trace), its bytes, and whether it was copied. */
 export interface PageOutRecord {
@@ -9,7 +9,7 @@ export interface PageOutRecord {
 }
 
 /**
- * The sequence of one run's page-outs, from an LmsDevice's `pagedOut` events. Storages are numbered in the order
+ * The sequence of one run's page-outs, from an Residency's `pagedOut` events. Storages are numbered in the order
  * of their first page-out, so two runs of the same seeded loop that reclaim the
  * same storages in the same order give equal traces, and runs that choose differently (even among storages of
  * equal size) give different ones.
@@ -20,7 +20,7 @@ export class PageOutTrace {
   #next = 0;
 
   /** Records the page-outs of `device` from now on. */
-  listen(device: LmsDevice): void {
+  listen(device: Residency): void {
     device.events.on('pagedOut', ({ storage, bytes, copied }) => this.records.push({ storage: this.#numberOf(storage), bytes, copied }));
   }
 

@@ -1,4 +1,5 @@
-import type { AllocateOptions, Allocator, DataPtr, Deleter } from '@stowage/core';
+import type { AllocateOptions, Allocator, DataPtr } from '@stowage/core';
+import type { Deleter } from '@stowage/core/plugin-kit';
 import { ForwardingAllocator } from '@stowage/core';
 import { BufferManager } from '@tensorflow/tfjs-backend-webgpu/dist/buffer_manager.js';
 

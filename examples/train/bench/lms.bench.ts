@@ -72,8 +72,8 @@ import type { Runtime } from '@stowage/core';
 import { cpu, createRuntime, resolve } from '@stowage/core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { openWebGpuDevice } from '@stowage/allocator-webgpu';
-import type { LmsDevice } from '@stowage/lms';
-import { LMS_CONTROLLER, lms, pin } from '@stowage/lms';
+import type { Residency } from '@stowage/lms';
+import { LmsController, lms, pin } from '@stowage/lms';
 import type { LmsRunModel, LmsRunResult } from '@stowage/example-train';
 import { runUnderLms, unconstrainedPeak } from '@stowage/example-train';
 import type { BenchRecord } from '@stowage/bench-kit';
@@ -204,10 +204,10 @@ interface RunSettings {
 /** Trains one workload under one budget and policy, recording its page-outs; an error is an outcome, not a throw. */
 async function runOne({ device, gpu, steps, workload, budgetBytes, policy, speculative = false }: RunSettings): Promise<RunOutcome> {
   const trace = new PageOutTrace();
-  let lmsDevice: LmsDevice | undefined;
+  let lmsDevice: Residency | undefined;
   const onRuntime = (runtime: Runtime): void => {
     const allocator = runtime.allocator(device);
-    lmsDevice = resolve(runtime.container, LMS_CONTROLLER).device(allocator.device);
+    lmsDevice = resolve(runtime.container, LmsController).device(allocator.device);
     if (lmsDevice === undefined) throw new Error(`LMS does not page the ${device} allocator: the bench has nothing to measure.`);
     trace.listen(lmsDevice);
   };

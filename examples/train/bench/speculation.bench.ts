@@ -38,8 +38,9 @@
 // - `--quick` (under a minute): budget P/4 only, and policies lru (speculation off, IBM's) and speculative (off
 //   and on); targets about other budgets then report no figures.
 import type { BenchRecord, BenchReporter } from '@stowage/bench-kit';
-import type { BuiltInPolicyName, LinkName } from '@stowage/lms';
-import { beladyMin, LINK_PROFILES } from '@stowage/lms';
+import type { BuiltInPolicyName } from '@stowage/lms';
+import type { LinkName } from '@stowage/lab';
+import { beladyMin, LINK_PROFILES } from '@stowage/lab';
 import type { ModelTrace, SimIteration, SimRunResult, TraceName } from '@stowage/example-train';
 import { peakLiveBytes, runTraceOnSim, toOfflineTrace, TRACES } from '@stowage/example-train';
 

@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from '@stowage/core';
-import type { EngineStats, LinkName, LinkProfile, OperationAccess, TimelineEntry } from '@stowage/lms';
-import { SimulatedDevice } from '@stowage/lms';
+import type { EngineStats, LinkName, LinkProfile, OperationAccess, TimelineEntry } from '@stowage/lab';
+import { SimulatedDevice } from '@stowage/lab';
 
 /** Where a device stood at a point of the host's program (an iteration's start or end). */
 export interface ScheduleMark {

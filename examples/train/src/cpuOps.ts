@@ -1,5 +1,5 @@
 import type { Runtime } from '@stowage/core';
-import { hostBytes } from '@stowage/core';
+import { hostBytes } from '@stowage/core/plugin-kit';
 import { runHostKernel } from './hostKernels.js';
 import { noPin } from './noPin.js';
 import type { Ops, PinScope, Tensor } from './Ops.js';

@@ -3,7 +3,7 @@ import { cpu, createRuntime, InvalidArgumentError, resolve } from '@stowage/core
 import { cuda } from '@stowage/allocator-cuda';
 import { webgpu } from '@stowage/allocator-webgpu';
 import type { BuiltInPolicyName, LmsPolicy, SpeculationOptions } from '@stowage/lms';
-import { LMS_CONTROLLER, lms, PAGING_STAT_KEYS, pin, pinAsync, SPECULATION_STAT_KEYS } from '@stowage/lms';
+import { LmsController, lms, PAGING_STAT_KEYS, pin, pinAsync, SPECULATION_STAT_KEYS } from '@stowage/lms';
 import { BudgetExceededError } from './BudgetExceededError.js';
 import { createCpuOps } from './cpuOps.js';
 import { createCudaHostOps } from './cuda/cudaHostOps.js';
@@ -136,7 +136,7 @@ export async function runUnderLms(options: LmsRunOptions): Promise<LmsRunResult>
   await using runtime = await createRuntime({ plugins });
   onRuntime?.(runtime);
   const allocator = runtime.allocator(device);
-  const controller = resolve(runtime.container, LMS_CONTROLLER);
+  const controller = resolve(runtime.container, LmsController);
   let opCount = 0;
   let maxReservedBytes = 0;
   const afterOp = (): void => {

@@ -1,4 +1,5 @@
-import { checkOptions, InvalidArgumentError } from '@stowage/core';
+import { InvalidArgumentError } from '@stowage/core';
+import { checkOptions } from '@stowage/core/plugin-kit';
 import { mulberry32, uniformArray } from './mulberry32.js';
 import type { Ops, Tensor } from './Ops.js';
 import { StepTensors } from './StepTensors.js';

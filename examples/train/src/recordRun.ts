@@ -1,6 +1,6 @@
 import type { MemorySnapshot, Runtime } from '@stowage/core';
 import { parseDevice, resolve } from '@stowage/core';
-import { LMS_CONTROLLER } from '@stowage/lms';
+import { LmsController } from '@stowage/lms';
 import { MemoryEventRecorder } from '@stowage/cli';
 
 /** The hooks that record one `runUnderLms` run, and the recording once it has run. */
@@ -22,7 +22,7 @@ export function recordRun(device: string, steps: number): RunRecording {
     onRuntime: (rt) => {
       runtime = rt;
       recorder.attachAllocator(rt.allocator(device)); // LMS meets the device when its allocator is made
-      const lmsDevice = resolve(rt.container, LMS_CONTROLLER).device(parseDevice(device));
+      const lmsDevice = resolve(rt.container, LmsController).device(parseDevice(device));
       if (lmsDevice !== undefined) recorder.attachLms(lmsDevice.events);
     },
     onStep: (step) => {

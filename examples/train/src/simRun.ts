@@ -1,7 +1,9 @@
 import type { StorageImpl } from '@stowage/core';
 import { createRuntime, InvalidArgumentError, isOutOfMemoryError, resolve } from '@stowage/core';
-import type { BuiltInPolicyName, LinkName, LinkProfile, LmsPolicy, SimulatedDevice, SpeculationOptions, TimelineEntry } from '@stowage/lms';
-import { LMS_CONTROLLER, lms, PAGING_STAT_KEYS, pin, resolveLink, simulated, simulatedDeviceOf, SPECULATION_STAT_KEYS } from '@stowage/lms';
+import type { BuiltInPolicyName, LmsPolicy, SpeculationOptions } from '@stowage/lms';
+import type { LinkName, LinkProfile, SimulatedDevice, TimelineEntry } from '@stowage/lab';
+import { LmsController, lms, PAGING_STAT_KEYS, pin, SPECULATION_STAT_KEYS } from '@stowage/lms';
+import { resolveLink, simulated, simulatedDeviceOf } from '@stowage/lab';
 import { BudgetExceededError } from './BudgetExceededError.js';
 import type { ScheduleMark } from './ScheduleRecording.js';
 import { ScheduleRecording } from './ScheduleRecording.js';
@@ -174,7 +176,7 @@ export async function runTraceOnSim(options: SimRunOptions): Promise<SimRunResul
   const allocator = runtime.allocator('sim');
   const device = simulatedDeviceOf(runtime)!;
   const recording = new ScheduleRecording(device);
-  const controller = resolve(runtime.container, LMS_CONTROLLER);
+  const controller = resolve(runtime.container, LmsController);
   const newStorage = (tensor: TraceTensor): StorageImpl => runtime.storage(tensor.bytes, { device: 'sim' });
   const statsOf = (): Readonly<Record<string, number>> => allocator.memoryStats();
 

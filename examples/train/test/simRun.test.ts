@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import { InvalidArgumentError } from '@stowage/core';
-import type { BuiltInPolicyName, LinkProfile } from '@stowage/lms';
-import { LINK_PROFILES } from '@stowage/lms';
+import type { BuiltInPolicyName } from '@stowage/lms';
+import type { LinkProfile } from '@stowage/lab';
+import { LINK_PROFILES } from '@stowage/lab';
 import type { ComputeModel, SimRunOptions } from '@stowage/example-train';
 import { figuresAgainst, H100_COMPUTE, hiddenShare, kernelDurationNs, runTraceOnSim } from '@stowage/example-train';
 

@@ -13,7 +13,7 @@ import {
   transformerVaryingTrace,
   unetTrace,
 } from '@stowage/example-train';
-import { beladyMin } from '@stowage/lms';
+import { beladyMin } from '@stowage/lab';
 
 const MiB = 2 ** 20;
 

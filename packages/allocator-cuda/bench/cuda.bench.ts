@@ -18,7 +18,8 @@
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 
-import type { Allocator, CachingAllocatorOptions, MemoryBackend, PageMapping } from '@stowage/core';
+import type { Allocator, CachingAllocatorOptions, MemoryBackend } from '@stowage/core';
+import type { PageMapping } from '@stowage/core/plugin-kit';
 import { CachingAllocator } from '@stowage/core';
 import type { TraceEvent } from '@stowage/core/replay';
 import { findTraceRoot, listTraces, readPytorchReference, readTraceFile, replayTrace, traceSummary } from '@stowage/core/replay';

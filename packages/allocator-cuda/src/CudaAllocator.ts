@@ -1,4 +1,5 @@
-import type { AllocateOptions, CachingAllocatorOptions, DataPtr, MemorySnapshot, StreamId } from '@stowage/core';
+import type { AllocateOptions, CachingAllocatorOptions, DataPtr, MemorySnapshot } from '@stowage/core';
+import type { StreamId } from '@stowage/core/plugin-kit';
 import { CachingAllocator, DataPtr as DataPtrClass, ForwardingAllocator, InvalidArgumentError } from '@stowage/core';
 import type { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
 import { CudaPager } from './backend/CudaPager.js';

@@ -1,6 +1,8 @@
 import type { DependencyContainer } from 'tsyringe';
-import type { CachingAllocatorOptions, DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin } from '@stowage/core';
-import { AllocatorFactory, BackendUnavailableError, BlockInspector, checkBoolean, IpcExporter, Pager, createDeviceAllocator, InvalidArgumentError, parseBytes, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
+import type { CachingAllocatorOptions, Plugin } from '@stowage/core';
+import type { DeviceAllocatorOptions, DeviceAllocatorSpec } from '@stowage/core/plugin-kit';
+import { BackendUnavailableError, BlockInspector, IpcExporter, Pager, InvalidArgumentError, parseBytes } from '@stowage/core';
+import { AllocatorFactory, checkBoolean, createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core/plugin-kit';
 import { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
 import { CudaStreams } from './backend/CudaStreams.js';
 import { CudaAllocator } from './CudaAllocator.js';

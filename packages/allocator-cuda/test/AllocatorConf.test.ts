@@ -1,15 +1,8 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import type { AllocatorConf } from '@stowage/allocator-cuda';
-import {
-  ALLOCATOR_CONF_KEYS,
-  AllocatorConfError,
-  allocatorConfEngineOptions,
-  DEFAULT_ALLOCATOR_CONF_VALUES,
-  formatAllocatorConf,
-  parseAllocatorConf,
-  readAllocatorConfFromEnv,
-} from '@stowage/allocator-cuda';
+import { AllocatorConfError, formatAllocatorConf, parseAllocatorConf, readAllocatorConfFromEnv } from '@stowage/allocator-cuda';
+import { ALLOCATOR_CONF_KEYS, allocatorConfEngineOptions, DEFAULT_ALLOCATOR_CONF_VALUES } from '@stowage/allocator-cuda/driver';
 import { CachingAllocator, InvalidArgumentError, isStowageError } from '@stowage/core';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 

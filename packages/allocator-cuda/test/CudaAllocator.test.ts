@@ -2,7 +2,8 @@ import { expect } from 'chai';
 import { BackendUnavailableError, CachingAllocator, createRuntime, DataPtr, DeviceError, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
 import { describeAllocatorContract, VirtualMemoryBackend } from '@stowage/core/testing';
 import type { CudaAllocator } from '@stowage/allocator-cuda';
-import { AllocatorConfError, createCudaAllocator, cuda, CudaError, CudaResult } from '@stowage/allocator-cuda';
+import { AllocatorConfError, createCudaAllocator, cuda, CudaError } from '@stowage/allocator-cuda';
+import { CudaResult } from '@stowage/allocator-cuda/driver';
 import type { TestLibcuda } from '@stowage/allocator-cuda/testing';
 import { testLibcuda } from '@stowage/allocator-cuda/testing';
 

@@ -2,7 +2,8 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
 import { expect } from 'chai';
-import { CudaDeviceAttribute, CudaDriver, CudaError, CudaResult, isCudaError } from '@stowage/allocator-cuda';
+import { CudaDriver, CudaError, isCudaError } from '@stowage/allocator-cuda';
+import { CudaDeviceAttribute, CudaResult } from '@stowage/allocator-cuda/driver';
 import type { StandInHooks } from '@stowage/allocator-cuda/testing';
 import { BackendUnavailableError, DeviceError, isStowageError } from '@stowage/core';
 

@@ -5,7 +5,8 @@ import { fileURLToPath } from 'node:url';
 
 import { expect } from 'chai';
 import type { CudaDriver } from '@stowage/allocator-cuda';
-import { CudaDeviceAttribute, CudaError, CudaEventFlags, CudaResult } from '@stowage/allocator-cuda';
+import { CudaError } from '@stowage/allocator-cuda';
+import { CudaDeviceAttribute, CudaEventFlags, CudaResult } from '@stowage/allocator-cuda/driver';
 import { InvalidArgumentError } from '@stowage/core';
 
 import type { IpcChildReply, IpcChildRequest } from './CudaDriverIpcChild.js';

@@ -1,6 +1,6 @@
 // The other process of CudaDriverIpc.test.ts: opens the same libcuda (STOWAGE_LIBCUDA), reports `{ ready: true }`,
 // then answers each request message with one reply. A file descriptor the parent passes sits at fd 4.
-import type { CudaMemHandle } from '@stowage/allocator-cuda';
+import type { CudaMemHandle } from '@stowage/allocator-cuda/driver';
 import { CudaDriver, isCudaError } from '@stowage/allocator-cuda';
 
 export type IpcChildRequest =

@@ -2,7 +2,8 @@ import { closeSync } from 'node:fs';
 
 import { expect } from 'chai';
 import type { CudaDriver } from '@stowage/allocator-cuda';
-import { CudaDeviceAttribute, CudaError, CudaResult } from '@stowage/allocator-cuda';
+import { CudaError } from '@stowage/allocator-cuda';
+import { CudaDeviceAttribute, CudaResult } from '@stowage/allocator-cuda/driver';
 import type { StandInHooks } from '@stowage/allocator-cuda/testing';
 
 import type { TestDriver } from './testDriver.js';

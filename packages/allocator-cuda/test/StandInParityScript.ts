@@ -1,7 +1,8 @@
 // One side of StandInParity.test.ts: runs the same calls on the libcuda named by STOWAGE_LIBCUDA and prints, as one
 // JSON line, what each gave: a normalized value, or the driver's error name. Values that differ between devices by
 // nature (addresses, capacities, names) are reduced to what must agree (alignment, equality, sign).
-import { CudaDriver, CudaEventFlags, isCudaError } from '@stowage/allocator-cuda';
+import { CudaDriver, isCudaError } from '@stowage/allocator-cuda';
+import { CudaEventFlags } from '@stowage/allocator-cuda/driver';
 
 const MiB = 2 ** 20;
 const outcomes: [string, unknown][] = [];

@@ -1,4 +1,4 @@
-import type { CudaContext } from '@stowage/allocator-cuda';
+import type { CudaContext } from '@stowage/allocator-cuda/driver';
 import { CudaDriver, DEFAULT_LIBCUDA_PATHS } from '@stowage/allocator-cuda';
 import { buildStandIn, StandInHooks } from '@stowage/allocator-cuda/testing';
 

@@ -1,4 +1,5 @@
-import type { BackendEvent, Device, MemoryBackend, MemoryBlock, StreamId } from '@stowage/core';
+import type { Device, MemoryBackend } from '@stowage/core';
+import type { BackendEvent, MemoryBlock, StreamId } from '@stowage/core/plugin-kit';
 import { DeviceError } from '@stowage/core';
 
 interface EpochEvent extends BackendEvent {

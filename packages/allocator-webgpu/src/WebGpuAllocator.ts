@@ -1,5 +1,7 @@
-import type { AllocateOptions, AllocatorStats, CachingAllocatorOptions, Deleter, DeviceError } from '@stowage/core';
-import { CachingAllocator, DataPtr, DeviceMismatchError, ForwardingAllocator, formatDevice, InvalidArgumentError, isSameDevice, UseAfterReleaseError } from '@stowage/core';
+import type { AllocateOptions, AllocatorStats, CachingAllocatorOptions, DeviceError } from '@stowage/core';
+import type { Deleter } from '@stowage/core/plugin-kit';
+import { CachingAllocator, DataPtr, DeviceMismatchError, ForwardingAllocator, formatDevice, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
+import { isSameDevice } from '@stowage/core/plugin-kit';
 import type { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
 import type { WebGpuPager } from './WebGpuPager.js';
 import { BufferUsage } from './WebGpuUsage.js';

@@ -1,4 +1,5 @@
-import type { BackendEvent, Device, MemoryBackend, MemoryBlock, SegmentOptions, StreamId, AllocateOptions } from '@stowage/core';
+import type { Device, MemoryBackend, AllocateOptions } from '@stowage/core';
+import type { BackendEvent, MemoryBlock, SegmentOptions, StreamId } from '@stowage/core/plugin-kit';
 import { DeviceError, DeviceMismatchError, formatBytes, InvalidArgumentError } from '@stowage/core';
 import { ByteCopyKernel } from './ByteCopyKernel.js';
 import { roundedBufferSize, StagingPool } from './StagingPool.js';

@@ -1,4 +1,5 @@
-import type { DataPtr, Device, PageOut, Pager } from '@stowage/core';
+import type { DataPtr, Device, Pager } from '@stowage/core';
+import type { PageOut } from '@stowage/core/plugin-kit';
 import type { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
 
 /** A page-out in flight on the queue; `bytes` is set when the staging buffer's mapAsync resolves. */

@@ -1,4 +1,5 @@
-import { BackendUnavailableError, checkEnum, checkOptions, InvalidArgumentError } from '@stowage/core';
+import { BackendUnavailableError, InvalidArgumentError } from '@stowage/core';
+import { checkEnum, checkOptions } from '@stowage/core/plugin-kit';
 
 export interface OpenWebGpuOptions {
   /** Use this device (the caller owns it). */

@@ -1,6 +1,8 @@
 import type { DependencyContainer } from 'tsyringe';
-import type { DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin, CachingAllocatorOptions, SegmentSizeRule } from '@stowage/core';
-import { BlockInspector, checkEnum, createDeviceAllocator, InvalidArgumentError, Pager, parseBytes, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
+import type { Plugin, CachingAllocatorOptions } from '@stowage/core';
+import type { DeviceAllocatorOptions, DeviceAllocatorSpec, SegmentSizeRule } from '@stowage/core/plugin-kit';
+import { BlockInspector, InvalidArgumentError, Pager, parseBytes } from '@stowage/core';
+import { checkEnum, createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core/plugin-kit';
 import { WebGpuBuffers } from './WebGpuBuffers.js';
 import type { OpenWebGpuOptions, WebGpuContext } from './openWebGpuDevice.js';
 import { checkOpenWebGpuOptions, OPEN_WEBGPU_OPTION_KEYS, openWebGpuDevice } from './openWebGpuDevice.js';

@@ -1,23 +1,9 @@
 import { spawnSync } from 'node:child_process';
 import { expect } from 'chai';
-import type { DataPtr, DeviceError as DeviceErrorType, MemoryReclaimer, Plugin } from '@stowage/core';
-import {
-  BackendUnavailableError,
-  cpu,
-  createCpuAllocator,
-  createRuntime,
-  IpcCollector,
-  LmsReclaimer,
-  DeviceError,
-  DisposedError,
-  makeDirectAllocator,
-  DeviceMismatchError,
-  InvalidArgumentError,
-  OutOfMemoryError,
-  StowageError,
-  UseAfterReleaseError,
-  wrapAllocators,
-} from '@stowage/core';
+import type { DataPtr, DeviceError as DeviceErrorType, Plugin } from '@stowage/core';
+import type { MemoryReclaimer } from '@stowage/core/plugin-kit';
+import { BackendUnavailableError, cpu, createCpuAllocator, createRuntime, DeviceError, DisposedError, DeviceMismatchError, InvalidArgumentError, OutOfMemoryError, StowageError, UseAfterReleaseError, wrapAllocators } from '@stowage/core';
+import { IpcCollector, LmsReclaimer, makeDirectAllocator } from '@stowage/core/plugin-kit';
 import { adaptorCases, patternBytes } from '@stowage/core/testing';
 import type { WebGpuContext, WebGpuOptions } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator, fromGpuBuffer, openWebGpuDevice, webgpu, WebGpuAllocator, WebGpuBuffers, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';

@@ -1,4 +1,5 @@
-import type { AllocateOptions, Allocator, MemoryBackend, MemoryBlock, MinimalAllocator, SegmentSink, SnapshotSegment } from '@stowage/core';
+import type { AllocateOptions, Allocator, MemoryBackend, MinimalAllocator } from '@stowage/core';
+import type { MemoryBlock, SegmentSink, SnapshotSegment } from '@stowage/core/plugin-kit';
 import { makeAllocator } from '@stowage/core';
 
 /** Every request is rounded up to a multiple of this many bytes (PyTorch's minimum block size). */

@@ -1,5 +1,6 @@
 import type { Allocator } from '@stowage/core';
-import { CachingAllocator, makeDirectAllocator } from '@stowage/core';
+import { CachingAllocator } from '@stowage/core';
+import { makeDirectAllocator } from '@stowage/core/plugin-kit';
 import { createExactSizePoolAllocator } from './ExactSizePoolAllocator.js';
 import type { VirtualMemoryBackend } from '@stowage/core/testing';
 

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { CpuMemoryBackend, DisposedError, makeDirectAllocator } from '@stowage/core';
+import { CpuMemoryBackend, DisposedError } from '@stowage/core';
+import { makeDirectAllocator } from '@stowage/core/plugin-kit';
 import { thrownBy } from './engine/helpers.js';
 
 describe('AllocatorBase#memoryStats', () => {

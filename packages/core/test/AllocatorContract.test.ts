@@ -1,19 +1,9 @@
 import { expect } from 'chai';
 import { EventEmitter } from 'eventemitter3';
-import type { AllocateOptions, Allocator, AllocatorEvents, DataPtr } from '@stowage/core';
-import {
-  CpuMemoryBackend,
-  createCpuAllocator,
-  DataPtr as DataPtrClass,
-  DisposedError,
-  FailureCallbackAllocator,
-  ForwardingAllocator,
-  LoggingAllocator,
-  makeAllocator,
-  makeDirectAllocator,
-  StatisticsAllocator,
-  TrackingAllocator,
-} from '@stowage/core';
+import type { AllocateOptions, Allocator, DataPtr } from '@stowage/core';
+import type { AllocatorEvents } from '@stowage/core/plugin-kit';
+import { CpuMemoryBackend, createCpuAllocator, DataPtr as DataPtrClass, DisposedError, FailureCallbackAllocator, ForwardingAllocator, LoggingAllocator, makeAllocator, StatisticsAllocator, TrackingAllocator } from '@stowage/core';
+import { makeDirectAllocator } from '@stowage/core/plugin-kit';
 import type { AllocatorMaker } from '@stowage/core/testing';
 import { allocatorContract, describeAllocatorContract } from '@stowage/core/testing';
 

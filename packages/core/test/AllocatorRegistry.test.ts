@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import type { Allocator } from '@stowage/core';
-import { AllocatorFactory, createRuntime, DisposedError, InvalidArgumentError, wrapAllocators } from '@stowage/core';
+import { createRuntime, DisposedError, InvalidArgumentError, wrapAllocators } from '@stowage/core';
+import { AllocatorFactory } from '@stowage/core/plugin-kit';
 import { thrownBy } from './engine/helpers.js';
 
 describe('AllocatorRegistry#get', () => {

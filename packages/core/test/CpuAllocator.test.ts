@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { createCpuAllocator, CpuMemoryBackend, DataPtr, DeviceMismatchError, hostBytes, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
+import { createCpuAllocator, CpuMemoryBackend, DataPtr, DeviceMismatchError, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
+import { hostBytes } from '@stowage/core/plugin-kit';
 import { describeAllocatorContract } from '@stowage/core/testing';
 import { thrownBy } from './engine/helpers.js';
 

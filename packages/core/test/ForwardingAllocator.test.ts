@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { CachingAllocator, CpuMemoryBackend, DisposedError, ForwardingAllocator, InvalidArgumentError, LimitingAllocator, makeDirectAllocator, StatisticsAllocator } from '@stowage/core';
+import { CachingAllocator, CpuMemoryBackend, DisposedError, ForwardingAllocator, InvalidArgumentError, LimitingAllocator, StatisticsAllocator } from '@stowage/core';
+import { makeDirectAllocator } from '@stowage/core/plugin-kit';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 const KiB = 1024;

@@ -1,33 +1,8 @@
 import { expect } from 'chai';
 import type { DependencyContainer } from 'tsyringe';
 import type { Device, LmsStorage, Plugin, ReshapePolicy as ReshapePolicyType, StorageImpl, TensorImpl } from '@stowage/core';
-import {
-  Allocator,
-  AllocatorContext,
-  AllocatorFactory,
-  BackendUnavailableError,
-  BlockInspector,
-  CachingAllocator,
-  IpcExporter,
-  Pager,
-  TrackingAllocator,
-  cpu,
-  DataPtr,
-  createCpuAllocator,
-  createRuntime,
-  DisposedError,
-  ForeignPointerError,
-  ForwardingAllocator,
-  InvalidArgumentError,
-  OutOfMemoryError,
-  ReshapePolicy,
-  Runtime,
-  StorageHooks,
-  LimitingAllocator,
-  StatisticsAllocator,
-  UseAfterReleaseError,
-  wrapAllocators,
-} from '@stowage/core';
+import { Allocator, BackendUnavailableError, BlockInspector, CachingAllocator, IpcExporter, Pager, TrackingAllocator, cpu, DataPtr, createCpuAllocator, createRuntime, DisposedError, ForeignPointerError, ForwardingAllocator, InvalidArgumentError, OutOfMemoryError, ReshapePolicy, Runtime, LimitingAllocator, StatisticsAllocator, UseAfterReleaseError, wrapAllocators } from '@stowage/core';
+import { AllocatorContext, AllocatorFactory, StorageHooks } from '@stowage/core/plugin-kit';
 import { storageHooks, thrownBy } from './engine/helpers.js';
 
 describe('createRuntime', () => {

@@ -1,17 +1,8 @@
 import { expect } from 'chai';
-import type { LmsStorage, StorageHooks } from '@stowage/core';
-import {
-  createCpuAllocator,
-  createRuntime,
-  DeviceMismatchError,
-  ForwardingAllocator,
-  hostBytes,
-  InvalidArgumentError,
-  isStowageError,
-  StorageImpl,
-  UseAfterReleaseError,
-  wrapAllocators,
-} from '@stowage/core';
+import type { LmsStorage } from '@stowage/core';
+import type { StorageHooks } from '@stowage/core/plugin-kit';
+import { createCpuAllocator, createRuntime, DeviceMismatchError, ForwardingAllocator, InvalidArgumentError, isStowageError, StorageImpl, UseAfterReleaseError, wrapAllocators } from '@stowage/core';
+import { hostBytes } from '@stowage/core/plugin-kit';
 import { engine, storageHooks } from './engine/helpers.js';
 
 describe('StorageImpl#data and #mutableData', () => {

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import type { ReshapePolicy as ReshapePolicyType, Runtime, TensorImpl } from '@stowage/core';
-import { AliasReshapePolicy, createRuntime, hostBytes, InvalidArgumentError, ReshapePolicy, TensorHooks, TensorImpl as TensorImplClass, UseAfterReleaseError, viewStrides } from '@stowage/core';
+import { createRuntime, InvalidArgumentError, ReshapePolicy, TensorImpl as TensorImplClass, UseAfterReleaseError } from '@stowage/core';
+import { AliasReshapePolicy, hostBytes, TensorHooks, viewStrides } from '@stowage/core/plugin-kit';
 
 /** Writes 0, 1, 2, … into a float32 tensor's storage. */
 function iota(t: TensorImpl): void {

@@ -1,7 +1,9 @@
 import { expect } from 'chai';
-import type { Allocator, BackendEvent, MemoryBackend, MemoryBlock, MinimalAllocator, SegmentSink } from '@stowage/core';
-import { CpuMemoryBackend, DeviceError, InvalidArgumentError, makeAllocator, makeDirectAllocator, OutOfMemoryError, StowageError } from '@stowage/core';
-import type { HostBuffer } from '@stowage/core';
+import type { Allocator, MemoryBackend, MinimalAllocator } from '@stowage/core';
+import type { BackendEvent, MemoryBlock, SegmentSink } from '@stowage/core/plugin-kit';
+import { CpuMemoryBackend, DeviceError, InvalidArgumentError, makeAllocator, OutOfMemoryError, StowageError } from '@stowage/core';
+import { makeDirectAllocator } from '@stowage/core/plugin-kit';
+import type { HostBuffer } from '@stowage/core/plugin-kit';
 import { thrownBy } from './engine/helpers.js';
 import { assertAllocatorInvariants, VirtualMemoryBackend } from '@stowage/core/testing';
 

@@ -1,31 +1,8 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import type { Allocator, DataPtr, MinimalAllocator, Runtime } from '@stowage/core';
-import {
-  AliasReshapePolicy,
-  CachingAllocator,
-  CpuMemoryBackend,
-  FailureCallbackAllocator,
-  ForwardingAllocator,
-  LimitingAllocator,
-  LoggingAllocator,
-  StatisticsAllocator,
-  StorageImpl,
-  TensorImpl,
-  TrackingAllocator,
-  cpu,
-  createCpuAllocator,
-  createRuntime,
-  formatBytes,
-  hostBytes,
-  makeAllocator,
-  makeDirectAllocator,
-  parseBytes,
-  parseDevice,
-  parseRmmCsv,
-  viewStrides,
-  wrapAllocators,
-} from '@stowage/core';
+import { CachingAllocator, CpuMemoryBackend, FailureCallbackAllocator, ForwardingAllocator, LimitingAllocator, LoggingAllocator, StatisticsAllocator, StorageImpl, TensorImpl, TrackingAllocator, cpu, createCpuAllocator, createRuntime, formatBytes, makeAllocator, parseBytes, parseDevice, wrapAllocators } from '@stowage/core';
+import { AliasReshapePolicy, hostBytes, makeDirectAllocator, parseRmmCsv, viewStrides } from '@stowage/core/plugin-kit';
 import { parseRmmCsvLog, replayTrace, traceSummary } from '@stowage/core/replay';
 import type { TraceEvent } from '@stowage/core/replay';
 import { assertAllocatorInvariants, expectTypedOrSuccess, junkArgs as args, VirtualMemoryBackend } from '@stowage/core/testing';

@@ -1,19 +1,8 @@
 import { expect } from 'chai';
-import type { CachingAllocatorOptions, DeviceAllocatorOptions, DeviceAllocatorSpec, MemoryReclaimer, Plugin } from '@stowage/core';
-import {
-  BackendUnavailableError,
-  CachingAllocator,
-  cpu,
-  createCpuAllocator,
-  createDeviceAllocator,
-  createRuntime,
-  InvalidArgumentError,
-  IpcCollector,
-  LmsReclaimer,
-  OutOfMemoryError,
-  registerDeviceAllocator,
-  resolveDeviceOptions,
-} from '@stowage/core';
+import type { CachingAllocatorOptions, Plugin } from '@stowage/core';
+import type { DeviceAllocatorOptions, DeviceAllocatorSpec, MemoryReclaimer } from '@stowage/core/plugin-kit';
+import { BackendUnavailableError, CachingAllocator, cpu, createCpuAllocator, createRuntime, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
+import { createDeviceAllocator, IpcCollector, LmsReclaimer, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core/plugin-kit';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 const MiB = 1 << 20;

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { checkBoolean, checkEnum, checkFunction, checkOptions, checkReturned, describeValue, InvalidArgumentError } from '@stowage/core';
+import { InvalidArgumentError } from '@stowage/core';
+import { checkBoolean, checkEnum, checkFunction, checkOptions, checkReturned, describeValue } from '@stowage/core/plugin-kit';
 
 describe('checkOptions', () => {
   it('takes undefined as no options and refuses null, arrays and primitives with InvalidArgumentError', () => {

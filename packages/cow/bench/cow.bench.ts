@@ -14,7 +14,8 @@
 import 'reflect-metadata';
 import os from 'node:os';
 import type { Runtime, StorageImpl } from '@stowage/core';
-import { cpu, createRuntime, hostBytes } from '@stowage/core';
+import { cpu, createRuntime } from '@stowage/core';
+import { hostBytes } from '@stowage/core/plugin-kit';
 import { lazyClone, materialize } from '@stowage/cow';
 import { collectGarbage, median, timeRound } from '@stowage/bench-kit';
 

@@ -1,6 +1,7 @@
-import type { Deleter, StorageImpl } from '@stowage/core';
-import { BeforeWrite } from '@stowage/core';
-import type { WriteGuard } from '@stowage/core';
+import type { StorageImpl } from '@stowage/core';
+import type { Deleter } from '@stowage/core/plugin-kit';
+import { BeforeWrite } from '@stowage/core/plugin-kit';
+import type { WriteGuard } from '@stowage/core/plugin-kit';
 import type { SharedCowPins } from './SharedCowPins.js';
 
 /** Word indices of a context's state. */

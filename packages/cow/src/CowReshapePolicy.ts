@@ -1,5 +1,6 @@
 import type { ReshapePolicy } from '@stowage/core';
-import { InvalidArgumentError, TensorImpl, viewStrides } from '@stowage/core';
+import { InvalidArgumentError, TensorImpl } from '@stowage/core';
+import { viewStrides } from '@stowage/core/plugin-kit';
 import { lazyClone } from './lazyClone.js';
 
 /**

@@ -1,6 +1,8 @@
 import { EventEmitter } from 'eventemitter3';
-import type { ReshapePolicy, StorageImpl, TensorHooks } from '@stowage/core';
-import { InvalidArgumentError, TensorImpl, viewStrides } from '@stowage/core';
+import type { ReshapePolicy, StorageImpl } from '@stowage/core';
+import type { TensorHooks } from '@stowage/core/plugin-kit';
+import { InvalidArgumentError, TensorImpl } from '@stowage/core';
+import { viewStrides } from '@stowage/core/plugin-kit';
 
 /** A view family: the tensors sharing one shadow storage (Note [Shadow storages]). */
 class ShadowStorage {

@@ -1,6 +1,8 @@
 import type { DependencyContainer } from 'tsyringe';
-import type { MemoryReclaimer, Plugin } from '@stowage/core';
-import { AliasReshapePolicy, checkEnum, checkOptions, IpcCollector, ReshapePolicy, TensorHooks } from '@stowage/core';
+import type { Plugin } from '@stowage/core';
+import type { MemoryReclaimer } from '@stowage/core/plugin-kit';
+import { ReshapePolicy } from '@stowage/core';
+import { AliasReshapePolicy, checkEnum, checkOptions, IpcCollector, TensorHooks } from '@stowage/core/plugin-kit';
 import { createSharedCowPins, SharedCowPins } from './SharedCowPins.js';
 import { CowReshapePolicy } from './CowReshapePolicy.js';
 import { WarnReshapePolicy } from './WarnReshapePolicy.js';

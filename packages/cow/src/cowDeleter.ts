@@ -1,4 +1,4 @@
-import type { Deleter } from '@stowage/core';
+import type { Deleter } from '@stowage/core/plugin-kit';
 import { DataPtr } from '@stowage/core';
 import type { CowContext } from './CowContext.js';
 

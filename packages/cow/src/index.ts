@@ -1,5 +1,5 @@
 export type { CowOptions } from './cow.js';
-export { cow, registerCow } from './cow.js';
+export { cow } from './cow.js';
 export { CowContext } from './CowContext.js';
 export { cowDeleter, isCowDataPtr } from './cowDeleter.js';
 export { CowReshapePolicy } from './CowReshapePolicy.js';

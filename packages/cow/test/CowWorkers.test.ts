@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import { Worker } from 'node:worker_threads';
 import type { CowContext } from '@stowage/cow';
-import { cpu, createRuntime, hostBytes } from '@stowage/core';
+import { cpu, createRuntime } from '@stowage/core';
+import { hostBytes } from '@stowage/core/plugin-kit';
 import { collectSharedCow, materialize, shareCow } from '@stowage/cow';
 
 describe('COW across worker_threads', function () {

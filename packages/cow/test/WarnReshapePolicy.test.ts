@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import type { Runtime, TensorImpl } from '@stowage/core';
-import { createRuntime, hostBytes, ReshapePolicy } from '@stowage/core';
+import { createRuntime, ReshapePolicy } from '@stowage/core';
+import { hostBytes } from '@stowage/core/plugin-kit';
 import type { WarnReshapePolicy } from '@stowage/cow';
 import { cow } from '@stowage/cow';
 

@@ -1,12 +1,12 @@
 import { expect } from 'chai';
 import { container } from 'tsyringe';
 import { InvalidArgumentError, StowageError } from '@stowage/core';
-import { cow, registerCow } from '@stowage/cow';
+import { cow } from '@stowage/cow';
 
-describe('registerCow', () => {
-  it('rejects null options with a typed error', () => {
+describe('cow', () => {
+  it('rejects null options with a typed error, also when its register is called directly', () => {
     const c = container.createChildContainer();
-    expect(() => registerCow(c, null as never)).to.throw(StowageError);
+    expect(() => cow(null as never).register(c)).to.throw(StowageError);
   });
 });
 

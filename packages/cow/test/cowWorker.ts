@@ -1,7 +1,8 @@
 // A worker of CowWorkers.test.ts: receives lazy copies of shared storages, clones and writes them, checks them.
 import 'reflect-metadata';
 import { parentPort, workerData } from 'node:worker_threads';
-import { cpu, createRuntime, hostBytes } from '@stowage/core';
+import { cpu, createRuntime } from '@stowage/core';
+import { hostBytes } from '@stowage/core/plugin-kit';
 import type { SharedCowStorage } from '@stowage/cow';
 import { lazyClone, receiveCow } from '@stowage/cow';
 

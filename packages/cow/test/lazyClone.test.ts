@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import type { Allocator, DataPtr, Runtime, StorageImpl } from '@stowage/core';
-import { createRuntime, ForeignPointerError, ForwardingAllocator, hostBytes, InvalidArgumentError, UseAfterReleaseError, wrapAllocators } from '@stowage/core';
+import { createRuntime, ForeignPointerError, ForwardingAllocator, InvalidArgumentError, UseAfterReleaseError, wrapAllocators } from '@stowage/core';
+import { hostBytes } from '@stowage/core/plugin-kit';
 import { cow, isCowDataPtr, lazyClone, materialize, receiveCow, shareCow } from '@stowage/cow';
 
 /** Counts copies made through the allocator (materialization copies with copyData). */

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { cpu, createRuntime, DisposedError, hostBytes, InvalidArgumentError, StowageError, TrackingAllocator, wrapAllocators } from '@stowage/core';
+import { cpu, createRuntime, DisposedError, InvalidArgumentError, StowageError, TrackingAllocator, wrapAllocators } from '@stowage/core';
+import { hostBytes } from '@stowage/core/plugin-kit';
 import { collectSharedCow, cow, receiveCow, shareCow } from '@stowage/cow';
 
 describe('shareCow / receiveCow', () => {

@@ -9,7 +9,7 @@
 import os from 'node:os';
 
 import { timePerCall } from '@stowage/bench-kit';
-import { RefCounterClient, RefCounterFiles, SharedMemoryFile } from '@stowage/ipc';
+import { RefCounterClient, RefCounterFiles, SharedMemoryFile } from '@stowage/ipc/testing';
 
 const line = (scenario: string, nsPerCall: number, extra: object = {}): void =>
   console.log(JSON.stringify({ scenario, nsPerCall: Number(nsPerCall.toFixed(1)), ...extra }));

@@ -1,11 +1,11 @@
 import type { DependencyContainer, Lifecycle } from 'tsyringe';
 import type { Allocator, AllocatorStats, Device, Plugin, Runtime } from '@stowage/core';
-import { AllocatorDecorator, checkOptions, ForwardingAllocator, InvalidArgumentError, IpcCollector, resolve } from '@stowage/core';
+import { ForwardingAllocator, InvalidArgumentError, resolve } from '@stowage/core';
+import { AllocatorDecorator, checkOptions, IpcCollector } from '@stowage/core/plugin-kit';
 
+import type { IpcOptions } from './IpcService.js';
+import { Ipc, IpcService } from './IpcService.js';
 import { RefCounterFiles } from './refcount/RefCounterFiles.js';
-import type { IpcOptions } from './sent/Ipc.js';
-import { Ipc } from './sent/Ipc.js';
-import { IpcService } from './sent/IpcService.js';
 
 /** tsyringe's `Lifecycle.ContainerScoped`, without loading tsyringe (it needs reflect-metadata, which only applications load). */
 const CONTAINER_SCOPED = 3 as Lifecycle.ContainerScoped;
@@ -90,7 +90,7 @@ class LimboStatsAllocator extends ForwardingAllocator {
   }
 }
 
-declare module '@stowage/core' {
+declare module '@stowage/core/plugin-kit' {
   interface PluginStats {
     /** Bytes this runtime sent that wait in its limbo for consumers to release them (`ipc()` in the runtime). */
     readonly limbo_bytes?: number;

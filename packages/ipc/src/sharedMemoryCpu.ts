@@ -1,9 +1,10 @@
 import type { DependencyContainer } from 'tsyringe';
-import type { DeviceAllocatorOptions, DeviceAllocatorSpec, Plugin } from '@stowage/core';
-import { CachingAllocator, registerDeviceAllocator, resolve, resolveDeviceOptions } from '@stowage/core';
+import type { Plugin } from '@stowage/core';
+import type { DeviceAllocatorOptions, DeviceAllocatorSpec } from '@stowage/core/plugin-kit';
+import { CachingAllocator, resolve } from '@stowage/core';
+import { registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core/plugin-kit';
 
-import { Ipc } from './sent/Ipc.js';
-
+import { Ipc } from './IpcService.js';
 import { SharedMemoryBackend, SharedMemoryBackendToken } from './shm/SharedMemoryBackend.js';
 
 /**

@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import type { Runtime, StorageImpl } from '@stowage/core';
 import { cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, UseAfterReleaseError } from '@stowage/core';
-import { Ipc, ipc, ipcCollect, ipcOf, LIMBO_WARNING_CODE, RefCounterClient, RefCounterFiles } from '@stowage/ipc';
+import { Ipc, ipc, ipcCollect, ipcOf, LIMBO_WARNING_CODE } from '@stowage/ipc';
+import { RefCounterClient, RefCounterFiles } from '@stowage/ipc/testing';
 
 import { shmExists, shmObjects } from './childProcess.js';
 

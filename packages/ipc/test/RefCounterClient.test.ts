@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import { DisposedError, DoubleFreeError, ForeignPointerError, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 import type { CounterSlot } from '@stowage/ipc';
-import { RefCounterClient, RefCounterFiles, SharedMemoryError, SharedMemoryFile } from '@stowage/ipc';
+import { SharedMemoryError } from '@stowage/ipc';
+import { RefCounterClient, RefCounterFiles, SharedMemoryFile } from '@stowage/ipc/testing';
 
 import { shmObjects } from './childProcess.js';
 

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import fc from 'fast-check';
 import { DisposedError, ForeignPointerError, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 import type { CounterSlot } from '@stowage/ipc';
-import { RefCounterClient, RefCounterFiles } from '@stowage/ipc';
+import { RefCounterClient, RefCounterFiles } from '@stowage/ipc/testing';
 
 import { Barrier, Child, fromWire, shmExists, shmObjects, toWire } from './childProcess.js';
 

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 
 import { InvalidArgumentError } from '@stowage/core';
-import { SharedMappings, SharedMemoryFile } from '@stowage/ipc';
+import { SharedMappings, SharedMemoryFile } from '@stowage/ipc/testing';
 
 import { shmObjects } from './childProcess.js';
 

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { DisposedError, InvalidArgumentError } from '@stowage/core';
-import { isSharedMemoryError, SharedMemoryError, SharedMemoryFile } from '@stowage/ipc';
+import { isSharedMemoryError, SharedMemoryError } from '@stowage/ipc';
+import { SharedMemoryFile } from '@stowage/ipc/testing';
 
 import { Barrier, Child, shmExists, shmObjects } from './childProcess.js';
 

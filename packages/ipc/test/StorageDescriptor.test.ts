@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 
 import { InvalidArgumentError } from '@stowage/core';
-import { checkStorageDescriptor } from '@stowage/ipc';
+import { checkStorageDescriptor } from '@stowage/ipc/testing';
 
 const slot = { file: '/stowage-ipc-1-1', slot: 0, nonce: 5n };
 const producer = { pid: 1, threadId: 0 };

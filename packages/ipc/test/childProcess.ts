@@ -6,7 +6,7 @@ import type { Readable, Writable } from 'node:stream';
 import { fileURLToPath } from 'node:url';
 
 import type { CounterSlot } from '@stowage/ipc';
-import { SharedMemoryFile } from '@stowage/ipc';
+import { SharedMemoryFile } from '@stowage/ipc/testing';
 
 /** A counter slot as JSON carries it (the nonce as a decimal string). */
 export interface WireSlot {

@@ -4,7 +4,7 @@ import { openSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 import type { CounterSlot } from '@stowage/ipc';
-import { RefCounterClient, RefCounterFiles, SharedMemoryFile } from '@stowage/ipc';
+import { RefCounterClient, RefCounterFiles, SharedMemoryFile } from '@stowage/ipc/testing';
 
 import type { WireSlot } from './childProcess.js';
 

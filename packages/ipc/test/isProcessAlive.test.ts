@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { InvalidArgumentError } from '@stowage/core';
-import { isProcessAlive } from '@stowage/ipc';
+import { isProcessAlive } from '@stowage/ipc/testing';
 
 import { Child } from './childProcess.js';
 

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 
 import { expect } from 'chai';
 import { InvalidArgumentError } from '@stowage/core';
-import { pidfdGetfd, pidfdOpen, SharedMemoryError } from '@stowage/ipc';
+import { SharedMemoryError } from '@stowage/ipc';
+import { pidfdGetfd, pidfdOpen } from '@stowage/ipc/testing';
 
 import { Child } from './childProcess.js';
 

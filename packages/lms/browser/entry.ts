@@ -3,7 +3,8 @@ import 'reflect-metadata';
 import type { Runtime, StorageImpl } from '@stowage/core';
 import { createRuntime, formatBytes, resolve } from '@stowage/core';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
-import { ALLOC_SOURCES, LMS_CONTROLLER, lms, LmsStorageImpl, PageInPendingError, pin, pinAsync, SPECULATION_STAT_KEYS } from '@stowage/lms';
+import { LmsController, lms, StorageResidency, PageInPendingError, pin, pinAsync, SPECULATION_STAT_KEYS } from '@stowage/lms';
+import { ALLOC_SOURCES } from '@stowage/lms/testing';
 import type { LmsBrowserCheckReport, LmsCheckId, LmsCheckResult } from './LmsBrowserCheckReport.js';
 import { patternBytes } from '@stowage/core/testing';
 
@@ -223,7 +224,7 @@ async function checkSpeculation(device: GPUDevice, log: CheckLog): Promise<void>
   });
   const bytes = 3 * MiB;
   const storages = Array.from({ length: 6 }, (_, seed) => inactiveStorage(rt, bytes, seed));
-  const controller = resolve(rt.container, LMS_CONTROLLER);
+  const controller = resolve(rt.container, LmsController);
   controller.endIteration();
   const counts: Partial<Record<string, number>>[] = [];
   const iterations = 6;
@@ -273,7 +274,7 @@ function inactiveStorage(rt: Runtime, bytes: number, seed: number): StorageImpl 
 
 /** Resolves once no storage's host copy is still on its way (a page-out or speculative page-out mapping). */
 async function hostCopiesSettled(storages: readonly StorageImpl[]): Promise<void> {
-  const inFlight = (): boolean => storages.some((s) => s.lms instanceof LmsStorageImpl && s.lms.hasHostCopy && !s.lms.hostCopyReady);
+  const inFlight = (): boolean => storages.some((s) => s.lms instanceof StorageResidency && s.lms.hasHostCopy && !s.lms.hostCopyReady);
   while (inFlight()) await new Promise((resolve) => setTimeout(resolve, 1));
 }
 

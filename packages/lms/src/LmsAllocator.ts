@@ -1,10 +1,10 @@
 import type { AllocateOptions, Allocator, AllocatorStats, BlockInspector, DataPtr, LmsStorage, MemorySnapshot, Pager, StorageImpl } from '@stowage/core';
 import { formatBytes, ForwardingAllocator, OutOfMemoryError } from '@stowage/core';
-import { LmsDevice } from './LmsDevice.js';
+import { Residency } from './Residency.js';
 import type { LmsPolicy } from './LmsPolicy.js';
 import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
 import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
-import { LmsStorageImpl } from './LmsStorageImpl.js';
+import { StorageResidency } from './StorageResidency.js';
 
 /** A snapshot of an LMS allocator: the engine's, plus the storages reclaimed now (they hold no block). */
 export interface LmsSnapshot extends MemorySnapshot {
@@ -18,14 +18,14 @@ export interface LmsSnapshot extends MemorySnapshot {
  * goes to the allocator it wraps, which keeps the one budget (the device plugin's `limit`).
  */
 export class LmsAllocator extends ForwardingAllocator {
-  readonly lms: LmsDevice;
+  readonly lms: Residency;
   #segmentsReserved = 0;
   #segmentsReleased = 0;
 
   /** `pager` and `inspector` are the device's services (the runtime's `Pager` and `BlockInspector` for it). */
   constructor(upstream: Allocator, pager: Pager, inspector: BlockInspector, policyOf: () => LmsPolicy, speculation: SpeculationSettings = SPECULATION_OFF) {
     super(upstream);
-    this.lms = new LmsDevice(upstream.device, pager, inspector, policyOf, speculation);
+    this.lms = new Residency(upstream.device, pager, inspector, policyOf, speculation);
     upstream.events.on('segmentReserved', () => void this.#segmentsReserved++);
     upstream.events.on('segmentReleased', () => void this.#segmentsReleased++);
   }
@@ -49,7 +49,7 @@ export class LmsAllocator extends ForwardingAllocator {
   }
 
   override asLmsStorage(storage: StorageImpl): LmsStorage | null {
-    return new LmsStorageImpl(storage, this.lms);
+    return new StorageResidency(storage, this.lms);
   }
 
   override memoryStats(): AllocatorStats {

@@ -1,79 +1,27 @@
-import type { Allocator, Device, DeviceServices, MemoryReclaimer, ReclaimTarget, Token } from '@stowage/core';
-import { BlockInspector, formatDevice, Pager } from '@stowage/core';
-import { LmsAllocator } from './LmsAllocator.js';
-import type { LmsDevice } from './LmsDevice.js';
+import type { Device, Token } from '@stowage/core';
 import type { LmsPolicy } from './LmsPolicy.js';
+import type { Residency } from './Residency.js';
 import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
-import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
 
 /**
- * LMS in one runtime: wraps every allocator that can page in an {@link LmsAllocator} (an AllocatorDecorator), and
- * is the runtime's LmsReclaimer: the caching engine's out-of-memory chain calls `reclaim` on it.
+ * Large Model Support in one runtime, as its users drive it: `resolve(rt.container, LmsController)` once `lms()` is
+ * registered.
  */
-export class LmsController implements MemoryReclaimer {
-  readonly #devices = new Map<string, LmsDevice>();
-  readonly #policyOf: () => LmsPolicy;
-  readonly #speculation: SpeculationSettings;
-
-  /**
-   * `policyOf` resolves the policy on first use (a plugin registered after `lms()` can still replace it);
-   * `speculation` says what to do with the learned sequence (off by default).
-   */
-  constructor(policyOf: () => LmsPolicy, speculation: SpeculationSettings = SPECULATION_OFF) {
-    let policy: LmsPolicy | undefined;
-    this.#policyOf = () => (policy ??= policyOf());
-    this.#speculation = speculation;
-  }
-
+export interface LmsController {
   /** What LMS does with the sequence it learns (Note [Speculation]). */
-  get speculation(): SpeculationSettings {
-    return this.#speculation;
-  }
-
-  /** The policy this runtime's LMS uses. */
-  get policy(): LmsPolicy {
-    return this.#policyOf();
-  }
-
-  /**
-   * The allocator under LMS when its device can page (it offers the Pager and BlockInspector services);
-   * otherwise the allocator itself, unchanged.
-   */
-  wrap(allocator: Allocator, device: Device, services: DeviceServices): Allocator {
-    const pager = services.get(Pager);
-    const inspector = services.get(BlockInspector);
-    if (pager === undefined || inspector === undefined) return allocator;
-    const wrapped = new LmsAllocator(allocator, pager, inspector, this.#policyOf, this.#speculation);
-    this.#devices.set(formatDevice(device), wrapped.lms);
-    return wrapped;
-  }
-
-  /** LMS on `device`, or undefined when no allocator of it pages. */
-  device(device: Device): LmsDevice | undefined {
-    return this.#devices.get(formatDevice(device));
-  }
-
-  reclaim(device: Device, requestedBytes: number, target?: ReclaimTarget): number {
-    return this.device(device)?.reclaim(requestedBytes, target) ?? 0;
-  }
-
+  readonly speculation: SpeculationSettings;
+  /** The policy this runtime's LMS asks (resolved on first use, so a later registration still wins). */
+  readonly policy: LmsPolicy;
+  /** LMS's state on `device` (its reclaim list, statistics, events), or undefined when no allocator of it pages. */
+  device(device: Device): Residency | undefined;
   /**
    * Marks the end of one iteration of the program's loop (a training step) on every device: the sequence of pins
    * since the last mark is learned, and the next iteration is predicted from it (Note [Speculation]). Call it at
    * the same point of every iteration; a program that never calls it gets no predictions.
    */
-  endIteration(): void {
-    for (const lms of this.#devices.values()) lms.endIteration();
-  }
-
+  endIteration(): void;
   /** Reclaims every inactive storage on `device` (every device when absent); returns the bytes freed. */
-  reclaimInactive(device?: Device): number {
-    if (device !== undefined) return this.device(device)?.reclaimAll() ?? 0;
-    let freed = 0;
-    for (const lms of this.#devices.values()) freed += lms.reclaimAll();
-    return freed;
-  }
+  reclaimInactive(device?: Device): number;
 }
 
-/** The runtime's LMS controller, once `lms()` is registered: `resolve(runtime.container, LMS_CONTROLLER)`. */
-export const LMS_CONTROLLER: Token<LmsController> = Symbol('stowage.LmsController');
+export const LmsController: Token<LmsController> = Symbol('stowage.LmsController');

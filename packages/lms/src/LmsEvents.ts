@@ -2,7 +2,7 @@ import { EventEmitter } from 'eventemitter3';
 import type { StorageImpl } from '@stowage/core';
 
 /**
- * What LMS reports on a device (`LmsDevice.events`), past tense. `address` is the device address of the block a
+ * What LMS reports on a device (`Residency.events`), past tense. `address` is the device address of the block a
  * page-out freed or a page-in filled.
  */
 export interface LmsEvents {

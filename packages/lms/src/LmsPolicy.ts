@@ -1,4 +1,5 @@
-import type { BlockPlacement, Device, StorageImpl, Token } from '@stowage/core';
+import type { Device, StorageImpl, Token } from '@stowage/core';
+import type { BlockPlacement } from '@stowage/core/plugin-kit';
 
 /** What a reclaim must free room for. */
 export interface ReclaimRequest {
@@ -39,7 +40,7 @@ export interface ReclaimCandidate {
  * only candidates whose freed block can serve the request (same pool, segment kind and stream), in reclaim-list
  * order: least recently unpinned first. A policy keeps whatever history it wants through the optional hooks.
  *
- * Swap it with one registration: `container.register(LMS_POLICY, { useClass: MyPolicy })` in a plugin after
+ * Swap it with one registration: `container.register(LmsPolicy, { useClass: MyPolicy })` in a plugin after
  * `lms()`, or `lms({ policy: new MyPolicy() })`.
  */
 export interface LmsPolicy {
@@ -67,4 +68,4 @@ export interface LmsPolicy {
 }
 
 /** The policy LMS asks; `lms()` registers `lru` unless told otherwise. */
-export const LMS_POLICY: Token<LmsPolicy> = Symbol('stowage.LmsPolicy');
+export const LmsPolicy: Token<LmsPolicy> = Symbol('stowage.LmsPolicy');

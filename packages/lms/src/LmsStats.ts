@@ -32,7 +32,7 @@ export const SPECULATION_STAT_KEYS = [
  * - `alloc_distribution.<source>`: allocations by how they were served (see {@link AllocSource}).
  * - `page_out`, `page_out_bytes`, `page_in`, `page_in_bytes`: transfers started; a reclaim whose host copy was
  *   still valid pages nothing out. `page_out_refused`: page-outs the device refused for lack of room (WebGPU: the
- *   staging buffer would pass the budget; Note [Page-outs the device refuses] in LmsDevice.ts).
+ *   staging buffer would pass the budget; Note [Page-outs the device refuses] in Residency.ts).
  * - `transfer_wait_ms`: time the program waited for a transfer (`ready()`, `pinAsync`).
  * - With speculation on (`lms({ speculation })`, Note [Speculation]): `speculative_page_out(_bytes)`: page-outs
  *   started early, at an unpin, because the learned sequence says the storage is reclaimed before its next pin;
@@ -40,7 +40,7 @@ export const SPECULATION_STAT_KEYS = [
  *   copy (nothing predicted them); `speculative_wasted_bytes`: speculative copies dropped (a write, a release)
  *   before any reclaim used them; `prefetch(_bytes)`: page-ins started ahead of a predicted pin;
  *   `prefetch_hits`: pins that found their storage prefetched; `prefetch_wasted_bytes`: prefetched bytes reclaimed
- *   again or released before that pin; `iterations`: iteration boundaries (`LmsController#endIteration`);
+ *   again or released before that pin; `iterations`: iteration boundaries (`Residencies#endIteration`);
  *   `iterations_predicted`: iterations that followed a learned sequence to the end; `prediction_fallbacks`:
  *   iterations whose sequence left every learned one (prediction stopped there, learning went on).
  */

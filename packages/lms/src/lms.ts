@@ -1,9 +1,10 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { Plugin } from '@stowage/core';
-import { AllocatorDecorator, checkOptions, InvalidArgumentError, LmsReclaimer, resolve } from '@stowage/core';
-import { LMS_CONTROLLER, LmsController } from './LmsController.js';
-import type { LmsPolicy } from './LmsPolicy.js';
-import { LMS_POLICY } from './LmsPolicy.js';
+import { InvalidArgumentError, resolve } from '@stowage/core';
+import { AllocatorDecorator, checkOptions, LmsReclaimer } from '@stowage/core/plugin-kit';
+import { LmsController } from './LmsController.js';
+import { Residencies } from './Residencies.js';
+import { LmsPolicy } from './LmsPolicy.js';
 import type { BuiltInPolicyName } from './policies.js';
 import { BUILT_IN_POLICIES } from './policies.js';
 import type { SpeculationOptions, SpeculationSettings } from './speculation/SpeculationOptions.js';
@@ -28,8 +29,8 @@ export interface LmsOptions {
 const DEFAULT_DEVICES = ['cpu', 'webgpu', 'cuda'] as const;
 
 /**
- * Registers Large Model Support in a runtime's container: the policy under LMS_POLICY, the controller under
- * LMS_CONTROLLER and LmsReclaimer (the engines' out-of-memory chain calls it), and a decorator per device type
+ * Registers Large Model Support in a runtime's container: the policy under LmsPolicy, the controller under
+ * LmsController and LmsReclaimer (the engines' out-of-memory chain calls it), and a decorator per device type
  * that puts every allocator that can page under LMS. LMS works under each allocator's own budget (the device
  * plugin's `limit`); it adds none. On or off per runtime, from its creation: every storage the runtime makes on
  * a paging device gets an LMS object.
@@ -38,10 +39,10 @@ const DEFAULT_DEVICES = ['cpu', 'webgpu', 'cuda'] as const;
  */
 export function registerLms(container: DependencyContainer, options: LmsOptions = {}): void {
   const { policy, devices, speculation } = checkLmsOptions(options);
-  if (typeof policy === 'string') container.register(LMS_POLICY, { useClass: BUILT_IN_POLICIES[policy] });
-  else container.register(LMS_POLICY, { useValue: policy });
-  const controller = new LmsController(() => resolve(container, LMS_POLICY), speculation);
-  container.register(LMS_CONTROLLER, { useValue: controller });
+  if (typeof policy === 'string') container.register(LmsPolicy, { useClass: BUILT_IN_POLICIES[policy] });
+  else container.register(LmsPolicy, { useValue: policy });
+  const controller = new Residencies(() => resolve(container, LmsPolicy), speculation);
+  container.register(LmsController, { useValue: controller });
   container.register(LmsReclaimer, { useValue: controller });
   for (const deviceType of devices) {
     // Outermost: whatever adaptors are registered, and in whatever order, the allocator the runtime hands out is

@@ -1,6 +1,6 @@
 import type { LmsStorage } from '@stowage/core';
 import { InvalidArgumentError, isOutOfMemoryError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
-import { LmsStorageImpl } from './LmsStorageImpl.js';
+import { StorageResidency } from './StorageResidency.js';
 
 /** What a guard pins: a storage, or a tensor (which pins its storage). */
 export type Pinnable = StorageImpl | TensorImpl;
@@ -12,13 +12,13 @@ export type Pinnable = StorageImpl | TensorImpl;
 export class PinGuard implements Disposable {
   #pinned: LmsStorage[] | null;
   /** The storages this guard made active, in the order the caller gave them (Note [Pins in the caller's order]). */
-  readonly #madeActive: readonly LmsStorageImpl[];
+  readonly #madeActive: readonly StorageResidency[];
 
   /**
    * @internal made by `pin` and `pinAsync` with the LMS objects they pinned, in pin order, and those they made
    * active, in the caller's order
    */
-  constructor(pinned: LmsStorage[], madeActive: readonly LmsStorageImpl[] = []) {
+  constructor(pinned: LmsStorage[], madeActive: readonly StorageResidency[] = []) {
     this.#pinned = pinned;
     this.#madeActive = madeActive;
   }
@@ -34,11 +34,11 @@ export class PinGuard implements Disposable {
     if (pinned === null) return;
     this.#pinned = null;
     const errors: unknown[] = [];
-    let madeInactive: LmsStorageImpl[] | undefined;
+    let madeInactive: StorageResidency[] | undefined;
     for (let i = pinned.length - 1; i >= 0; i--) {
       const lms = pinned[i]!;
       try {
-        if (!(lms instanceof LmsStorageImpl)) lms.unpin();
+        if (!(lms instanceof StorageResidency)) lms.unpin();
         else if (lms.unpinUnrecorded() && lms.lmsDevice.learner !== null) (madeInactive ??= []).push(lms);
       } catch (error) {
         errors.push(error); // every pin still ends; the first failure is reported after
@@ -70,7 +70,7 @@ export function pin(...items: Pinnable[]): PinGuard {
   const objects = lmsObjects(items);
   const reclaimed = objects.filter((lms) => lms.state === 'reclaimed'); // once per item: a storage given twice is pinned twice
   const pinned: LmsStorage[] = [];
-  const madeActive: LmsStorageImpl[] = [];
+  const madeActive: StorageResidency[] = [];
   try {
     for (const lms of objects) if (lms.state !== 'reclaimed') pinOne(lms, pinned, madeActive);
     for (const lms of reclaimed) pinOne(lms, pinned, madeActive);
@@ -85,17 +85,17 @@ export function pin(...items: Pinnable[]): PinGuard {
  * As `pin`, but waits for reclaimed storages whose bytes are still on their way to host memory (WebGPU) instead of
  * throwing: for callers that can await. Where the device refused a page-out for lack of room since its page-outs
  * in flight last landed, it first waits for them, and a pin that runs out of memory while page-outs are in flight
- * is tried again once they landed (Note [Page-outs the device refuses] in LmsDevice.ts). Same errors otherwise;
+ * is tried again once they landed (Note [Page-outs the device refuses] in Residency.ts). Same errors otherwise;
  * nothing stays pinned when it rejects.
  */
 export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
   const objects = lmsObjects(items);
   for (const lms of objects) {
-    if (lms instanceof LmsStorageImpl && lms.lmsDevice.pageOutsInFlight > 0) await lms.lmsDevice.settlePageOuts();
+    if (lms instanceof StorageResidency && lms.lmsDevice.pageOutsInFlight > 0) await lms.lmsDevice.settlePageOuts();
   }
   const reclaimed = objects.filter((lms) => lms.state === 'reclaimed'); // once per item, as in `pin`
   const pinned: LmsStorage[] = [];
-  const madeActive: LmsStorageImpl[] = [];
+  const madeActive: StorageResidency[] = [];
   try {
     for (const lms of objects) if (lms.state !== 'reclaimed') pinOne(lms, pinned, madeActive);
     for (const lms of reclaimed) {
@@ -106,7 +106,7 @@ export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
           break;
         } catch (error) {
           // The room may be in staging buffers of page-outs in flight: it comes back when they land.
-          if (!isOutOfMemoryError(error) || !(lms instanceof LmsStorageImpl) || lms.lmsDevice.pageOutsInFlight === 0) throw error;
+          if (!isOutOfMemoryError(error) || !(lms instanceof StorageResidency) || lms.lmsDevice.pageOutsInFlight === 0) throw error;
           await lms.lmsDevice.settlePageOuts();
         }
       }
@@ -125,18 +125,18 @@ export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
 // unpinned. A guard that fails to pin everything tells nothing: it unpins what it pinned, unrecorded.
 
 /** Pins `lms`; one that this pin made active, on a device that learns, joins `madeActive`. */
-function pinOne(lms: LmsStorage, pinned: LmsStorage[], madeActive: LmsStorageImpl[]): void {
-  if (!(lms instanceof LmsStorageImpl)) lms.pin();
+function pinOne(lms: LmsStorage, pinned: LmsStorage[], madeActive: StorageResidency[]): void {
+  if (!(lms instanceof StorageResidency)) lms.pin();
   else if (lms.pinUnrecorded() && lms.lmsDevice.learner !== null) madeActive.push(lms);
   pinned.push(lms);
 }
 
 /** The guard of pins made; their learners hear of those that made a storage active, in the caller's order. */
-function guardTellingPins(objects: readonly LmsStorage[], pinned: LmsStorage[], madeActive: readonly LmsStorageImpl[]): PinGuard {
+function guardTellingPins(objects: readonly LmsStorage[], pinned: LmsStorage[], madeActive: readonly StorageResidency[]): PinGuard {
   if (madeActive.length === 0) return new PinGuard(pinned);
-  const inOrder: LmsStorageImpl[] = [];
+  const inOrder: StorageResidency[] = [];
   for (const lms of objects) {
-    if (lms instanceof LmsStorageImpl && madeActive.includes(lms) && !inOrder.includes(lms)) inOrder.push(lms);
+    if (lms instanceof StorageResidency && madeActive.includes(lms) && !inOrder.includes(lms)) inOrder.push(lms);
   }
   const guard = new PinGuard(pinned, inOrder);
   try {
@@ -149,7 +149,7 @@ function guardTellingPins(objects: readonly LmsStorage[], pinned: LmsStorage[], 
 }
 
 /** Tells the learners of the unpins that made storages inactive: the reverse of the caller's order, then any others. */
-function tellUnpins(madeActive: readonly LmsStorageImpl[], madeInactive: LmsStorageImpl[]): void {
+function tellUnpins(madeActive: readonly StorageResidency[], madeInactive: StorageResidency[]): void {
   for (let i = madeActive.length - 1; i >= 0; i--) {
     const lms = madeActive[i]!;
     const at = madeInactive.indexOf(lms);

@@ -1,8 +1,9 @@
 import { expect } from 'chai';
 import type { AllocatorStats, Plugin, Runtime } from '@stowage/core';
 import { CachingAllocator, CpuMemoryBackend, cpu, createRuntime, DeviceError, wrapAllocators, InvalidArgumentError, OutOfMemoryError, resolve, StorageImpl, UseAfterReleaseError } from '@stowage/core';
-import type { LmsOptions, LmsPolicy, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
-import { LMS_CONTROLLER, LMS_POLICY, lms, LmsAllocator, LmsController, LmsStorageImpl, LruPolicy, pin } from '@stowage/lms';
+import type { LmsOptions, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
+import { LmsController, LmsPolicy, lms, LmsAllocator, StorageResidency, LruPolicy, pin } from '@stowage/lms';
+import { Residencies } from '@stowage/lms/testing';
 import { adaptorCases, patternBytes, VirtualMemoryBackend } from '@stowage/core/testing';
 
 const MiB = 1 << 20;
@@ -20,9 +21,9 @@ function inactiveStorage(rt: Runtime, bytes: number, seed: number): StorageImpl 
   return storage;
 }
 
-function lmsOf(storage: StorageImpl): LmsStorageImpl {
-  expect(storage.lms).to.be.instanceOf(LmsStorageImpl);
-  return storage.lms as LmsStorageImpl;
+function lmsOf(storage: StorageImpl): StorageResidency {
+  expect(storage.lms).to.be.instanceOf(StorageResidency);
+  return storage.lms as StorageResidency;
 }
 
 function stats(rt: Runtime): AllocatorStats & Record<string, number> {
@@ -57,7 +58,7 @@ describe('LMS', () => {
       expect(s.lms!.state).to.equal('active');
       guard.release();
       expect(s.lms!.state).to.equal('inactive');
-      expect(resolve(rt.container, LMS_CONTROLLER).reclaimInactive()).to.equal(10 * MiB);
+      expect(resolve(rt.container, LmsController).reclaimInactive()).to.equal(10 * MiB);
       expect(s.lms!.state).to.equal('reclaimed');
       expect(stats(rt)['allocated_bytes.all.current']).to.equal(0);
       pin(s).release();
@@ -68,7 +69,7 @@ describe('LMS', () => {
     it('brings a reclaimed storage back on access without a pin, leaving it inactive', async () => {
       await using rt = await lmsRuntime(32 * MiB);
       const s = inactiveStorage(rt, 10 * MiB, 2);
-      resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+      resolve(rt.container, LmsController).reclaimInactive();
       expect(s.lms!.state).to.equal('reclaimed');
       const ptr = s.data();
       expect(ptr.isReleased).to.equal(false);
@@ -79,7 +80,7 @@ describe('LMS', () => {
     it('reads a reclaimed storage from its host copy: it stays reclaimed, nothing is paged in, and the bytes are a copy', async () => {
       await using rt = await lmsRuntime(32 * MiB);
       const s = inactiveStorage(rt, 10 * MiB, 4);
-      resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+      resolve(rt.container, LmsController).reclaimInactive();
       const before = stats(rt);
       const bytes = await rt.read(s);
       expect(Buffer.from(bytes).equals(Buffer.from(patternBytes(10 * MiB, 4)))).to.equal(true);
@@ -95,7 +96,7 @@ describe('LMS', () => {
 
     it('keeps the host copy of an unwritten storage, so reclaiming it again only frees; a write drops the copy', async () => {
       await using rt = await lmsRuntime(32 * MiB);
-      const controller = resolve(rt.container, LMS_CONTROLLER);
+      const controller = resolve(rt.container, LmsController);
       const s = inactiveStorage(rt, 10 * MiB, 3);
       controller.reclaimInactive();
       s.data(); // back, read only
@@ -123,7 +124,7 @@ describe('LMS', () => {
     it('leaves the reclaim list when released, in any state but active', async () => {
       await using rt = await lmsRuntime(32 * MiB);
       const inactive = inactiveStorage(rt, MiB, 4);
-      const device = resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!; // made with the allocator
+      const device = resolve(rt.container, LmsController).device({ type: 'cpu', index: 0 })!; // made with the allocator
       const reclaimed = inactiveStorage(rt, 10 * MiB, 5);
       device.reclaimAll();
       const again = inactiveStorage(rt, MiB, 6);
@@ -136,7 +137,7 @@ describe('LMS', () => {
     });
 
     it('gives every storage of an allocator that cannot page no LMS object, and the allocator keeps working', async () => {
-      const controller = new LmsController(() => new (class implements LmsPolicy {
+      const controller = new Residencies(() => new (class implements LmsPolicy {
         readonly name = 'none';
         chooseOne(): undefined {
           return undefined;
@@ -207,7 +208,7 @@ describe('LMS', () => {
       await using rt = await lmsRuntime(20 * MiB);
       const a = inactiveStorage(rt, 10 * MiB, 7);
       const b = inactiveStorage(rt, 10 * MiB, 8);
-      resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!.reclaimAll();
+      resolve(rt.container, LmsController).device({ type: 'cpu', index: 0 })!.reclaimAll();
       const c = inactiveStorage(rt, 10 * MiB, 9);
       const d = inactiveStorage(rt, 10 * MiB, 10); // a and b reclaimed; c, d resident and inactive
       {
@@ -284,7 +285,7 @@ describe('LMS', () => {
     it('leaves a reclaimed storage reclaimed when bringing it back runs out of memory', async () => {
       await using rt = await lmsRuntime(20 * MiB);
       const a = inactiveStorage(rt, 10 * MiB, 11);
-      resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+      resolve(rt.container, LmsController).reclaimInactive();
       const b = rt.storage(10 * MiB);
       const c = rt.storage(10 * MiB);
       using _guard = pin(b, c);
@@ -358,7 +359,7 @@ describe('LMS', () => {
     it('lists reclaimed storages in the snapshot', async () => {
       await using rt = await lmsRuntime(32 * MiB);
       inactiveStorage(rt, 10 * MiB, 1);
-      resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+      resolve(rt.container, LmsController).reclaimInactive();
       const snapshot = (rt.allocator('cpu') as LmsAllocator).snapshot();
       expect(snapshot.lms_reclaimed).to.deep.equal([{ size: 10 * MiB, host_copy_ready: true }]);
     });
@@ -415,11 +416,11 @@ describe('LMS', () => {
           seen.push(storage.byteLength);
         }
       }
-      const swap: Plugin = { name: 'newest-first', register: (container) => void container.register(LMS_POLICY, { useClass: NewestFirst }) };
+      const swap: Plugin = { name: 'newest-first', register: (container) => void container.register(LmsPolicy, { useClass: NewestFirst }) };
       await using rt = await lmsRuntime(30 * MiB, {}, [swap]);
       const [a, b, c] = [0, 1, 2].map((i) => inactiveStorage(rt, 10 * MiB, i));
       rt.storage(10 * MiB);
-      expect(resolve(rt.container, LMS_CONTROLLER).policy.name).to.equal('newest-first');
+      expect(resolve(rt.container, LmsController).policy.name).to.equal('newest-first');
       expect([a, b, c].map((s) => s!.lms!.state)).to.deep.equal(['inactive', 'inactive', 'reclaimed']);
       expect(seen).to.deep.equal([10 * MiB]);
     });
@@ -435,7 +436,7 @@ describe('LMS', () => {
     it('counts pins, page-outs and page-ins, and resets peaks to current', async () => {
       await using rt = await lmsRuntime(32 * MiB);
       const a = inactiveStorage(rt, 10 * MiB, 1);
-      resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+      resolve(rt.container, LmsController).reclaimInactive();
       pin(a).release();
       const s = stats(rt);
       expect([s['pinned.all.allocated'], s['pinned.all.peak'], s['pinned_bytes.all.peak'], s.page_out, s.page_out_bytes, s.page_in, s.page_in_bytes]).to.deep.equal([
@@ -456,7 +457,7 @@ describe('LMS', () => {
     it('reports every page-out (copied or not) and page-in, and a listener that throws breaks nothing', async () => {
       await using rt = await lmsRuntime(32 * MiB);
       const a = inactiveStorage(rt, 10 * MiB, 1);
-      const device = resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!;
+      const device = resolve(rt.container, LmsController).device({ type: 'cpu', index: 0 })!;
       const seen: string[] = [];
       device.events.on('pagedOut', () => {
         throw new Error('listener');
@@ -475,7 +476,7 @@ describe('LMS', () => {
       await using rt = await lmsRuntime(32 * MiB);
       const a = inactiveStorage(rt, 10 * MiB, 1);
       const before = a.peekDataPtr().address;
-      const device = resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!;
+      const device = resolve(rt.container, LmsController).device({ type: 'cpu', index: 0 })!;
       const addresses: [string, number][] = [];
       device.events.on('pagedOut', (e) => addresses.push(['out', e.address]));
       device.events.on('pagedIn', (e) => addresses.push(['in', e.address]));
@@ -507,7 +508,7 @@ describe('LMS', () => {
         const s = rt.storage(10 * MiB, { resizable: true });
         rt.write(s, patternBytes(10 * MiB, 8));
         pin(s).release();
-        resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+        resolve(rt.container, LmsController).reclaimInactive();
         s.resize(12 * MiB);
         expect(s.lms!.state).to.equal('inactive');
         expect(s.peekDataPtr().isReleased).to.equal(false);
@@ -540,7 +541,7 @@ describe('LMS', () => {
         await using rt = await createRuntime({ plugins: [cpu({ limit: 64 * MiB }), lms({ policy: throwingPolicy('onPin', state) })] });
         const s = rt.storage(MiB);
         const failures: string[] = [];
-        resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!.events.on('listenerFailed', (e) => failures.push(e.event));
+        resolve(rt.container, LmsController).device({ type: 'cpu', index: 0 })!.events.on('listenerFailed', (e) => failures.push(e.event));
         const guard = pin(s);
         expect([s.lms!.state, lmsOf(s).pinCount, failures]).to.deep.equal(['active', 1, ['policy.onPin']]);
         guard.release();
@@ -567,7 +568,7 @@ describe('LMS', () => {
       });
     });
 
-    describe('LmsStorageImpl#pin after a failed page-out', () => {
+    describe('StorageResidency#pin after a failed page-out', () => {
       it('reports the failed copy, not PageInPendingError, once the page-out rejected', async () => {
         const engine = new CachingAllocator(new CpuMemoryBackend());
         const failure = new Error('device lost during the copy');
@@ -601,7 +602,7 @@ describe('LMS', () => {
         const rt = await createRuntime({ plugins: [cpu({ limit: 64 * MiB }), lms()] });
         const s = rt.storage(4 * MiB);
         pin(s).release();
-        const controller = resolve(rt.container, LMS_CONTROLLER);
+        const controller = resolve(rt.container, LmsController);
         controller.reclaimInactive();
         const device = controller.device({ type: 'cpu', index: 0 })!;
         expect(device.stats.hostBytes).to.equal(4 * MiB);
@@ -611,10 +612,10 @@ describe('LMS', () => {
       });
     });
 
-    describe('LmsDevice#reclaim re-entered from a pageOut listener', () => {
+    describe('Residency#reclaim re-entered from a pageOut listener', () => {
       it('does not throw OutOfMemoryError while reclaimable storages remain, when a listener pins a reclaimed storage mid-reclaim', async () => {
         await using rt = await createRuntime({ plugins: [cpu({ limit: 30 * MiB }), lms()] });
-        const controller = resolve(rt.container, LMS_CONTROLLER);
+        const controller = resolve(rt.container, LmsController);
         const x = rt.storage(10 * MiB);
         pin(x).release();
         controller.reclaimInactive(); // x reclaimed
@@ -637,10 +638,10 @@ describe('LMS', () => {
       });
     });
 
-    describe('LmsStorageImpl#access re-entered from a pageIn listener', () => {
+    describe('StorageResidency#access re-entered from a pageIn listener', () => {
       it('a listener that pins the storage being brought back neither leaks a block nor breaks the state', async () => {
         await using rt = await createRuntime({ plugins: [cpu({ limit: 64 * MiB }), lms()] });
-        const controller = resolve(rt.container, LMS_CONTROLLER);
+        const controller = resolve(rt.container, LmsController);
         const s = rt.storage(4 * MiB);
         pin(s).release();
         controller.reclaimInactive();

@@ -5,15 +5,15 @@ import { patternBytes } from '@stowage/core/testing';
 import type { CudaAllocator } from '@stowage/allocator-cuda';
 import { cuda } from '@stowage/allocator-cuda';
 import { testLibcuda } from '@stowage/allocator-cuda/testing';
-import { LMS_CONTROLLER, lms, LmsStorageImpl, PageInPendingError, pin, pinAsync } from '@stowage/lms';
+import { LmsController, lms, StorageResidency, PageInPendingError, pin, pinAsync } from '@stowage/lms';
 
 const MiB = 1 << 20;
 /** Four 1 MiB storages fill the budget (one segment per allocation); a fifth reclaims one. */
 const BUDGET = 4 * MiB;
 
-function lmsOf(storage: StorageImpl): LmsStorageImpl {
-  expect(storage.lms).to.be.instanceOf(LmsStorageImpl);
-  return storage.lms as LmsStorageImpl;
+function lmsOf(storage: StorageImpl): StorageResidency {
+  expect(storage.lms).to.be.instanceOf(StorageResidency);
+  return storage.lms as StorageResidency;
 }
 
 function stats(rt: Runtime): AllocatorStats & Record<string, number> {
@@ -68,7 +68,7 @@ describe('LMS on CUDA', function () {
   it('does not block on a page-out: the bytes reach the host later, a synchronous pin meanwhile is PageInPendingError, and pinAsync waits', async () => {
     await using rt = await lmsRuntime();
     const storage = inactiveStorage(rt, 5);
-    resolve(rt.container, LMS_CONTROLLER).reclaimInactive({ type: 'cuda', index: 0 });
+    resolve(rt.container, LmsController).reclaimInactive({ type: 'cuda', index: 0 });
     expect([lmsOf(storage).state, lmsOf(storage).hostCopyReady], 'reclaimed, copy in flight').to.deep.equal(['reclaimed', false]);
     expect(() => pin(storage)).to.throw(PageInPendingError);
     {

@@ -4,7 +4,7 @@ import { createRuntime, resolve } from '@stowage/core';
 import type { WebGpuAllocator, WebGpuContext, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
 import { webgpu } from '@stowage/allocator-webgpu';
 import { DeviceMemoryCounter, deviceOrSkip as sharedDeviceOrSkip, ownDeviceOrSkip, refuseSegments } from '@stowage/allocator-webgpu/testing';
-import { LMS_CONTROLLER, lms, LmsStorageImpl, PageInPendingError, pin, pinAsync } from '@stowage/lms';
+import { LmsController, lms, StorageResidency, PageInPendingError, pin, pinAsync } from '@stowage/lms';
 import { patternBytes } from '@stowage/core/testing';
 
 const MiB = 1 << 20;
@@ -22,9 +22,9 @@ const BUDGET = SEGMENT_BUDGET + PAGING_RESERVE;
 const SLACK = Math.max(MiB, 0.02 * BUDGET);
 const STORAGE_BYTES = MiB;
 
-function lmsOf(storage: StorageImpl): LmsStorageImpl {
-  expect(storage.lms).to.be.instanceOf(LmsStorageImpl);
-  return storage.lms as LmsStorageImpl;
+function lmsOf(storage: StorageImpl): StorageResidency {
+  expect(storage.lms).to.be.instanceOf(StorageResidency);
+  return storage.lms as StorageResidency;
 }
 
 function stats(rt: Runtime): AllocatorStats & Record<string, number> {
@@ -66,7 +66,7 @@ describe('LMS on WebGPU', function () {
   /** A storage whose page-out was just enqueued: reclaimed, its bytes not yet on the host. */
   function reclaimedInFlight(rt: Runtime, seed: number): StorageImpl {
     const storage = inactiveStorage(rt, seed);
-    resolve(rt.container, LMS_CONTROLLER).reclaimInactive({ type: 'webgpu', index: 0 });
+    resolve(rt.container, LmsController).reclaimInactive({ type: 'webgpu', index: 0 });
     expect([lmsOf(storage).state, lmsOf(storage).hostCopyReady]).to.deep.equal(['reclaimed', false]);
     return storage;
   }
@@ -161,7 +161,7 @@ describe('LMS on WebGPU', function () {
     await lms.hostCopySettled();
     expect(lms.hostCopyReady).to.equal(true);
     const pageOuts = stat(rt, 'page_out');
-    resolve(rt.container, LMS_CONTROLLER).reclaimInactive({ type: 'webgpu', index: 0 });
+    resolve(rt.container, LmsController).reclaimInactive({ type: 'webgpu', index: 0 });
     expect([lms.state, stat(rt, 'page_out')]).to.deep.equal(['reclaimed', pageOuts]);
     pin(storage).release(); // synchronous: the bytes are on the host
     await expectBytes(rt, storage, 5);
@@ -169,7 +169,7 @@ describe('LMS on WebGPU', function () {
 
   it('pins a reclaimed storage synchronously once its host copy is complete, and again after a reclaim that copied nothing; a write makes the copy stale', async function () {
     await using rt = await lmsRuntime(this);
-    const controller = resolve(rt.container, LMS_CONTROLLER);
+    const controller = resolve(rt.container, LmsController);
     const storage = reclaimedInFlight(rt, 4);
     await storage.lms!.ready();
     expect(lmsOf(storage).hostCopyReady).to.equal(true);
@@ -280,7 +280,7 @@ describe('LMS on WebGPU', function () {
     // One segment per allocation: six 1 MiB storages, four fit.
     await using rt = await createRuntime({ plugins: [webgpu({ device, limit: BUDGET, pagingReserve: PAGING_RESERVE, segmentSize: (r: number) => r }), lms({ policy: 'speculative', speculation: true })] });
     const storages = Array.from({ length: 6 }, (_, seed) => inactiveStorage(rt, seed));
-    const controller = resolve(rt.container, LMS_CONTROLLER);
+    const controller = resolve(rt.container, LmsController);
     controller.endIteration();
     const perIteration: Record<string, number>[] = [];
     for (let iteration = 0; iteration < 6; iteration++) {

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { ReclaimNode } from '@stowage/lms';
-import { ReclaimList } from '@stowage/lms';
+import type { ReclaimNode } from '@stowage/lms/testing';
+import { ReclaimList } from '@stowage/lms/testing';
 import { InvalidArgumentError } from '@stowage/core';
 
 interface Node extends ReclaimNode {

@@ -1,10 +1,13 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { AllocatorStats, BlockPlacement, Runtime } from '@stowage/core';
-import { cpu, createRuntime, hostBytes, InvalidArgumentError, resolve, StorageImpl } from '@stowage/core';
-import type { BuiltInPolicyName, LmsDevice, LmsOptions, LmsPolicy, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
-import type { LearnedStorage } from '@stowage/lms';
-import { AccessHistory, AccessKind, BUILT_IN_POLICIES, LMS_CONTROLLER, lms, LmsStorageImpl, pin, SpeculativePolicy } from '@stowage/lms';
+import type { AllocatorStats, Runtime } from '@stowage/core';
+import type { BlockPlacement } from '@stowage/core/plugin-kit';
+import { cpu, createRuntime, InvalidArgumentError, resolve, StorageImpl } from '@stowage/core';
+import { hostBytes } from '@stowage/core/plugin-kit';
+import type { BuiltInPolicyName, Residency, LmsOptions, LmsPolicy, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
+import type { LearnedStorage } from '@stowage/lms/testing';
+import { LmsController, lms, StorageResidency, pin, SpeculativePolicy } from '@stowage/lms';
+import { AccessHistory, AccessKind, BUILT_IN_POLICIES } from '@stowage/lms/testing';
 import { patternBytes } from '@stowage/core/testing';
 
 const KiB = 1 << 10;
@@ -19,9 +22,9 @@ function stats(rt: Runtime): AllocatorStats & Record<string, number> {
   return rt.allocator('cpu').memoryStats() as AllocatorStats & Record<string, number>;
 }
 
-function lmsDevice(rt: Runtime): LmsDevice {
+function lmsDevice(rt: Runtime): Residency {
   rt.allocator('cpu');
-  return resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!;
+  return resolve(rt.container, LmsController).device({ type: 'cpu', index: 0 })!;
 }
 
 /** One operation: pins `reads` and `writes` for its scope and runs `body` over their host bytes. */
@@ -54,7 +57,7 @@ class LayerLoop {
       op([], [w], (_, [out]) => out!.set(patternBytes(bytes, i)));
       this.weights.push(w);
     }
-    resolve(rt.container, LMS_CONTROLLER).endIteration(); // making the model is not an iteration of the loop
+    resolve(rt.container, LmsController).endIteration(); // making the model is not an iteration of the loop
   }
 
   step(): void {
@@ -75,7 +78,7 @@ class LayerLoop {
       y[i + 1]!.release();
     }
     y[0]!.release();
-    resolve(rt.container, LMS_CONTROLLER).endIteration();
+    resolve(rt.container, LmsController).endIteration();
   }
 
   async weightBytes(): Promise<Uint8Array[]> {
@@ -232,7 +235,7 @@ describe('speculative page-out', () => {
     op([], [y], (_, [out]) => out!.fill(1));
     const y1 = rt.storage(16 * KiB);
     op([loop.weights[0]!, y], [y1], () => {});
-    const w0 = loop.weights[0]!.lms as LmsStorageImpl;
+    const w0 = loop.weights[0]!.lms as StorageResidency;
     expect(w0.state).to.equal('inactive');
     expect(w0.hasHostCopy, 'a speculative copy').to.equal(true);
     const wasted = stats(rt)['speculative_wasted_bytes']!;
@@ -240,7 +243,7 @@ describe('speculative page-out', () => {
     expect(w0.hasHostCopy).to.equal(false);
     expect(stats(rt)['speculative_wasted_bytes']).to.equal(wasted + 16 * KiB);
     const pageOuts = stats(rt)['page_out']!;
-    resolve(rt.container, LMS_CONTROLLER).reclaimInactive();
+    resolve(rt.container, LmsController).reclaimInactive();
     expect(w0.state).to.equal('reclaimed');
     expect(stats(rt)['page_out'], 'the reclaim copied the written bytes out').to.be.above(pageOuts);
     expect(Buffer.from(await rt.read(loop.weights[0]!)).equals(Buffer.from(patternBytes(16 * KiB, 99)))).to.equal(true);
@@ -272,7 +275,7 @@ describe('prefetch', () => {
 
   it('makes room only from storages whose predicted next use is later than that of the storage it brings back', async () => {
     let checkedCalls = 0;
-    const spy = (inner: LmsPolicy, device: () => LmsDevice): LmsPolicy => {
+    const spy = (inner: LmsPolicy, device: () => Residency): LmsPolicy => {
       // Every reclaim LMS makes during a prefetch is one the policy chose; the policy's chosen storages are recorded.
       const reclaimedDuringPrefetch: ReclaimCandidate[] = [];
       const chosen = <T extends ReclaimCandidate | readonly ReclaimCandidate[] | undefined>(choice: T): T => {
@@ -295,7 +298,7 @@ describe('prefetch', () => {
       };
     };
     for (const inner of [new SpeculativePolicy(), new BUILT_IN_POLICIES.lru()]) {
-      const made: { device?: LmsDevice } = {};
+      const made: { device?: Residency } = {};
       await using rt = await lmsRuntime(64 * KiB, { policy: spy(inner, () => made.device!), speculation: { lookahead: 64 } });
       made.device = lmsDevice(rt);
       const loop = new LayerLoop(rt, 8, 16 * KiB);
@@ -317,7 +320,7 @@ describe('prefetch', () => {
       return storage;
     });
     const names = new Map(storages.map((storage, i) => [storage, 'abx'[i]!]));
-    const controller = resolve(rt.container, LMS_CONTROLLER);
+    const controller = resolve(rt.container, LmsController);
     controller.endIteration();
     const device = lmsDevice(rt);
     const reclaimedForPrefetch: string[] = [];
@@ -437,7 +440,7 @@ describe('speculation under random loops with writes between operations', functi
     await fc.assert(
       fc.asyncProperty(scenario, async (s) => {
         await using rt = await lmsRuntime(96 * KiB, { policy: s.policy, speculation: { prefetch: s.prefetch, lookahead: s.lookahead } });
-        const controller = resolve(rt.container, LMS_CONTROLLER);
+        const controller = resolve(rt.container, LmsController);
         const model = new Map<StorageImpl, Uint8Array>();
         const write = (storage: StorageImpl, seed: number, inOp: Uint8Array | null): void => {
           const bytes = patternBytes(storage.byteLength, seed);

@@ -1,9 +1,11 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { AllocatorStats, LmsState, Runtime, StorageImpl } from '@stowage/core';
-import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve, roundSize, segmentSize } from '@stowage/core';
-import type { BuiltInPolicyName, LmsDevice, PinGuard } from '@stowage/lms';
-import { LMS_CONTROLLER, lms, LmsAllocator, LmsStorageImpl, pin, pinAsync } from '@stowage/lms';
+import type { AllocatorStats, Runtime, StorageImpl } from '@stowage/core';
+import type { LmsState } from '@stowage/core/plugin-kit';
+import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve } from '@stowage/core';
+import { roundSize, segmentSize } from '@stowage/core/plugin-kit';
+import type { BuiltInPolicyName, Residency, PinGuard } from '@stowage/lms';
+import { LmsController, lms, LmsAllocator, StorageResidency, pin, pinAsync } from '@stowage/lms';
 
 const KiB = 1 << 10;
 const MiB = 1 << 20;
@@ -57,8 +59,8 @@ function pattern(bytes: number, seed: number): Uint8Array {
   return out;
 }
 
-function lmsOf(entry: Entry): LmsStorageImpl {
-  return entry.storage.lms as LmsStorageImpl;
+function lmsOf(entry: Entry): StorageResidency {
+  return entry.storage.lms as StorageResidency;
 }
 
 function stats(rt: Runtime): AllocatorStats & Record<string, number> {
@@ -69,12 +71,12 @@ function stats(rt: Runtime): AllocatorStats & Record<string, number> {
 class Run {
   readonly live: Entry[] = [];
   readonly held: Held[] = [];
-  readonly device: LmsDevice;
+  readonly device: Residency;
   #nextId = 0;
 
   constructor(readonly rt: Runtime) {
     rt.allocator('cpu'); // LMS on a device is made with its allocator
-    this.device = resolve(rt.container, LMS_CONTROLLER).device({ type: 'cpu', index: 0 })!;
+    this.device = resolve(rt.container, LmsController).device({ type: 'cpu', index: 0 })!;
   }
 
   pins(entry: Entry): number {
@@ -133,7 +135,7 @@ class Run {
       }
       case 'reclaimInactive': {
         const inactive = this.live.filter((e) => before.get(e) === 'inactive');
-        const freed = resolve(this.rt.container, LMS_CONTROLLER).reclaimInactive();
+        const freed = resolve(this.rt.container, LmsController).reclaimInactive();
         expect(freed, 'reclaimInactive returns the bytes of the inactive storages').to.equal(inactive.reduce((sum, e) => sum + e.storage.byteLength, 0));
         for (const e of inactive) expect(lmsOf(e).state, `#${e.id}`).to.equal('reclaimed');
         this.expectTransitions(before, new Set());

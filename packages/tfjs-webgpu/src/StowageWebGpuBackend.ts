@@ -3,10 +3,11 @@ import { engine, util } from '@tensorflow/tfjs-core';
 import { WebGPUBackend, webgpu_util } from '@tensorflow/tfjs-backend-webgpu';
 import type { BufferManager } from '@tensorflow/tfjs-backend-webgpu/dist/buffer_manager.js';
 import type { DataPtr, Runtime } from '@stowage/core';
-import { checkEnum, StorageImpl } from '@stowage/core';
+import { StorageImpl } from '@stowage/core';
+import { checkEnum } from '@stowage/core/plugin-kit';
 import { fromGpuBuffer } from '@stowage/allocator-webgpu';
-import type { LmsDevice, PinGuard } from '@stowage/lms';
-import { LmsAllocator, LmsStorageImpl, PageInPendingError, pin } from '@stowage/lms';
+import type { Residency, PinGuard } from '@stowage/lms';
+import { LmsAllocator, StorageResidency, PageInPendingError, pin } from '@stowage/lms';
 import type { ReadWriteStorageCounts } from './ReadWriteStorage.js';
 import { readWriteStorageDevice } from './ReadWriteStorage.js';
 import { StowageBufferManager, TENSOR_USAGE } from './StowageBufferManager.js';
@@ -114,7 +115,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
    * LMS on the tensors' device (Note [LMS inside a synchronous step]), when the runtime has `lms()` and the device's
    * allocator pages; null otherwise.
    */
-  readonly lmsDevice: LmsDevice | null;
+  readonly lmsDevice: Residency | null;
   /** Pins of the kernel `runWebGPUProgram` is running (its inputs and output). */
   #opPins: PinGuard[] = [];
   /** Pins of the kernels recorded since the last submit: released at the submit that runs them. */
@@ -327,7 +328,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     const waits: Promise<void>[] = [];
     for (const storage of this.storageManager.storages) {
       const lms = storage.lms;
-      if (!(lms instanceof LmsStorageImpl)) continue;
+      if (!(lms instanceof StorageResidency)) continue;
       lms.pageOutEarly(); // only an inactive storage without a valid host copy
       if (!lms.hostCopyReady) waits.push(lms.hostCopySettled());
     }

@@ -1,4 +1,5 @@
-import type { MemorySnapshot, SnapshotAction, SnapshotBlock, SnapshotBlockState, SnapshotFrame, SnapshotSegment, SnapshotTraceEntry } from '@stowage/core';
+import type { MemorySnapshot } from '@stowage/core';
+import type { SnapshotAction, SnapshotBlock, SnapshotBlockState, SnapshotFrame, SnapshotSegment, SnapshotTraceEntry } from '@stowage/core/plugin-kit';
 import { InvalidArgumentError } from '@stowage/core';
 import type { PickleDict, PickleValue } from './PickleValue.js';
 import { isPickleDict, PickleFloat, PickleTuple } from './PickleValue.js';

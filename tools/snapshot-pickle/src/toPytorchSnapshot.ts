@@ -1,4 +1,5 @@
-import type { MemorySnapshot, SnapshotFrame, SnapshotSegment, SnapshotTraceEntry } from '@stowage/core';
+import type { MemorySnapshot } from '@stowage/core';
+import type { SnapshotFrame, SnapshotSegment, SnapshotTraceEntry } from '@stowage/core/plugin-kit';
 import { InvalidArgumentError } from '@stowage/core';
 import type { PickleDict, PickleValue } from './PickleValue.js';
 import { isPickleDict, PickleFloat, PickleTuple } from './PickleValue.js';

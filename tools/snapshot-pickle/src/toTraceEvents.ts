@@ -11,7 +11,8 @@
  * - `segment_*` and `oom` entries are kept with id -1 (replay skips them; they are PyTorch's own decisions);
  *   `snapshot` entries are left out. `timeUs` counts from the first entry's `time_us`; pre allocations have none.
  */
-import type { MemorySnapshot, SnapshotTraceEntry } from '@stowage/core';
+import type { MemorySnapshot } from '@stowage/core';
+import type { SnapshotTraceEntry } from '@stowage/core/plugin-kit';
 import { InvalidArgumentError } from '@stowage/core';
 import type { TraceEvent } from '@stowage/core/replay';
 

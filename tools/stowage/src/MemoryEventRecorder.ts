@@ -1,4 +1,5 @@
-import type { Allocator, MemorySnapshot, SnapshotTraceEntry } from '@stowage/core';
+import type { Allocator, MemorySnapshot } from '@stowage/core';
+import type { SnapshotTraceEntry } from '@stowage/core/plugin-kit';
 import type { IpcEventSource } from '@stowage/ipc';
 import type { LmsEventSource } from '@stowage/lms';
 import type { AllocatorEventRecord } from './toChromeTrace.js';
@@ -64,7 +65,7 @@ export class MemoryEventRecorder implements Disposable {
     return this;
   }
 
-  /** Records an LMS device's page-outs (`page_out`) and page-ins (`page_in`) from now on (`LmsDevice#events`). */
+  /** Records an LMS device's page-outs (`page_out`) and page-ins (`page_in`) from now on (`Residency#events`). */
   attachLms(events: LmsEventSource): this {
     const out = (e: { address: number; bytes: number }): void => this.record('page_out', e.address, e.bytes);
     const back = (e: { address: number; bytes: number }): void => this.record('page_in', e.address, e.bytes);

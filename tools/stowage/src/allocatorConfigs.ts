@@ -1,5 +1,6 @@
 import type { CachingAllocatorOptions } from '@stowage/core';
-import { CachingAllocator, InvalidArgumentError, nearestName, parseBytes } from '@stowage/core';
+import { CachingAllocator, InvalidArgumentError, parseBytes } from '@stowage/core';
+import { nearestName } from '@stowage/core/plugin-kit';
 import { VirtualMemoryBackend } from '@stowage/core/replay';
 
 /** A named caching-engine configuration a trace can be replayed against. */

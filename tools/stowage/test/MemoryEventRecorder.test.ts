@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import { cpu, createRuntime, parseDevice, resolve } from '@stowage/core';
-import { ipc, ipcCollect, ipcOf, RefCounterClient } from '@stowage/ipc';
-import { LMS_CONTROLLER, lms, pin } from '@stowage/lms';
+import { ipc, ipcCollect, ipcOf } from '@stowage/ipc';
+import { RefCounterClient } from '@stowage/ipc/testing';
+import { LmsController, lms, pin } from '@stowage/lms';
 import { MemoryEventRecorder, toChromeTrace, toVizData } from '@stowage/cli';
 
 const MiB = 1 << 20;
@@ -10,12 +11,12 @@ describe('MemoryEventRecorder', () => {
   it("records LMS page-outs and page-ins among the allocator's events, at the address of the block freed and filled", async () => {
     await using rt = await createRuntime({ plugins: [cpu({ limit: 32 * MiB }), lms()] });
     const allocator = rt.allocator('cpu'); // LMS meets the device when its allocator is made
-    const lmsDevice = resolve(rt.container, LMS_CONTROLLER).device(parseDevice('cpu'))!;
+    const lmsDevice = resolve(rt.container, LmsController).device(parseDevice('cpu'))!;
     using recorder = new MemoryEventRecorder().attachAllocator(allocator).attachLms(lmsDevice.events);
     const s = rt.storage(10 * MiB);
     rt.write(s, new Uint8Array(10 * MiB).fill(3));
     pin(s).release();
-    expect(resolve(rt.container, LMS_CONTROLLER).reclaimInactive()).to.equal(10 * MiB);
+    expect(resolve(rt.container, LmsController).reclaimInactive()).to.equal(10 * MiB);
     pin(s).release();
     const actions = recorder.events.map((e) => e.action);
     expect(actions).to.include.members(['segment_alloc', 'alloc', 'free_requested', 'page_out', 'page_in']);

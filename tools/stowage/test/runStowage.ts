@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import { findTraceRoot } from '@stowage/core/replay';
 import type { TraceEvent } from '@stowage/core/replay';
-import { RMM_CSV_HEADER } from '@stowage/core';
+import { RMM_CSV_HEADER } from '@stowage/core/plugin-kit';
 import { formatTraceLines } from '@stowage/snapshot-pickle';
 
 /** The built command, as pnpm links it: bin/stowage.js (the package root is one level above dist-test/). */

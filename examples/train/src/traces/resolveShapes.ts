@@ -1,4 +1,5 @@
-import { checkOptions, InvalidArgumentError } from '@stowage/core';
+import { InvalidArgumentError } from '@stowage/core';
+import { checkOptions } from '@stowage/core/plugin-kit';
 
 /** A generator's shapes: counts, and lists of counts (the varying transformer's sequence lengths). */
 export type Shapes = Record<string, number | readonly number[]>;

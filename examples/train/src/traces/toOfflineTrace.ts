@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '@stowage/core';
-import type { OfflineOp, OfflineTensor, OfflineTrace } from '@stowage/lms';
+import type { OfflineOp, OfflineTensor, OfflineTrace } from '@stowage/lab';
 import type { ModelTrace } from './Trace.js';
 
 /**

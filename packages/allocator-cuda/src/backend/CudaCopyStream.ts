@@ -1,4 +1,4 @@
-import type { StreamId } from '@stowage/core';
+import type { StreamId } from '@stowage/core/plugin-kit';
 import type { CudaDriver, CudaEvent, PinnedHostMemory } from '../driver/CudaDriver.js';
 import { CudaError } from '../driver/CudaError.js';
 import type { CudaMemoryBackend } from './CudaMemoryBackend.js';

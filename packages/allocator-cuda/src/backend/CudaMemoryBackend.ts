@@ -1,4 +1,5 @@
-import type { BackendEvent, Device, MemoryBackend, MemoryBlock, PageMapping, Pager, StreamId } from '@stowage/core';
+import type { Device, MemoryBackend, Pager } from '@stowage/core';
+import type { BackendEvent, MemoryBlock, PageMapping, StreamId } from '@stowage/core/plugin-kit';
 import type { CudaContext, CudaDriver, CudaEvent } from '../driver/CudaDriver.js';
 import { isCudaError } from '../driver/CudaError.js';
 import { CudaDeviceAttribute } from '../driver/CudaResult.js';

@@ -1,4 +1,4 @@
-import type { MemoryBlock, PageMapping } from '@stowage/core';
+import type { MemoryBlock, PageMapping } from '@stowage/core/plugin-kit';
 import { InvalidArgumentError } from '@stowage/core';
 import type { CudaDriver, CudaMemHandle } from '../driver/CudaDriver.js';
 import { isCudaError } from '../driver/CudaError.js';

@@ -1,4 +1,5 @@
-import type { CachingAllocator, DataPtr, Device, PageOut, Pager, StreamId } from '@stowage/core';
+import type { CachingAllocator, DataPtr, Device, Pager } from '@stowage/core';
+import type { PageOut, StreamId } from '@stowage/core/plugin-kit';
 import { DeviceError } from '@stowage/core';
 import { CudaCopyStream } from './CudaCopyStream.js';
 import type { CudaMemoryBackend } from './CudaMemoryBackend.js';

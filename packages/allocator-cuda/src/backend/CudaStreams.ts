@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '@stowage/core';
-import type { StreamId } from '@stowage/core';
+import type { StreamId } from '@stowage/core/plugin-kit';
 import type { CudaDriver, CudaStream } from '../driver/CudaDriver.js';
 
 interface StreamEntry {

@@ -24,7 +24,7 @@
  *   out of bounds in ConfigTokenizer" when it ends right after a value inside the list).
  * An unknown key gets PyTorch's sentence, then " Did you mean '<key>'?" when one key is near.
  */
-import { nearestName } from '@stowage/core';
+import { nearestName } from '@stowage/core/plugin-kit';
 import type { AllocatorConf, AllocatorConfValues } from './AllocatorConfValues.js';
 import { notAppliedKeys } from './allocatorConfEngineOptions.js';
 import type { AllocatorConfKey } from './AllocatorConfKey.js';

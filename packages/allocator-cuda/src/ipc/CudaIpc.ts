@@ -1,6 +1,7 @@
 import { closeSync } from 'node:fs';
 
-import type { Deleter, Device } from '@stowage/core';
+import type { Device } from '@stowage/core';
+import type { Deleter } from '@stowage/core/plugin-kit';
 import { DataPtr, InvalidArgumentError } from '@stowage/core';
 import type { CudaMemHandle } from '../driver/CudaDriver.js';
 import type { CudaMemoryBackend } from '../backend/CudaMemoryBackend.js';

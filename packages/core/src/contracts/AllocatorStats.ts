@@ -45,7 +45,7 @@ export type AllocatorStats = Readonly<Record<StatKey, number>> & Readonly<Plugin
 /**
  * Figures that plugins add to `memoryStats()` beside PyTorch's keys, declared by each plugin with module
  * augmentation, so that a reader finds them typed without a cast:
- * `declare module '@stowage/core' { interface PluginStats { readonly limbo_bytes?: number } }` (as `@stowage/ipc`
+ * `declare module '@stowage/core/plugin-kit' { interface PluginStats { readonly limbo_bytes?: number } }` (as `@stowage/ipc`
  * does). Optional: present only when the plugin is in the runtime.
  */
 // eslint-disable-next-line @typescript-eslint/no-empty-object-type -- an extension point: plugins merge their keys in

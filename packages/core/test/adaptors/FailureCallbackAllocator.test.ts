@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import type { AllocationFailure, DataPtr } from '@stowage/core';
+import type { DataPtr } from '@stowage/core';
+import type { AllocationFailure } from '@stowage/core/plugin-kit';
 import { createCpuAllocator, FailureCallbackAllocator, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
 import { describeAllocatorContract } from '@stowage/core/testing';
 import { expectRefusedOptions } from './refusedOptions.js';

@@ -1,6 +1,8 @@
 import { expect } from 'chai';
-import type { Allocator, RmmLogRecord } from '@stowage/core';
-import { CachingAllocator, createCpuAllocator, InvalidArgumentError, LoggingAllocator, OutOfMemoryError, parseRmmCsv, RMM_CSV_HEADER } from '@stowage/core';
+import type { Allocator } from '@stowage/core';
+import type { RmmLogRecord } from '@stowage/core/plugin-kit';
+import { CachingAllocator, createCpuAllocator, InvalidArgumentError, LoggingAllocator, OutOfMemoryError } from '@stowage/core';
+import { parseRmmCsv, RMM_CSV_HEADER } from '@stowage/core/plugin-kit';
 import { VirtualMemoryBackend, describeAllocatorContract } from '@stowage/core/testing';
 import { expectRefusedOptions } from './refusedOptions.js';
 

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { InvalidArgumentError, parseRmmCsv } from '@stowage/core';
+import { InvalidArgumentError } from '@stowage/core';
+import { parseRmmCsv } from '@stowage/core/plugin-kit';
 
 const HEADER = 'Thread,Time,Action,Pointer,Size,Stream';
 

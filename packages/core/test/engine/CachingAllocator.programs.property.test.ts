@@ -11,8 +11,10 @@
  */
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { AllocateOptions, CachingAllocatorOptions, DataPtr, MemoryBlock, MemoryReclaimer } from '@stowage/core';
-import { CachingAllocator, OutOfMemoryError, roundSize, segmentSize } from '@stowage/core';
+import type { AllocateOptions, CachingAllocatorOptions, DataPtr } from '@stowage/core';
+import type { MemoryBlock, MemoryReclaimer } from '@stowage/core/plugin-kit';
+import { CachingAllocator, OutOfMemoryError } from '@stowage/core';
+import { roundSize, segmentSize } from '@stowage/core/plugin-kit';
 import { expectSnapshotCoversReserved, KiB, MiB } from './helpers.js';
 import type { VirtualMemoryBackendOptions } from '@stowage/core/testing';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
@@ -58,8 +60,8 @@ function rig(o: RigOptions): Rig {
   const mallocs = new Map<number, number>(); // address -> bytes
   const ranges: { address: number; bytes: number; kind: number; stream: number }[] = []; // every segment or reserved range
   // Blocks freed with events: their range must not be handed out again before every event completed.
-  let recorded: import('@stowage/core').BackendEvent[] = [];
-  let waiting: { address: number; bytes: number; events: import('@stowage/core').BackendEvent[] }[] = [];
+  let recorded: import('@stowage/core/plugin-kit').BackendEvent[] = [];
+  let waiting: { address: number; bytes: number; events: import('@stowage/core/plugin-kit').BackendEvent[] }[] = [];
   const recordEvent = backend.recordEvent.bind(backend);
   backend.recordEvent = (stream) => {
     const e = recordEvent(stream);

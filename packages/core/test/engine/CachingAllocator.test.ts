@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import type { CachingAllocatorOptions, DataPtr, MemoryReclaimer, SnapshotBlock } from '@stowage/core';
+import type { CachingAllocatorOptions, DataPtr } from '@stowage/core';
+import type { MemoryReclaimer, SnapshotBlock } from '@stowage/core/plugin-kit';
 import {
   CachingAllocator,
   CpuMemoryBackend,

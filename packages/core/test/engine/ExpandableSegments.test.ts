@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { DataPtr, PageMapping } from '@stowage/core';
+import type { DataPtr } from '@stowage/core';
+import type { PageMapping } from '@stowage/core/plugin-kit';
 import { CachingAllocator, OutOfMemoryError } from '@stowage/core';
 import { engine, expectDisjoint, expectSnapshotCoversReserved, MiB } from './helpers.js';
 import { VirtualMemoryBackend } from '@stowage/core/testing';

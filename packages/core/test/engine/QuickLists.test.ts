@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import type { DataPtr, MemoryReclaimer } from '@stowage/core';
+import type { DataPtr } from '@stowage/core';
+import type { MemoryReclaimer } from '@stowage/core/plugin-kit';
 import { CachingAllocator, OutOfMemoryError } from '@stowage/core';
 import { engine, expectSnapshotCoversReserved, KiB, MiB } from './helpers.js';
 

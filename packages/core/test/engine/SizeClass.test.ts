@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { isSmallRequest, roundSize, segmentSize } from '@stowage/core';
+import { isSmallRequest, roundSize, segmentSize } from '@stowage/core/plugin-kit';
 
 const MiB = 1 << 20;
 

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import type { CachingAllocatorOptions, DataPtr, Plugin } from '@stowage/core';
-import { CachingAllocator, OutOfMemoryError, StorageHooks } from '@stowage/core';
+import { CachingAllocator, OutOfMemoryError } from '@stowage/core';
+import { StorageHooks } from '@stowage/core/plugin-kit';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 export const KiB = 1 << 10;

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import type { AllocateOptions, Allocator } from '@stowage/core';
-import { InvalidArgumentError, makeDirectAllocator, OutOfMemoryError } from '@stowage/core';
+import { InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
+import { makeDirectAllocator } from '@stowage/core/plugin-kit';
 import type { TraceEvent } from '@stowage/core/replay';
 import { findTraceRoot, listTraces, readTraceFile, ReplayStoppedError, replayTrace, traceSummary } from '@stowage/core/replay';
 import { VirtualMemoryBackend } from '@stowage/core/testing';

@@ -1,4 +1,5 @@
-import type { AllocateOptions, BackendEvent, Device, MemoryBackend, MemoryBlock, Pager, SegmentOptions, StreamId, Token } from '@stowage/core';
+import type { AllocateOptions, Device, MemoryBackend, Pager, Token } from '@stowage/core';
+import type { BackendEvent, MemoryBlock, SegmentOptions, StreamId } from '@stowage/core/plugin-kit';
 import { CpuMemoryBackend, InvalidArgumentError } from '@stowage/core';
 
 import { SharedMemoryFile } from './SharedMemoryFile.js';

@@ -6,7 +6,7 @@ import { AccessKind, AccessRecording } from './AccessRecording.js';
  */
 export const DEFAULT_MAX_EVENTS = 1 << 20;
 
-/** What the history keeps on each storage (LmsStorageImpl carries these fields). */
+/** What the history keeps on each storage (StorageResidency carries these fields). */
 export interface LearnedStorage {
   /** The iteration in which `ordinal` was given; -1 before any. */
   seenIteration: number;

@@ -1,6 +1,6 @@
 import { OutOfMemoryError } from '@stowage/core';
-import type { LmsDevice } from '../LmsDevice.js';
-import type { LmsStorageImpl } from '../LmsStorageImpl.js';
+import type { Residency } from '../Residency.js';
+import type { StorageResidency } from '../StorageResidency.js';
 import { AccessHistory } from './AccessHistory.js';
 import { AccessKind } from './AccessRecording.js';
 import type { SpeculationSettings } from './SpeculationOptions.js';
@@ -8,14 +8,14 @@ import type { SpeculationSettings } from './SpeculationOptions.js';
 /**
  * Note [Speculation]: training and inference loops repeat, so LMS learns one iteration's sequence of storage events
  * (makes, pins from zero, last unpins, releases; the program marks each iteration's end with
- * `LmsController#endIteration`) and predicts the next iteration from it (AccessHistory). Three things use the
+ * `Residencies#endIteration`) and predicts the next iteration from it (AccessHistory). Three things use the
  * prediction, each on or off on its own:
  *
  * - Speculative page-out (IBM's `predict_reclaim`, `speculation.pageOut`): at the unpin of a storage whose unpin at
  *   the same point of the learned iteration was followed by a reclaim before its next pin, the page-out starts at
  *   once, on the device's copy engine, and the storage stays resident and inactive with a host copy. The reclaim,
  *   when it comes, only frees the block (a hit); a write first drops the copy (Note [Host copies] in
- *   LmsStorageImpl.ts: every write goes through `mutableData()`), and the reclaim then copies again (counted
+ *   StorageResidency.ts: every write goes through `mutableData()`), and the reclaim then copies again (counted
  *   wasted). So a wrong prediction costs a copy, never a result. Unlike IBM's, the bit for an unpin is set by
  *   whichever reclaim follows it, in this iteration or the next: persistent storages (weights, optimizer state
  *   unpinned at the end of one step and reclaimed in the next) are predicted too.
@@ -35,7 +35,7 @@ import type { SpeculationSettings } from './SpeculationOptions.js';
  * chooses as `lru`); the iteration is learned, and predicts the next time the same sequence comes round.
  */
 export class Speculation {
-  readonly history: AccessHistory<LmsStorageImpl>;
+  readonly history: AccessHistory<StorageResidency>;
   /** While a prefetch makes room: only storages whose next use is farther than this may be reclaimed. */
   #floor: number | null = null;
   /** Bytes the current prefetch's reclaims freed so far. */
@@ -48,7 +48,7 @@ export class Speculation {
   #scannedAtReclaims = -1;
 
   constructor(
-    readonly device: LmsDevice,
+    readonly device: Residency,
     readonly settings: SpeculationSettings,
   ) {
     this.history = new AccessHistory(settings.history);
@@ -59,26 +59,26 @@ export class Speculation {
     return this.#floor;
   }
 
-  onCreate(lms: LmsStorageImpl): void {
+  onCreate(lms: StorageResidency): void {
     this.history.record(AccessKind.Create, lms);
   }
 
-  onPin(lms: LmsStorageImpl): void {
+  onPin(lms: StorageResidency): void {
     this.history.record(AccessKind.Pin, lms);
     if (this.settings.prefetch) this.#prefetch();
   }
 
-  onUnpin(lms: LmsStorageImpl): void {
+  onUnpin(lms: StorageResidency): void {
     const index = this.history.record(AccessKind.Unpin, lms);
     lms.reclaimPredicted = index >= 0 && this.history.predictsReclaimAfter(index);
     if (lms.reclaimPredicted && this.settings.pageOut) lms.pageOutEarly();
   }
 
-  onRelease(lms: LmsStorageImpl): void {
+  onRelease(lms: StorageResidency): void {
     this.history.record(AccessKind.Release, lms);
   }
 
-  onReclaim(lms: LmsStorageImpl): void {
+  onReclaim(lms: StorageResidency): void {
     this.history.recordReclaim(lms);
     if (this.#floor !== null) this.#freedForPrefetch += lms.storage.byteLength;
   }
@@ -148,7 +148,7 @@ export class Speculation {
    * Pages `lms` in, reclaiming only storages used later than `distance` events from now and leaving room for the
    * `reserve` bytes allocated before its pin; false when it cannot.
    */
-  #prefetchOne(lms: LmsStorageImpl, distance: number, reserve: number): boolean {
+  #prefetchOne(lms: StorageResidency, distance: number, reserve: number): boolean {
     this.#floor = distance;
     this.#freedForPrefetch = 0;
     this.#reserve = reserve;

@@ -1,4 +1,5 @@
-import { checkBoolean, checkCount, checkOptions, InvalidArgumentError } from '@stowage/core';
+import { InvalidArgumentError } from '@stowage/core';
+import { checkBoolean, checkCount, checkOptions } from '@stowage/core/plugin-kit';
 
 /** What LMS does with the sequence it learns (Note [Speculation] in Speculation.ts). */
 export interface SpeculationOptions {

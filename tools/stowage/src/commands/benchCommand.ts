@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
-import { InvalidArgumentError, nearestName } from '@stowage/core';
+import { InvalidArgumentError } from '@stowage/core';
+import { nearestName } from '@stowage/core/plugin-kit';
 import type { CliContext } from '../CliContext.js';
 import { findRepoRoot } from '../findRepoRoot.js';
 import { runShell } from '../runNode.js';

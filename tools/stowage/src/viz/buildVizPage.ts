@@ -1,4 +1,5 @@
-import type { MemorySnapshot, SnapshotFrame } from '@stowage/core';
+import type { MemorySnapshot } from '@stowage/core';
+import type { SnapshotFrame } from '@stowage/core/plugin-kit';
 import type { AllocatorEventRecord } from '../toChromeTrace.js';
 import { drawMemoryPage } from './drawMemoryPage.js';
 import type { VizBlock, VizData } from './VizData.js';

@@ -1,6 +1,6 @@
 import { closeSync } from 'node:fs';
 
-import { pidfdGetfd, pidfdOpen } from '../shm/pidfd.js';
+import { pidfdGetfd, pidfdOpen } from './pidfd.js';
 
 /** Closes each descriptor, ignoring those already closed. */
 export function closeFds(fds: readonly number[]): void {

@@ -1,4 +1,5 @@
-import type { DataPtr, Device, HostBuffer, PageOut, Pager } from '@stowage/core';
+import type { DataPtr, Device, Pager } from '@stowage/core';
+import type { HostBuffer, PageOut } from '@stowage/core/plugin-kit';
 import { byteRange } from './AccessHazards.js';
 import type { SimulatedDevice, TimelineEntry } from './SimulatedDevice.js';
 

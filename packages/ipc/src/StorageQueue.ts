@@ -1,18 +1,22 @@
-import { MessagePort, threadId } from 'node:worker_threads';
+import { threadId } from 'node:worker_threads';
 
-import { DisposedError, formatDevice, InvalidArgumentError, resolveAll, Runtime, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+import { DisposedError, formatDevice, InvalidArgumentError, Runtime, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+import { resolveAll } from '@stowage/core/plugin-kit';
 
-import { ipcOf } from '../ipc.js';
-import type { Ipc } from '../sent/Ipc.js';
-import { UNSENT_WARNING_CODE } from '../sent/Ipc.js';
-import type { SharedMemoryBackend } from '../shm/SharedMemoryBackend.js';
-import { SharedMemoryBackendToken } from '../shm/SharedMemoryBackend.js';
-import type { QueueChannel, QueueTransport } from './QueueChannel.js';
-import { queueChannel } from './QueueChannel.js';
-import type { ReceivedStorage } from './ReceivedStorage.js';
-import type { CudaMemory, QueueMessage, SabMemory, ShmMemory, StorageDescriptor } from './StorageDescriptor.js';
-import { cudaIpcAllocatorOf } from '../cuda/CudaIpcAllocator.js';
-import { checkStorageDescriptor } from './StorageDescriptor.js';
+import type { ReceivedStorage } from './consumer/ReceivedStorage.js';
+import { ipcOf } from './ipc.js';
+import type { Ipc } from './IpcService.js';
+import type { SharedMemoryBackend } from './shm/SharedMemoryBackend.js';
+import { SharedMemoryBackendToken } from './shm/SharedMemoryBackend.js';
+import { cudaIpcAllocatorOf } from './wire/CudaIpcAllocator.js';
+import type { QueueChannel, QueueTransport } from './wire/QueueChannel.js';
+import { queueChannel } from './wire/QueueChannel.js';
+import type { QueueMessage } from './wire/QueueMessage.js';
+import { descriptorOf, isAckMessage, isCloseMessage, isHelloMessage, isQueueMessage } from './wire/QueueMessage.js';
+import type { CudaMemory, SabMemory, ShmMemory, StorageDescriptor } from './wire/StorageDescriptor.js';
+
+/** The `code` of the warning emitted when storages put on a queue were never sent: its transport closed first. */
+export const UNSENT_WARNING_CODE = 'STOWAGE_IPC_UNSENT';
 
 /** The most descriptors one message carries (Note [Batched puts]); a stream frame of this many stays far under 1 MiB. */
 const MAX_BATCH = 256;
@@ -41,9 +45,9 @@ interface Waiter {
  * - a child process's IPC channel (`fork(file, { serialization: 'advanced' })`: the ChildProcess on the parent's
  *   side, `process` on the child's): storages in POSIX shared memory (`sharedMemoryCpu()`) cross zero copy.
  *   Messages on the channel that are not the queue's are left to the channel's other listeners. CUDA storages
- *   cross too (Note [CUDA over IPC] in received/Receiver.ts);
+ *   cross too (Note [CUDA over IPC] in consumer/Receiver.ts);
  * - any byte stream the user supplies (`stream.Duplex`: a `net.Socket` between processes, a child's stdio):
- *   length-prefixed JSON frames (Note [Stream frames] in QueueChannel.ts); the same memory as a process channel.
+ *   length-prefixed JSON frames (Note [Stream frames] in wire/QueueChannel.ts); the same memory as a process channel.
  *   The queue owns the stream: `close()` ends it.
  *
  * - `put(storage | tensor)`: one send (`Ipc#send`: ownership of the DataPtr, a fresh counter slot at count 1) and
@@ -105,7 +109,7 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
     this.#port.listen(this.#onMessage, this.#onClose);
     this.#port.unref();
     if (!this.#port.crossesProcesses) {
-      // Note [Dead consumers] (Ipc.ts): the other thread learns when this one ends.
+      // Note [Dead consumers] (producer/ThreadLiveness.ts): the other thread learns when this one ends.
       const alive = this.#ipc.livenessPort();
       this.#port.post({ stowage: 'ipc.hello', pid: process.pid, threadId, alive } satisfies QueueMessage, [alive]);
     }
@@ -323,7 +327,7 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
     }
   }
 
-  /** Exports a CUDA storage (Note [CUDA over IPC] in received/Receiver.ts): processes only. */
+  /** Exports a CUDA storage (Note [CUDA over IPC] in consumer/Receiver.ts): processes only. */
   #putCuda(storage: StorageImpl): Pick<StorageDescriptor, 'device' | 'memory' | 'slot'> {
     const device = storage.peekDataPtr().device;
     if (!this.#port.crossesProcesses) {
@@ -384,34 +388,4 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
       // Not a descriptor: nothing to give back.
     }
   }
-}
-
-function isQueueMessage(message: unknown): boolean {
-  const kind = typeof message === 'object' && message !== null ? (message as { stowage?: unknown }).stowage : undefined;
-  return kind === 'ipc.storage' || kind === 'ipc.storages' || kind === 'ipc.close' || kind === 'ipc.ack';
-}
-
-function isHelloMessage(message: unknown): message is { pid: number; threadId: number; alive: MessagePort } {
-  const m = message as { stowage?: unknown; pid?: unknown; threadId?: unknown; alive?: unknown } | null;
-  return (
-    typeof m === 'object' && m !== null && m.stowage === 'ipc.hello' && Number.isSafeInteger(m.pid) && Number.isSafeInteger(m.threadId) && m.alive instanceof MessagePort
-  );
-}
-
-function isAckMessage(message: unknown): message is { file: string; slot: number } {
-  const m = message as { stowage?: unknown; file?: unknown; slot?: unknown } | null;
-  return typeof m === 'object' && m !== null && m.stowage === 'ipc.ack' && typeof m.file === 'string' && Number.isSafeInteger(m.slot);
-}
-
-function isCloseMessage(message: unknown): boolean {
-  return typeof message === 'object' && message !== null && (message as { stowage?: unknown }).stowage === 'ipc.close';
-}
-
-function descriptorOf(message: unknown): StorageDescriptor {
-  const m = message as { stowage?: unknown; descriptor?: unknown } | null;
-  if (typeof m !== 'object' || m === null || m.stowage !== 'ipc.storage') {
-    throw new InvalidArgumentError('message', message, "a StorageQueue message ({ stowage: 'ipc.storage', descriptor }); something else was posted on the queue's port");
-  }
-  checkStorageDescriptor(m.descriptor);
-  return m.descriptor;
 }

@@ -1,4 +1,5 @@
-import type { DataPtr, Deleter, Device } from '@stowage/core';
+import type { DataPtr, Device } from '@stowage/core';
+import type { Deleter } from '@stowage/core/plugin-kit';
 
 import type { CounterSlot } from '../refcount/CounterSlot.js';
 

@@ -1,7 +1,8 @@
-import type { DataPtr, LmsState, LmsStorage, PageOut, StorageImpl } from '@stowage/core';
+import type { DataPtr, LmsStorage, StorageImpl } from '@stowage/core';
+import type { LmsState, PageOut } from '@stowage/core/plugin-kit';
 import { DeviceError, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 import { PageInPendingError } from './errors.js';
-import type { LmsDevice } from './LmsDevice.js';
+import type { Residency } from './Residency.js';
 import type { ReclaimList, ReclaimNode } from './ReclaimList.js';
 import type { LearnedStorage } from './speculation/AccessHistory.js';
 import type { AccessRecording } from './speculation/AccessRecording.js';
@@ -23,7 +24,7 @@ import type { AccessRecording } from './speculation/AccessRecording.js';
  * state === 'reclaimed' implies host !== null and the storage's pointer released; host bytes counted in the
  * device's stats iff host !== null.
  */
-export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
+export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage {
   reclaimPrev: ReclaimNode | null = null;
   reclaimNext: ReclaimNode | null = null;
   reclaimList: ReclaimList<ReclaimNode> | null = null;
@@ -59,7 +60,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
 
   constructor(
     readonly storage: StorageImpl,
-    readonly lmsDevice: LmsDevice,
+    readonly lmsDevice: Residency,
   ) {
     lmsDevice.learner?.onCreate(this);
   }
@@ -262,7 +263,7 @@ export class LmsStorageImpl implements LmsStorage, ReclaimNode, LearnedStorage {
    * Pages the storage out (unless a host copy is valid) and frees its block: for the device's reclaim, on an
    * inactive storage whose pointer the allocator placed. Returns the bytes freed: 0, changing nothing, when the
    * pager refused the page-out (no room on the device for the copy now: Note [Page-outs the device refuses] in
-   * LmsDevice.ts).
+   * Residency.ts).
    */
   reclaim(): number {
     const device = this.lmsDevice;

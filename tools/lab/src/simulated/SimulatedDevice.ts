@@ -25,8 +25,10 @@
  * and the pager. A program that writes a segment's bytes some other way is outside the model.
  */
 import { EventEmitter } from 'eventemitter3';
-import type { AllocateOptions, BackendEvent, Device, DeviceLike, HostBuffer, MemoryBackend, MemoryBlock, SegmentOptions, StreamId } from '@stowage/core';
-import { checkCount, checkFunction, checkOptions, CpuMemoryBackend, DataPtr, formatDevice, InvalidArgumentError, isSameDevice, parseDevice, UseAfterReleaseError } from '@stowage/core';
+import type { AllocateOptions, Device, DeviceLike, MemoryBackend } from '@stowage/core';
+import type { BackendEvent, HostBuffer, MemoryBlock, SegmentOptions, StreamId } from '@stowage/core/plugin-kit';
+import { CpuMemoryBackend, DataPtr, formatDevice, InvalidArgumentError, parseDevice, UseAfterReleaseError } from '@stowage/core';
+import { checkCount, checkFunction, checkOptions, isSameDevice } from '@stowage/core/plugin-kit';
 import type { ByteRange } from './AccessHazards.js';
 import { AccessHazards, byteRange } from './AccessHazards.js';
 import type { LinkName, LinkProfile } from './LinkProfile.js';

@@ -1,10 +1,12 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { DataPtr, HostBuffer } from '@stowage/core';
+import type { DataPtr } from '@stowage/core';
+import type { HostBuffer } from '@stowage/core/plugin-kit';
 import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve, UseAfterReleaseError } from '@stowage/core';
 import { describeAllocatorContract, patternBytes } from '@stowage/core/testing';
-import type { EngineName, LinkProfile, TimelineEntry } from '@stowage/lms';
-import { copyDurationNs, createSimulatedAllocator, LINK_PROFILES, LMS_CONTROLLER, LmsAllocator, lms, pin, SimulatedDevice, simulated, simulatedDeviceOf } from '@stowage/lms';
+import type { EngineName, LinkProfile, TimelineEntry } from '@stowage/lab';
+import { LmsController, LmsAllocator, lms, pin } from '@stowage/lms';
+import { copyDurationNs, createSimulatedAllocator, LINK_PROFILES, SimulatedDevice, simulated, simulatedDeviceOf } from '@stowage/lab';
 
 const MiB = 1 << 20;
 
@@ -435,7 +437,7 @@ describe('simulated (the sim device plugin)', () => {
       pin(s).release();
       return s;
     });
-    resolve(rt.container, LMS_CONTROLLER).endIteration();
+    resolve(rt.container, LmsController).endIteration();
     for (const [seed, s] of storages.entries()) {
       using guard = pin(s);
       expect(guard.isHeld).to.equal(true);

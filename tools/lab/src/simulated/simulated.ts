@@ -1,6 +1,8 @@
 import type { DependencyContainer } from 'tsyringe';
-import type { DeviceAllocatorOptions, DeviceAllocatorSpec, DeviceLike, HostBuffer, Plugin, Runtime, Token } from '@stowage/core';
-import { CachingAllocator, createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core';
+import type { DeviceLike, Plugin, Runtime, Token } from '@stowage/core';
+import type { DeviceAllocatorOptions, DeviceAllocatorSpec, HostBuffer } from '@stowage/core/plugin-kit';
+import { CachingAllocator } from '@stowage/core';
+import { createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core/plugin-kit';
 import type { LinkName, LinkProfile } from './LinkProfile.js';
 import { SimulatedDevice } from './SimulatedDevice.js';
 

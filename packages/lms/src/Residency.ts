@@ -1,10 +1,11 @@
-import type { BlockInspector, Device, PageOut, Pager, ReclaimTarget, StorageImpl } from '@stowage/core';
+import type { BlockInspector, Device, Pager, StorageImpl } from '@stowage/core';
+import type { PageOut, ReclaimTarget } from '@stowage/core/plugin-kit';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 import type { AllocSource } from './LmsStats.js';
 import { LmsStats } from './LmsStats.js';
 import type { LmsEventSource } from './LmsEvents.js';
 import { LmsEmitter } from './LmsEvents.js';
-import { LmsStorageImpl } from './LmsStorageImpl.js';
+import { StorageResidency } from './StorageResidency.js';
 import { ReclaimList } from './ReclaimList.js';
 import { Speculation } from './speculation/Speculation.js';
 import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
@@ -30,8 +31,8 @@ import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
  * `pinAsync` to wait for the page-outs in flight before its next pins (`settlePageOuts`), and `pinAsync` retries
  * a pin that ran out of memory once they landed.
  */
-export class LmsDevice {
-  readonly list = new ReclaimList<LmsStorageImpl>();
+export class Residency {
+  readonly list = new ReclaimList<StorageResidency>();
   readonly stats = new LmsStats();
   readonly #emitter = new LmsEmitter();
   /**
@@ -43,7 +44,7 @@ export class LmsDevice {
   unpinClock = 0;
   /** The step the last reclaim took, for `alloc_distribution`; reset by the allocator before each allocation. */
   lastStep: AllocSource | null = null;
-  readonly #reclaimed = new Set<LmsStorageImpl>();
+  readonly #reclaimed = new Set<StorageResidency>();
   readonly #policyOf: () => LmsPolicy;
   readonly speculation: SpeculationSettings;
   /** What learns the program's sequence (Note [Speculation]); null when nothing needs it; decided on first use. */
@@ -53,7 +54,7 @@ export class LmsDevice {
   /** A page-out was refused since the page-outs in flight last settled (Note [Page-outs the device refuses]). */
   #refusedSinceSettled = false;
   /** Storages whose page-out was refused during the current reclaim call. */
-  #refused: Set<LmsStorageImpl> | null = null;
+  #refused: Set<StorageResidency> | null = null;
 
   constructor(
     readonly device: Device,
@@ -115,7 +116,7 @@ export class LmsDevice {
     return this.#learner;
   }
 
-  /** The end of one iteration of the program's loop (LmsController#endIteration): learns it. */
+  /** The end of one iteration of the program's loop (Residencies#endIteration): learns it. */
   endIteration(): void {
     this.stats.iterations++;
     this.learner?.endIteration();
@@ -126,15 +127,15 @@ export class LmsDevice {
   }
 
   /** The storages reclaimed now (bytes in host memory, no device memory). */
-  get reclaimedStorages(): ReadonlySet<LmsStorageImpl> {
+  get reclaimedStorages(): ReadonlySet<StorageResidency> {
     return this.#reclaimed;
   }
 
-  rememberReclaimed(lms: LmsStorageImpl): void {
+  rememberReclaimed(lms: StorageResidency): void {
     this.#reclaimed.add(lms);
   }
 
-  forgetReclaimed(lms: LmsStorageImpl): void {
+  forgetReclaimed(lms: StorageResidency): void {
     this.#reclaimed.delete(lms);
   }
 
@@ -225,13 +226,13 @@ export class LmsDevice {
     const floor = learner.reclaimFloor!;
     const all = [...this.candidates(target)];
     let laterBytes = 0;
-    for (const candidate of all) if (candidate.nextUse! > floor && (candidate.storage.lms as LmsStorageImpl).reclaimPredicted) laterBytes += candidate.placement.size;
+    for (const candidate of all) if (candidate.nextUse! > floor && (candidate.storage.lms as StorageResidency).reclaimPredicted) laterBytes += candidate.placement.size;
     learner.checkPrefetchRoom(bytes, laterBytes);
     const request: ReclaimRequest = { device: this.device, bytes };
     const policy = this.policy;
     const one = policy.chooseOne(request, all);
     const chosen = one !== undefined ? [one] : policy.chooseFragments(request, all);
-    if (chosen.length === 0 || chosen.some((c) => c.nextUse === undefined || c.nextUse <= floor || !(c.storage.lms as LmsStorageImpl).reclaimPredicted)) learner.decline();
+    if (chosen.length === 0 || chosen.some((c) => c.nextUse === undefined || c.nextUse <= floor || !(c.storage.lms as StorageResidency).reclaimPredicted)) learner.decline();
     return this.#reclaimChosen(one !== undefined ? 'reclaim_one' : 'reclaim_fragments', chosen);
   }
 
@@ -240,7 +241,7 @@ export class LmsDevice {
     for (const candidate of chosen) {
       const lms = candidate.storage.lms;
       // A policy may only choose among the candidates it was offered: inactive storages of this device.
-      if (!(lms instanceof LmsStorageImpl) || lms.lmsDevice !== this || !this.list.has(lms)) continue;
+      if (!(lms instanceof StorageResidency) || lms.lmsDevice !== this || !this.list.has(lms)) continue;
       const bytes = lms.reclaim();
       if (bytes === 0) this.#refused?.add(lms);
       freed += bytes;

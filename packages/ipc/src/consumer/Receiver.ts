@@ -1,17 +1,20 @@
-import type { Allocator, DataPtr, Deleter, Runtime } from '@stowage/core';
+import type { Allocator, DataPtr, Runtime } from '@stowage/core';
+import type { Deleter } from '@stowage/core/plugin-kit';
 import { DisposedError, InvalidArgumentError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
 
-import type { CudaExport } from '../cuda/CudaIpcAllocator.js';
-import { cudaIpcAllocatorOf } from '../cuda/CudaIpcAllocator.js';
-import { takeFds } from '../cuda/descriptorFds.js';
-import { ReceivedStorage, receivedDataPtr, receivedDeleter } from '../queue/ReceivedStorage.js';
-import { SharedMappings } from '../queue/SharedMappings.js';
-import type { StorageDescriptor } from '../queue/StorageDescriptor.js';
 import type { CounterSlot } from '../refcount/CounterSlot.js';
 import { RefCounterClient } from '../refcount/RefCounterClient.js';
-import { FORGOTTEN_RELEASE_WARNING_CODE } from '../sent/Ipc.js';
+import { takeFds } from '../shm/descriptorFds.js';
 import { isProcessAlive } from '../shm/isProcessAlive.js';
 import { SharedMemoryFile } from '../shm/SharedMemoryFile.js';
+import type { CudaExport } from '../wire/CudaIpcAllocator.js';
+import { cudaIpcAllocatorOf } from '../wire/CudaIpcAllocator.js';
+import type { StorageDescriptor } from '../wire/StorageDescriptor.js';
+import { ReceivedStorage, receivedDataPtr, receivedDeleter } from './ReceivedStorage.js';
+import { SharedMappings } from './SharedMappings.js';
+
+/** The `code` of the warning emitted when a received storage was garbage-collected without its release. */
+export const FORGOTTEN_RELEASE_WARNING_CODE = 'STOWAGE_IPC_FORGOTTEN_RELEASE';
 
 /**
  * A received storage as the forgotten-release safety net sees it: one object per storage, at once its released

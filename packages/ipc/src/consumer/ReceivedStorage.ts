@@ -1,8 +1,9 @@
-import type { Deleter, StorageImpl, TensorImpl } from '@stowage/core';
+import type { StorageImpl, TensorImpl } from '@stowage/core';
+import type { Deleter } from '@stowage/core/plugin-kit';
 import { DataPtr, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 
 import type { CounterSlot } from '../refcount/CounterSlot.js';
-import type { StorageDescriptor } from './StorageDescriptor.js';
+import type { StorageDescriptor } from '../wire/StorageDescriptor.js';
 
 /** The context of a received DataPtr: the counter it releases into, and how to tell its owner it was released. */
 export interface ReceivedData {

@@ -1,13 +1,12 @@
-import type { MessagePort } from 'node:worker_threads';
-
 import type { DType } from '@stowage/core';
-import { DTYPE_ITEMSIZE, InvalidArgumentError } from '@stowage/core';
+import { InvalidArgumentError } from '@stowage/core';
+import { DTYPE_ITEMSIZE } from '@stowage/core/plugin-kit';
 
 import type { CounterSlot } from '../refcount/CounterSlot.js';
-import type { CudaExport } from '../cuda/CudaIpcAllocator.js';
-import { checkCudaExport } from '../cuda/CudaIpcAllocator.js';
 import { expectCounterSlot } from '../refcount/RefCounterFiles.js';
 import { SHARED_MEMORY_NAME } from '../shm/SharedMemoryFile.js';
+import type { CudaExport } from './CudaIpcAllocator.js';
+import { checkCudaExport } from './CudaIpcAllocator.js';
 
 /** Host memory shared between worker threads: a range of a SharedArrayBuffer (zero copy through postMessage). */
 export interface SabMemory {
@@ -21,7 +20,7 @@ export interface ShmMemory {
   readonly kind: 'shm';
   /** The object's name, as `SharedMemoryFile.open` takes it. */
   readonly name: string;
-  /** The object's inode: a consumer maps the object of this name only while it is this one (Note [Idle mappings]). */
+  /** The object's inode: a consumer maps the object of this name only while it is this one (Note [Idle mappings] in consumer/SharedMappings.ts). */
   readonly inode: number;
   readonly byteOffset: number;
 }
@@ -65,17 +64,6 @@ export interface StorageDescriptor {
   readonly slot: CounterSlot;
   readonly producer: ProducerIdentity;
 }
-
-/** What a StorageQueue posts on its port. */
-export type QueueMessage =
-  | { readonly stowage: 'ipc.storage'; readonly descriptor: StorageDescriptor }
-  /** Several puts in one message (Note [Batched puts] in StorageQueue.ts). */
-  | { readonly stowage: 'ipc.storages'; readonly descriptors: readonly StorageDescriptor[] }
-  | { readonly stowage: 'ipc.close' }
-  /** From the consumer: it took the file descriptors of the export sent with `slot`; the producer closes its copies. */
-  | { readonly stowage: 'ipc.ack'; readonly file: string; readonly slot: number }
-  /** Over a MessagePort, once per end: the sender's identity and its liveness port (Note [Dead consumers]). */
-  | { readonly stowage: 'ipc.hello'; readonly pid: number; readonly threadId: number; readonly alive: MessagePort };
 
 const isIndex = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { InvalidArgumentError } from '@stowage/core';
-import type { OfflineOp, OfflineTensorId, OfflineTrace } from '@stowage/lms';
-import { beladyMin, OfflineTraceRecorder } from '@stowage/lms';
+import type { OfflineOp, OfflineTensorId, OfflineTrace } from '@stowage/lab';
+import { beladyMin, OfflineTraceRecorder } from '@stowage/lab';
 
 const PAGE = 4096;
 

@@ -1,128 +1,78 @@
-import { MessageChannel } from 'node:worker_threads';
-import type { MessagePort } from 'node:worker_threads';
+import type { DataPtr, Device } from '@stowage/core';
+import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, StorageImpl, UseAfterReleaseError } from '@stowage/core';
+import { isAllocatorDeleter } from '@stowage/core/plugin-kit';
 
-import type { DataPtr, Device, MemoryReclaimer, Runtime } from '@stowage/core';
-import { DisposedError, ForeignPointerError, formatDevice, InvalidArgumentError, isAllocatorDeleter, StorageImpl, UseAfterReleaseError } from '@stowage/core';
-
-import type { CudaExport, CudaIpcAllocator } from '../cuda/CudaIpcAllocator.js';
-import { closeFds } from '../cuda/descriptorFds.js';
-import type { ReceivedStorage } from '../queue/ReceivedStorage.js';
-import { isReceivedDataPtr } from '../queue/ReceivedStorage.js';
-import type { StorageDescriptor } from '../queue/StorageDescriptor.js';
-import { Receiver } from '../received/Receiver.js';
 import type { CounterSlot } from '../refcount/CounterSlot.js';
-import type { RefCounterClient } from '../refcount/RefCounterClient.js';
 import { RefCounterFiles } from '../refcount/RefCounterFiles.js';
-import type { Ipc, IpcOptions } from './Ipc.js';
-import { LIMBO_WARNING_CODE } from './Ipc.js';
+import { closeFds } from '../shm/descriptorFds.js';
+import type { CudaExport, CudaIpcAllocator } from '../wire/CudaIpcAllocator.js';
 import { Limbo } from './Limbo.js';
-import type { IpcEvent, IpcEvents, IpcEventSource } from './IpcEvents.js';
-import { IpcEmitter } from './IpcEvents.js';
 import type { SentData, SentDataOwner } from './SentData.js';
 import { sentDeleter } from './SentData.js';
 
-// Note [Dead consumers]
-// A consumer that dies holding references must not pin the producer's memory forever (PyTorch: pytorch#19904).
-// Each counter slot records its holder (pid, threadId). `collect()` runs `RefCounterFiles#reclaimDead` with the
-// worker threads known to have ended, and a timer (unref'd: it never keeps the process alive) runs `collect()`
-// every `deadCheckIntervalMs` while the limbo is not empty, so the memory of a consumer that died comes back within
-// about a second without any call from the program. Processes are checked with `kill(pid, 0)`. Threads of this
-// process cannot be probed: each StorageQueue over a MessagePort sends the other end a *liveness port* (one end of
-// a fresh MessageChannel whose other end the sender's IPC keeps, unref'd, and never closes), and the receiving
-// end's IPC takes the sender's threadId as ended when that port's 'close' arrives (the thread's ports close with
-// it). The liveness ports are never closed explicitly (not even by dispose): two runtimes in one thread would
-// otherwise reclaim each other's references.
+/** The `code` of the warning emitted when the limbo passes `limboWarningBytes`. */
+export const LIMBO_WARNING_CODE = 'STOWAGE_IPC_LIMBO';
+
+/** What a {@link Sender} reports (IPC's events of the same names), with the allocation it concerns. */
+export type SenderEvent = 'sent' | 'enteredLimbo' | 'collected';
+
+/** Options of a {@link Sender}. */
+export interface SenderOptions {
+  /** `process.emitWarning` when the limbo grows past this many bytes. Default 1 GiB; `Infinity` never warns. */
+  readonly limboWarningBytes?: number;
+  /** Counters per ref-counter file. Default 4096. */
+  readonly slotsPerFile?: number;
+  /**
+   * Tells a pointer this runtime received from another thread or process (the consumer's mark): `send` refuses it
+   * with a message of its own (its producer frees it). Default: none is.
+   */
+  readonly isReceived?: (ptr: DataPtr) => boolean;
+  /** Told of each send, limbo entry and collection, once the sender's state is consistent. */
+  readonly report?: (event: SenderEvent, e: { readonly device: Device; readonly address: number; readonly bytes: number }) => void;
+}
 
 /**
- * Algorithm (after PyTorch's CUDA IPC refcounting, reference 002/003):
+ * The producer's side of a runtime's IPC (after PyTorch's CUDA IPC refcounting, reference 002/003):
  * - `send(storage)` takes ownership of the storage's DataPtr with `compareExchangeDeleter` (its allocator's
  *   deleter and context move into a {@link SentData}), hands out a counter slot and increments it. Each send gets
  *   its own slot (one slot, one holder: RefCounterClient).
  * - When the producer releases its storage, the sent deleter runs: with every slot at count 0 the allocation is
  *   freed through the displaced deleter and its slots are `done()`; otherwise it moves to the limbo.
- * - The limbo is collected (entries whose counts are all 0 are freed) by the engine's out-of-memory chain (this
- *   object is the runtime's `IpcCollector`), at every release of a sent DataPtr, and on `collect()`
- *   (`ipcCollect(rt)`). Collection also reclaims the references of consumer processes that died
- *   (`RefCounterFiles#reclaimDead`), except inside the out-of-memory chain's hot path where that scan is skipped
- *   when the limbo is empty.
+ * - The limbo is collected (entries whose counts are all 0 are freed) at every release of a sent DataPtr and on
+ *   `collect()`, which the runtime's IPC calls from the engine's out-of-memory chain, from `ipcCollect(rt)`, when
+ *   a consumer thread ended, and from its dead-consumer timer. `collect()` also reclaims the references of consumers that died
+ *   (`RefCounterFiles#reclaimDead`: Note [Dead consumers] in ThreadLiveness.ts) when the limbo is not empty.
+ * - An expandable CUDA segment's file descriptors stay open until the consumer took them (`exportTaken`) or the
+ *   slot is done (Note [CUDA over IPC] in consumer/Receiver.ts).
  * - `limboBytes` is what waits; the runtime's allocators report it as `limbo_bytes` in `memoryStats()`.
- * - The consumer's side (what other threads and processes sent this runtime) is its {@link Receiver}'s.
  *
  * Invariants: every SentData this object made is in exactly one state: live (producer storage not released),
  * in the limbo, or freed; limboBytes == Σ byteLength over the limbo.
  */
-export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposable {
+export class Sender implements SentDataOwner, Disposable {
   /** The producer's counters: one slot per send. */
   readonly counters: RefCounterFiles;
-  /** The consumer's side of counters this runtime receives. */
-  readonly client: RefCounterClient;
   readonly limboWarningBytes: number;
   readonly #limbo = new Limbo();
-  /** The consumer's side: what other threads and processes sent this runtime. */
-  readonly #receiver: Receiver;
-  readonly #emitter = new IpcEmitter();
-  readonly events: IpcEventSource = this.#emitter;
+  readonly #isReceived: (ptr: DataPtr) => boolean;
+  readonly #report: NonNullable<SenderOptions['report']> | undefined;
   #warned = false;
   #disposed = false;
   /** Every SentData not yet freed (live or in the limbo). */
   readonly #sent = new Set<SentData>();
-  /** Worker threads of this process that ended (their liveness port closed): Note [Dead consumers]. */
-  readonly #endedThreads = new Set<number>();
-  /** Liveness ports of other threads being watched, by threadId. */
-  readonly #watched = new Map<number, MessagePort>();
-  /** This thread's ends of the liveness ports it sent (kept, never closed). */
-  readonly #livenessPorts: MessagePort[] = [];
-  readonly #timer: ReturnType<typeof setInterval> | undefined;
   /** File descriptors of CUDA exports sent and not yet taken by their consumer, by slot (`file#slot`): Note [CUDA over IPC]. */
   readonly #exportedFds = new Map<string, readonly number[]>();
 
-  constructor(options: IpcOptions = {}) {
+  /** @throws InvalidArgumentError for a bad `limboWarningBytes` or `slotsPerFile` */
+  constructor(options: SenderOptions = {}) {
     const warningBytes = options.limboWarningBytes ?? 2 ** 30;
     if (typeof warningBytes !== 'number' || Number.isNaN(warningBytes) || warningBytes < 0) {
       throw new InvalidArgumentError('options.limboWarningBytes', warningBytes, 'a byte count ≥ 0, or Infinity');
     }
     this.limboWarningBytes = warningBytes;
     this.counters = new RefCounterFiles(options.slotsPerFile === undefined ? {} : { slotsPerFile: options.slotsPerFile });
-    this.#receiver = new Receiver((ptr, bytes) => this.#emit('received', { device: ptr.device, address: ptr.address, bytes }));
-    this.client = this.#receiver.client;
-    const interval = options.deadCheckIntervalMs ?? 1000;
-    if (!Number.isFinite(interval) || interval < 0) throw new InvalidArgumentError('options.deadCheckIntervalMs', interval, 'milliseconds ≥ 0 (0: no timer)');
-    if (interval > 0) {
-      this.#timer = setInterval(() => this.#checkDead(), interval);
-      this.#timer.unref();
-    }
-  }
-
-  /**
-   * A liveness port for another thread (Note [Dead consumers]): when this thread ends, the port's other end gets
-   * 'close'. The caller transfers it; this side's end stays open for the thread's life.
-   */
-  livenessPort(): MessagePort {
-    const { port1, port2 } = new MessageChannel();
-    port1.unref();
-    this.#livenessPorts.push(port1);
-    return port2;
-  }
-
-  /** Watches another thread's liveness port: when it closes, `threadId` counts as ended (its references reclaimed). */
-  watchThread(threadId: number, port: MessagePort): void {
-    if (this.#disposed || this.#watched.has(threadId) || this.#endedThreads.has(threadId)) {
-      port.close();
-      return;
-    }
-    this.#watched.set(threadId, port);
-    port.once('close', () => {
-      this.#watched.delete(threadId);
-      this.threadEnded(threadId);
-    });
-    port.start();
-    port.unref();
-  }
-
-  /** Says that worker thread `threadId` of this process ended: its references are reclaimed at the next collection, which runs now. */
-  threadEnded(threadId: number): void {
-    this.#endedThreads.add(threadId);
-    this.collect();
+    this.#isReceived = options.isReceived ?? (() => false);
+    this.#report = options.report;
   }
 
   /**
@@ -170,7 +120,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     const slot = this.counters.allocate();
     this.counters.increment(slot);
     sent.slots.push(slot);
-    this.#emit('sent', { device: sent.device, address: ptr.address, bytes: sent.byteLength });
+    this.#report?.('sent', { device: sent.device, address: ptr.address, bytes: sent.byteLength });
     return slot;
   }
 
@@ -227,19 +177,13 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
 
   /**
    * Collects the limbo: frees every allocation (on `device`, or on every device) whose counters are all 0, after
-   * reclaiming the references of consumer processes that died, and unmaps the consumer's idle mappings (Note [Idle
-   * mappings] in SharedMappings.ts). Returns the bytes freed.
+   * reclaiming, when the limbo is not empty, the references of consumer processes that died and of the worker
+   * threads in `endedThreads`. Returns the bytes freed; 0 after dispose.
    */
-  collect(device?: Device): number {
+  collect(device: Device | undefined, endedThreads: ReadonlySet<number>): number {
     if (this.#disposed) return 0;
-    this.#receiver.closeIdleMappings();
-    if (this.#limbo.size > 0) this.counters.reclaimDead(this.#endedThreads);
+    if (this.#limbo.size > 0) this.counters.reclaimDead(endedThreads);
     return this.#collect(device);
-  }
-
-  /** Makes a storage of a descriptor another thread put: see {@link Receiver.receive}. */
-  receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage {
-    return this.#receiver.receive(rt, descriptor);
   }
 
   /** Runs `fn` with `ptr`'s allocator deleter in place (its owner checks it), when `ptr` was sent before. */
@@ -255,42 +199,28 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     }
   }
 
-  /** Gives back a descriptor's reference without making a storage: see {@link Receiver.dropReference}. */
-  dropReference(slot: CounterSlot): void {
-    this.#receiver.dropReference(slot);
-  }
-
-  /** MemoryReclaimer (the engine's out-of-memory chain, as the runtime's IpcCollector). */
-  reclaim(device: Device): number {
-    return this.collect(device);
-  }
-
   /** SentDataOwner: the producer's storage released a sent DataPtr. */
   producerReleased(sent: SentData): void {
     sent.released = true;
     if (this.#disposed || this.#unreferenced(sent)) this.#free(sent);
     else {
       this.#limbo.add(sent);
-      this.#emit('enteredLimbo', { device: sent.device, address: sent.ptr.address, bytes: sent.byteLength });
+      this.#report?.('enteredLimbo', { device: sent.device, address: sent.ptr.address, bytes: sent.byteLength });
       this.#checkWarning();
     }
     this.#collect(); // Every free of a shared block collects (PyTorch: CudaIPCSentData's destructor).
   }
 
   /**
-   * Frees what the limbo holds whatever its counts (the runtime is going away: its allocators free their
-   * memory anyway) and closes the counter files. Idempotent.
+   * Closes the descriptors of exports not yet taken, frees what the limbo holds whatever its counts (the runtime is
+   * going away: its allocators free their memory anyway) and closes the counter files. Idempotent.
    */
   dispose(): void {
     if (this.#disposed) return;
     this.#disposed = true;
-    if (this.#timer !== undefined) clearInterval(this.#timer);
-    for (const port of this.#watched.values()) port.close();
     for (const fds of this.#exportedFds.values()) closeFds(fds);
     this.#exportedFds.clear();
-    this.#watched.clear();
     for (const sent of this.#limbo.entries()) this.#free(sent);
-    this.#receiver.dispose();
     this.counters.close();
   }
 
@@ -326,7 +256,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
 
   /** @throws InvalidArgumentError for a received pointer, or one no allocator owns */
   #checkOwnable(ptr: DataPtr): void {
-    if (isReceivedDataPtr(ptr)) {
+    if (this.#isReceived(ptr)) {
       throw new InvalidArgumentError(
         'storage',
         'a received storage',
@@ -349,17 +279,12 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       this.#limbo.delete(sent);
       this.#free(sent);
       freed += sent.byteLength;
-      this.#emit('collected', { device: sent.device, address: sent.ptr.address, bytes: sent.byteLength });
+      this.#report?.('collected', { device: sent.device, address: sent.ptr.address, bytes: sent.byteLength });
     }
     if (freed > 0) this.#checkWarning();
     return freed;
   }
 
-  #emit(event: Exclude<keyof IpcEvents, 'listenerFailed'>, e: IpcEvent): void {
-    if (this.#emitter.listenerCount(event) > 0) this.#emitter.safeEmit(event, e);
-  }
-
-  /** True when every slot of `sent` is at count 0 (or the counters are gone). */
   /**
    * Whether a consumer received (acquired) a reference to `sent` and holds it still. What is in flight does not
    * count: once the counter files are closed with the runtime, a descriptor still in flight cannot be received.
@@ -369,6 +294,7 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
     return sent.slots.some((slot) => this.counters.held(slot) > 0);
   }
 
+  /** True when every slot of `sent` is at count 0 (or the counters are gone). */
   #unreferenced(sent: SentData): boolean {
     if (this.#disposed) return true;
     return sent.slots.every((slot) => this.counters.count(slot) === 0);
@@ -392,16 +318,6 @@ export class IpcService implements Ipc, SentDataOwner, MemoryReclaimer, Disposab
       this.counters.done(slot);
     }
     sent.originalDeleter?.(sent.originalContext);
-  }
-
-  /** The timer's tick: Note [Dead consumers]. */
-  #checkDead(): void {
-    if (this.#disposed || this.#limbo.size === 0) return;
-    try {
-      this.collect();
-    } catch (error) {
-      process.emitWarning(`The IPC dead-consumer check failed: ${(error as Error).message}`, { type: 'StowageIpcWarning' });
-    }
   }
 
   #checkWarning(): void {

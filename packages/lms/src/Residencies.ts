@@ -1,0 +1,79 @@
+import type { Allocator, Device, DeviceServices } from '@stowage/core';
+import type { LmsController } from './LmsController.js';
+import type { MemoryReclaimer, ReclaimTarget } from '@stowage/core/plugin-kit';
+import { BlockInspector, formatDevice, Pager } from '@stowage/core';
+import { LmsAllocator } from './LmsAllocator.js';
+import type { Residency } from './Residency.js';
+import type { LmsPolicy } from './LmsPolicy.js';
+import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
+import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
+
+/**
+ * LMS in one runtime (its {@link LmsController}): the residency of every device that pages. Wraps each such
+ * device's allocator in an {@link LmsAllocator} (an AllocatorDecorator), and is the runtime's LmsReclaimer: the
+ * caching engine's out-of-memory chain calls `reclaim` on it.
+ */
+export class Residencies implements LmsController, MemoryReclaimer {
+  readonly #devices = new Map<string, Residency>();
+  readonly #policyOf: () => LmsPolicy;
+  readonly #speculation: SpeculationSettings;
+
+  /**
+   * `policyOf` resolves the policy on first use (a plugin registered after `lms()` can still replace it);
+   * `speculation` says what to do with the learned sequence (off by default).
+   */
+  constructor(policyOf: () => LmsPolicy, speculation: SpeculationSettings = SPECULATION_OFF) {
+    let policy: LmsPolicy | undefined;
+    this.#policyOf = () => (policy ??= policyOf());
+    this.#speculation = speculation;
+  }
+
+  /** What LMS does with the sequence it learns (Note [Speculation]). */
+  get speculation(): SpeculationSettings {
+    return this.#speculation;
+  }
+
+  /** The policy this runtime's LMS uses. */
+  get policy(): LmsPolicy {
+    return this.#policyOf();
+  }
+
+  /**
+   * The allocator under LMS when its device can page (it offers the Pager and BlockInspector services);
+   * otherwise the allocator itself, unchanged.
+   */
+  wrap(allocator: Allocator, device: Device, services: DeviceServices): Allocator {
+    const pager = services.get(Pager);
+    const inspector = services.get(BlockInspector);
+    if (pager === undefined || inspector === undefined) return allocator;
+    const wrapped = new LmsAllocator(allocator, pager, inspector, this.#policyOf, this.#speculation);
+    this.#devices.set(formatDevice(device), wrapped.lms);
+    return wrapped;
+  }
+
+  /** LMS on `device`, or undefined when no allocator of it pages. */
+  device(device: Device): Residency | undefined {
+    return this.#devices.get(formatDevice(device));
+  }
+
+  reclaim(device: Device, requestedBytes: number, target?: ReclaimTarget): number {
+    return this.device(device)?.reclaim(requestedBytes, target) ?? 0;
+  }
+
+  /**
+   * Marks the end of one iteration of the program's loop (a training step) on every device: the sequence of pins
+   * since the last mark is learned, and the next iteration is predicted from it (Note [Speculation]). Call it at
+   * the same point of every iteration; a program that never calls it gets no predictions.
+   */
+  endIteration(): void {
+    for (const lms of this.#devices.values()) lms.endIteration();
+  }
+
+  /** Reclaims every inactive storage on `device` (every device when absent); returns the bytes freed. */
+  reclaimInactive(device?: Device): number {
+    if (device !== undefined) return this.device(device)?.reclaimAll() ?? 0;
+    let freed = 0;
+    for (const lms of this.#devices.values()) freed += lms.reclaimAll();
+    return freed;
+  }
+}
