@@ -43,6 +43,20 @@ export interface WebGpuMemoryBackendOptions {
   readonly onLost?: (error: DeviceError) => void;
 }
 
+/** A page-out's read through a staging buffer (`pageOutRead`). */
+export interface StagedRead {
+  /** Resolves with the bytes once the staging buffer mapped; rejects when the copy failed or was cancelled. */
+  readonly bytes: Promise<Uint8Array>;
+  /** Destroys the staging buffer now, unless the bytes were copied out already; `bytes` then rejects. */
+  cancel(): void;
+}
+
+/** Where a read through a staging buffer stands: cancelled (its buffer destroyed) or settled (buffer given back). */
+interface ReadState {
+  cancelled: boolean;
+  settled: boolean;
+}
+
 /** Bytes of the byte-copy kernel's params buffer, made with the backend and alive until it is disposed. */
 const KERNEL_PARAMS_BYTES = 16;
 
@@ -110,7 +124,8 @@ interface EpochEvent extends BackendEvent {
  *   refused (null; LMS counts `page_out_refused`) and LMS reclaims another storage instead: one whose host copy exists
  *   copies nothing and needs no staging. The reserve is what keeps page-outs possible when segments fill their
  *   share, and bounds the bytes of page-outs in flight. Once mapped and copied out, a staging buffer is pooled
- *   (within the budget, up to 64 MiB, given back on demand) or destroyed.
+ *   (within the budget, up to 64 MiB, given back on demand) or destroyed. A page-out whose bytes nobody wants any
+ *   more (LMS released or rewrote the storage) is cancelled: its staging buffer is destroyed and uncounted at once.
  * - A host read (`read`) records its copy at once, as every transfer does, so it cannot wait for room: when its
  *   staging does not fit after the pool was given back, it reads beyond the budget and counts
  *   `reads_over_budget` (under LMS, `runtime.read` of a reclaimed storage reads its host copy and needs none).
@@ -237,6 +252,15 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   /** From now on segments leave `pagingReserveBytes` of the budget to page-out staging (the pager's enablePaging). */
   enablePaging(): void {
     this.#pagingEnabled = true;
+  }
+
+  /**
+   * Bytes a new segment may take now within the budget (Note [One budget]), counting pooled staging and the scratch
+   * buffer as room (`malloc` gives them back first); infinite without a budget. The engine's own limit may be less.
+   */
+  get segmentHeadroomBytes(): number {
+    const inFlight = this.#readback.liveBytes - this.#readback.pooledBytes;
+    return this.#budgetBytes - this.#reservedBytes - Math.max(inFlight, this.pagingReserveBytes);
   }
 
   /** The figures of Note [One budget], for `memoryStats()`. */
@@ -419,18 +443,31 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   }
 
   /**
-   * As `read`, for an LMS page-out: null (nothing recorded) when the staging buffer
-   * would pass the budget even after the pool was given back (Note [One budget]).
+   * As `read`, for an LMS page-out: null (nothing recorded) when the staging buffer would pass the budget even
+   * after the pool was given back (Note [One budget]). `cancel()` destroys the staging buffer of a page-out whose
+   * bytes are no longer wanted, giving its room back at once.
    */
-  pageOutRead(src: GPUBuffer, srcOffset: number, byteLength: number): Promise<Uint8Array> | null {
-    if (this.#lost) return Promise.reject(this.#lost); // the page-out's caller sees it on `done`
+  pageOutRead(src: GPUBuffer, srcOffset: number, byteLength: number): StagedRead | null {
+    if (this.#lost) return { bytes: Promise.reject(this.#lost), cancel: () => {} }; // the page-out's caller sees it on `done`
     const length = alignedLength(srcOffset, byteLength);
     if (!this.#stagingFits(length)) return null;
-    return this.#readThrough(this.#takeStaging(length), src, srcOffset, byteLength);
+    const staging = this.#takeStaging(length);
+    const state: ReadState = { cancelled: false, settled: false };
+    return {
+      bytes: this.#readThrough(staging, src, srcOffset, byteLength, state),
+      cancel: () => {
+        if (state.cancelled || state.settled) return;
+        state.cancelled = true;
+        this.#readback.discard(staging); // a pending mapAsync rejects; the queue's copy into it still runs
+      },
+    };
   }
 
-  /** Records the copy of `src`'s words into `staging` and submits it at once; resolves with the bytes once mapped. */
-  async #readThrough(staging: GPUBuffer, src: GPUBuffer, srcOffset: number, byteLength: number): Promise<Uint8Array> {
+  /**
+   * Records the copy of `src`'s words into `staging` and submits it at once; resolves with the bytes once mapped.
+   * `state.cancelled`: the staging buffer was destroyed meanwhile (rejects, touching nothing).
+   */
+  async #readThrough(staging: GPUBuffer, src: GPUBuffer, srcOffset: number, byteLength: number, state: ReadState = { cancelled: false, settled: false }): Promise<Uint8Array> {
     const start = Math.floor(srcOffset / 4) * 4;
     const length = alignedLength(srcOffset, byteLength);
     // A copy the device rejects (a buffer the caller destroyed, say) must not hand back what the staging buffer
@@ -450,6 +487,8 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     } catch (error) {
       failure = error;
     }
+    if (state.cancelled) throw new DeviceError(`The page-out of ${formatBytes(byteLength)} was cancelled: its bytes were no longer wanted.`);
+    state.settled = true;
     if (failure !== undefined) {
       if (staging.mapState === 'mapped') staging.unmap();
       this.#readback.discard(staging); // never pooled again

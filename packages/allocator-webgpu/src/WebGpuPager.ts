@@ -1,18 +1,25 @@
 import type { DataPtr, Device, Pager } from '@stowage/core';
 import type { PageOut } from '@stowage/core/plugin-kit';
-import type { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
+import type { StagedRead, WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
 
 /** A page-out in flight on the queue; `bytes` is set when the staging buffer's mapAsync resolves. */
 class WebGpuPageOut implements PageOut {
   bytes: Uint8Array | null = null;
   readonly done: Promise<Uint8Array>;
+  readonly #read: StagedRead;
 
   constructor(
     readonly byteLength: number,
-    read: Promise<Uint8Array>,
+    read: StagedRead,
   ) {
-    this.done = read.then((bytes) => (this.bytes = bytes));
+    this.#read = read;
+    this.done = read.bytes.then((bytes) => (this.bytes = bytes));
     this.done.catch(() => {}); // a failure is the awaiting caller's to see, never an unhandled rejection
+  }
+
+  /** Destroys the staging buffer of a copy still in flight, giving its room in the budget back now. */
+  cancel(): void {
+    if (this.bytes === null) this.#read.cancel();
   }
 }
 

@@ -27,9 +27,11 @@ import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
  * refuses one that has no room (`pageOut` returns null). The refused storage stays as it was, and the step is
  * taken again without it, so the policy's next choice — a storage whose host copy exists copies nothing and needs
  * no room — serves instead; when nothing can be reclaimed the engine's chain ends in OutOfMemoryError. Reclaiming
- * a storage whose copy is still in flight gains nothing on such a device until it lands, so a refusal also asks
- * `pinAsync` to wait for the page-outs in flight before its next pins (`settlePageOuts`), and `pinAsync` retries
- * a pin that ran out of memory once they landed.
+ * a storage whose copy is still in flight gains nothing on such a device until it lands, so `pinAsync` waits for
+ * the page-outs in flight (`settlePageOuts`) before its pins and after them (its page-ins' reclaims start some,
+ * and the operation's allocations follow synchronously), and retries a pin that ran out of memory once they
+ * landed. A storage released or rewritten while its page-out is in flight cancels it (`PageOut.cancel`): the
+ * device's room comes back at once.
  */
 export class Residency {
   readonly list = new ReclaimList<StorageResidency>();

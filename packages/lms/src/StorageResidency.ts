@@ -225,17 +225,20 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
   /**
    * Starts the page-out of an inactive storage now and keeps it resident (a speculative page-out, Note
    * [Speculation]): a later reclaim only frees its block. Nothing happens when a host copy is valid already, or
-   * the block is not one the allocator placed (it is never reclaimed).
+   * the block is not one the allocator placed (it is never reclaimed). Returns false when the pager refused the
+   * copy for lack of room on the device (Note [Page-outs the device refuses] in Residency.ts): it may succeed once
+   * the page-outs in flight landed (`Residency#settlePageOuts`); true otherwise.
    */
-  pageOutEarly(): void {
-    if (this.#state !== 'inactive' || this.#host !== null || this.#released) return;
+  pageOutEarly(): boolean {
+    if (this.#state !== 'inactive' || this.#host !== null || this.#released) return true;
     const device = this.lmsDevice;
     const ptr = this.storage.peekDataPtr();
-    if (device.inspector.describeBlock(ptr) === undefined) return;
-    if (!this.#startPageOut(ptr)) return; // no room for the copy now: the reclaim makes it, if one comes
+    if (device.inspector.describeBlock(ptr) === undefined) return true;
+    if (!this.#startPageOut(ptr)) return false; // no room for the copy now: the reclaim makes it, if one comes
     this.#hostUnusedSpeculation = true;
     device.stats.speculativePageOut++;
     device.stats.speculativePageOutBytes += ptr.byteLength;
+    return true;
   }
 
   /**
@@ -361,6 +364,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
 
   #dropHostCopy(): void {
     const stats = this.lmsDevice.stats;
+    if (this.#host!.bytes === null) this.#host!.cancel?.(); // in flight: its device memory (staging) goes back now
     stats.hostBytes -= this.#host!.byteLength;
     if (this.#hostUnusedSpeculation) {
       this.#hostUnusedSpeculation = false;

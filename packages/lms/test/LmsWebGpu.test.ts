@@ -141,6 +141,23 @@ describe('LMS on WebGPU', function () {
     await expectBytes(rt, resident, 1);
   });
 
+  it('gives the staging buffer of a page-out in flight back at once when its storage is released or rewritten', async function () {
+    await using rt = await lmsRuntime(this);
+    const released = reclaimedInFlight(rt, 1);
+    const staging = stat(rt, 'staging_bytes.current');
+    expect(staging - stat(rt, 'staging_bytes.pooled'), 'the page-out holds its staging buffer').to.be.at.least(STORAGE_BYTES);
+    released.release();
+    expect(stat(rt, 'staging_bytes.current'), 'released: its copy is cancelled').to.equal(staging - STORAGE_BYTES);
+    const rewritten = inactiveStorage(rt, 2);
+    expect(lmsOf(rewritten).pageOutEarly(), 'a speculative page-out').to.equal(true);
+    const inFlight = stat(rt, 'staging_bytes.current');
+    rt.write(rewritten, patternBytes(STORAGE_BYTES, 3)); // the copy in flight is stale now
+    expect(stat(rt, 'staging_bytes.current'), 'rewritten: its copy is cancelled').to.equal(inFlight - STORAGE_BYTES);
+    await lmsOf(rewritten).hostCopySettled();
+    expect(lmsOf(rewritten).hostCopyReady).to.equal(false);
+    await expectBytes(rt, rewritten, 3);
+  });
+
   it('waits in rt.read for a storage whose page-out is in flight and returns its bytes from the host copy, leaving it reclaimed', async function () {
     await using rt = await lmsRuntime(this);
     const storage = reclaimedInFlight(rt, 3);

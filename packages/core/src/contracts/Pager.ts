@@ -11,8 +11,14 @@ export interface PageOut {
   readonly byteLength: number;
   /** The bytes once they are in host memory; null while the copy is in flight. */
   readonly bytes: Uint8Array | null;
-  /** Resolves with the bytes once they are in host memory; rejects when the device failed the copy. */
+  /** Resolves with the bytes once they are in host memory; rejects when the device failed the copy or it was cancelled. */
   readonly done: Promise<Uint8Array>;
+  /**
+   * Gives up a copy still in flight whose bytes nobody wants any more (the storage was released or rewritten):
+   * device memory the copy holds until it lands (WebGPU's staging buffer) goes back at once, and `done` rejects.
+   * Does nothing once the bytes are on the host. Optional: a device whose page-outs hold nothing need not offer it.
+   */
+  cancel?(): void;
 }
 
 /**
