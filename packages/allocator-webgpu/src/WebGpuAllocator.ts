@@ -1,4 +1,4 @@
-import type { AllocateOptions, CachingAllocatorOptions, DeviceError } from '@stowage/core';
+import type { AllocateOptions, AllocatorStats, CachingAllocatorOptions, DeviceError } from '@stowage/core';
 import type { Deleter } from '@stowage/core/plugin-kit';
 import { CachingAllocator, DataPtr, DeviceMismatchError, ForwardingAllocator, formatDevice, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
 import { isSameDevice } from '@stowage/core/plugin-kit';
@@ -152,6 +152,15 @@ export class WebGpuAllocator extends ForwardingAllocator {
     const max = this.backend.maxStorageBufferBindingSize;
     if (ptr.byteLength > max) throw new InvalidArgumentError('ptr.byteLength', ptr.byteLength, `at most maxStorageBufferBindingSize (${max}) to bind whole`);
     return { buffer: ptr.handle as GPUBuffer, offset: ptr.byteOffset, size: Math.ceil(ptr.byteLength / 4) * 4 };
+  }
+
+  /**
+   * The engine's statistics with the device's (Note [One budget] in WebGpuMemoryBackend.ts): `device_bytes.*`
+   * (segments plus staging and scratch), `staging_bytes.*`, `transfer_bytes.current`, `budget_bytes`,
+   * `paging_reserve_bytes`, `reads_over_budget`.
+   */
+  override memoryStats(): AllocatorStats {
+    return { ...super.memoryStats(), ...this.backend.deviceStats() };
   }
 
   /** Releases the cached segments, and the scratch and readback buffers of host transfers. */

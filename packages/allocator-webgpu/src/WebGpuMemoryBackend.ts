@@ -24,12 +24,60 @@ export interface WebGpuMemoryBackendOptions {
    * false: a refusal is learnt from the error scope.
    */
   readonly mappedSegments?: boolean;
+  /**
+   * The device's one budget in bytes (the plugin's `limit`): segments, staging and scratch buffers together stay
+   * within it (Note [One budget]). Default: none (only the engine's `memoryLimit` bounds segments).
+   */
+  readonly budgetBytes?: number;
+  /**
+   * Bytes of the budget kept for LMS page-out staging while a residency service pages this device
+   * (`pager.enablePaging()`): segments then stay within `budgetBytes - pagingReserveBytes` (Note [One budget]).
+   * Default 0.
+   */
+  readonly pagingReserveBytes?: number;
   /** Keeps alive objects the device depends on (the `webgpu` package's GPU object must outlive its devices). */
   readonly keepAlive?: unknown;
   /** Called when the device rejected a segment it created (out-of-memory or validation error scope). */
   readonly onSegmentFailed?: (buffer: GPUBuffer, error: DeviceError) => void;
   /** Called once when the device is lost. */
   readonly onLost?: (error: DeviceError) => void;
+}
+
+/** A page-out's read through a staging buffer (`pageOutRead`). */
+export interface StagedRead {
+  /** Resolves with the bytes once the staging buffer mapped; rejects when the copy failed or was cancelled. */
+  readonly bytes: Promise<Uint8Array>;
+  /** Destroys the staging buffer now, unless the bytes were copied out already; `bytes` then rejects. */
+  cancel(): void;
+}
+
+/** Where a read through a staging buffer stands: cancelled (its buffer destroyed) or settled (buffer given back). */
+interface ReadState {
+  cancelled: boolean;
+  settled: boolean;
+}
+
+/** Bytes of the byte-copy kernel's params buffer, made with the backend and alive until it is disposed. */
+const KERNEL_PARAMS_BYTES = 16;
+
+/** The figures of Note [One budget], merged into the allocator's `memoryStats()` (the package README lists them). */
+export interface WebGpuDeviceStats {
+  /** Segments plus transfer buffers: every byte Stowage holds on the device (the budget bounds it). */
+  readonly 'device_bytes.current': number;
+  readonly 'device_bytes.peak': number;
+  /** Readback (MAP_READ) staging buffers alive: page-outs and host reads in flight, and pooled ones. */
+  readonly 'staging_bytes.current': number;
+  readonly 'staging_bytes.peak': number;
+  /** Of staging_bytes.current, the idle pooled buffers, given back to the device when the budget needs room. */
+  readonly 'staging_bytes.pooled': number;
+  /** Staging, scratch and kernel-params buffers: what the device holds outside segments. */
+  readonly 'transfer_bytes.current': number;
+  /** The device's budget (-1 when it has none). */
+  readonly budget_bytes: number;
+  /** Bytes of the budget kept for page-out staging now (0 until LMS pages the device). */
+  readonly paging_reserve_bytes: number;
+  /** Host reads that found no room in the budget and read through staging beyond it (Note [One budget]). */
+  readonly reads_over_budget: number;
 }
 
 interface EpochEvent extends BackendEvent {
@@ -61,8 +109,30 @@ interface EpochEvent extends BackendEvent {
  * That is the caller's promise that no unsubmitted encoder names the block; a `queue.writeBuffer` for its next
  * owner then runs after every command buffer that used it.
  *
+ * Note [One budget]: the device's budget B (the plugin's `limit`) bounds every buffer Stowage creates on it:
+ * segments, the readback staging of host reads and LMS page-outs (in flight or pooled), the scratch buffer and
+ * the byte-copy kernel's params (16 bytes made with the backend: counted, but left out of the checks below). The engine bounds its segments by its `memoryLimit` (B); this backend bounds the
+ * sum, so the engine needs to know nothing of staging:
+ * - `malloc` has room for a segment of n bytes only while reserved + n + max(transfer, reserve) <= B, where
+ *   transfer is every byte outside segments and reserve is the part of B kept for page-out staging while LMS pages
+ *   this device (`pagingReserveBytes`, 0 without LMS). It first gives pooled staging and the scratch buffer back
+ *   to the device when that makes room; otherwise it answers "no room" and the engine runs its out-of-memory chain
+ *   (release the cache, reclaim LMS storages, retry) as for the engine's own limit.
+ * - A page-out (`pageOutRead`) must hold its bytes on the device, in a staging buffer, until `mapAsync` resolves:
+ *   reclaiming a storage whose bytes are not yet on the host gains nothing until then. Its staging buffer is made
+ *   only when reserved + transfer + its size <= B (after giving pooled staging back); otherwise the page-out is
+ *   refused (null; LMS counts `page_out_refused`) and LMS reclaims another storage instead: one whose host copy exists
+ *   copies nothing and needs no staging. The reserve is what keeps page-outs possible when segments fill their
+ *   share, and bounds the bytes of page-outs in flight. Once mapped and copied out, a staging buffer is pooled
+ *   (within the budget, up to 64 MiB, given back on demand) or destroyed. A page-out whose bytes nobody wants any
+ *   more (LMS released or rewrote the storage) is cancelled: its staging buffer is destroyed and uncounted at once.
+ * - A host read (`read`) records its copy at once, as every transfer does, so it cannot wait for room: when its
+ *   staging does not fit after the pool was given back, it reads beyond the budget and counts
+ *   `reads_over_budget` (under LMS, `runtime.read` of a reclaimed storage reads its host copy and needs none).
+ *
  * Invariants: reservedBytes == sum of live segment sizes; reservedBytes <= capacityBytes when one was given
- * (malloc returns null past it). The allocator's budget is not here: the engine enforces its `memoryLimit`.
+ * (malloc returns null past it); reservedBytes + transferBytes <= budgetBytes + 16 (the kernel's params) but for host reads counted in
+ * `reads_over_budget` (Note [One budget]).
  */
 export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   readonly device: Device;
@@ -106,6 +176,13 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   /** Segments the device refused at once so far (Note [The device says no]). */
   refusedSegments = 0;
   #reservedBytes = 0;
+  /** The device's budget (Note [One budget]); infinite when none was given. */
+  readonly #budgetBytes: number;
+  /** Bytes kept for page-out staging once paging is enabled (Note [One budget]). */
+  readonly #pagingReserveBytes: number;
+  #pagingEnabled = false;
+  #devicePeakBytes = 0;
+  #readsOverBudget = 0;
   #ceiling = Number.POSITIVE_INFINITY;
   #createdBuffers = 0;
   #lost: DeviceError | undefined;
@@ -127,12 +204,15 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.maxBufferSize = options.maxBufferSize ?? gpu.limits.maxBufferSize;
     this.maxStorageBufferBindingSize = gpu.limits.maxStorageBufferBindingSize;
     this.keepAlive = options.keepAlive;
+    this.#budgetBytes = options.budgetBytes ?? Number.POSITIVE_INFINITY;
+    this.#pagingReserveBytes = Math.max(0, Math.min(options.pagingReserveBytes ?? 0, this.#budgetBytes));
     this.#epochs = SubmitCounter.acquire(gpu.queue);
     this.#epochs.addBeforeSubmit(this.#flushPending);
     const submit = this.#epochs.submitUncounted;
     this.#submit = submit;
     this.#readback = new StagingPool(gpu, 64 << 20, this.maxBufferSize);
     this.#kernel = new ByteCopyKernel(gpu, gpu.limits.minStorageBufferOffsetAlignment, submit);
+    this.#noteDeviceBytes();
     void gpu.lost.then((info) => {
       if (this.#disposed) return;
       this.#lost = new DeviceError(`The WebGPU device was lost (${info.reason}): ${info.message || 'no message'}. Its memory is gone; create a new device.`);
@@ -147,6 +227,55 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
 
   get reservedBytes(): number {
     return this.#reservedBytes;
+  }
+
+  /** Bytes Stowage holds on the device outside segments: staging (in flight and pooled), scratch, kernel params. */
+  get transferBytes(): number {
+    return this.#readback.liveBytes + (this.#scratch?.size ?? 0) + KERNEL_PARAMS_BYTES;
+  }
+
+  /** Segments plus transfer buffers: every byte Stowage holds on the device now (Note [One budget]). */
+  get deviceBytes(): number {
+    return this.#reservedBytes + this.transferBytes;
+  }
+
+  /** The device's budget; infinite when none was given. */
+  get budgetBytes(): number {
+    return this.#budgetBytes;
+  }
+
+  /** Bytes of the budget kept for page-out staging now: the reserve once paging is enabled, else 0. */
+  get pagingReserveBytes(): number {
+    return this.#pagingEnabled ? this.#pagingReserveBytes : 0;
+  }
+
+  /** From now on segments leave `pagingReserveBytes` of the budget to page-out staging (the pager's enablePaging). */
+  enablePaging(): void {
+    this.#pagingEnabled = true;
+  }
+
+  /**
+   * Bytes a new segment may take now within the budget (Note [One budget]), counting pooled staging and the scratch
+   * buffer as room (`malloc` gives them back first); infinite without a budget. The engine's own limit may be less.
+   */
+  get segmentHeadroomBytes(): number {
+    const inFlight = this.#readback.liveBytes - this.#readback.pooledBytes;
+    return this.#budgetBytes - this.#reservedBytes - Math.max(inFlight, this.pagingReserveBytes);
+  }
+
+  /** The figures of Note [One budget], for `memoryStats()`. */
+  deviceStats(): WebGpuDeviceStats {
+    return {
+      'device_bytes.current': this.deviceBytes,
+      'device_bytes.peak': this.#devicePeakBytes,
+      'staging_bytes.current': this.#readback.liveBytes,
+      'staging_bytes.peak': this.#readback.peakBytes,
+      'staging_bytes.pooled': this.#readback.pooledBytes,
+      'transfer_bytes.current': this.transferBytes,
+      budget_bytes: Number.isFinite(this.#budgetBytes) ? this.#budgetBytes : -1,
+      paging_reserve_bytes: this.pagingReserveBytes,
+      reads_over_budget: this.#readsOverBudget,
+    };
   }
 
   /** `createBuffer` calls for segments so far (staging and scratch buffers not counted). */
@@ -189,6 +318,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     if (byteLength > this.maxBufferSize) return null;
     if (this.capacityBytes !== undefined && this.#reservedBytes + byteLength > this.capacityBytes) return null;
     if (this.#reservedBytes + byteLength > this.#ceiling) return null;
+    if (!this.#segmentFits(byteLength)) return null;
     const gpu = this.gpuDevice;
     const usage = KIND_FLAGS[options.kind ?? 0];
     if (usage === undefined) throw new InvalidArgumentError('options.kind', options.kind, `a segment kind of this backend (0 to ${KIND_FLAGS.length - 1})`);
@@ -219,6 +349,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     WebGpuMemoryBackend.#deviceOf.set(buffer, this.gpuDevice);
     this.#createdBuffers++;
     this.#reservedBytes += byteLength;
+    this.#noteDeviceBytes();
     return { handle: buffer, byteOffset: 0, address: this.takeAddress(byteLength), byteLength };
   }
 
@@ -300,11 +431,45 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.#kernel.copy(dst, dstOffset, scratch, 0, bytes.byteLength);
   }
 
+  /**
+   * Copies bytes to the host through a staging buffer; the copy is recorded and submitted before this returns its
+   * promise. Within the budget when the room is there; otherwise beyond it, counted (Note [One budget]).
+   */
   async read(src: GPUBuffer, srcOffset: number, byteLength: number): Promise<Uint8Array> {
     this.#checkUsable();
+    const length = alignedLength(srcOffset, byteLength);
+    if (!this.#stagingFits(length)) this.#readsOverBudget++;
+    return this.#readThrough(this.#takeStaging(length), src, srcOffset, byteLength);
+  }
+
+  /**
+   * As `read`, for an LMS page-out: null (nothing recorded) when the staging buffer would pass the budget even
+   * after the pool was given back (Note [One budget]). `cancel()` destroys the staging buffer of a page-out whose
+   * bytes are no longer wanted, giving its room back at once.
+   */
+  pageOutRead(src: GPUBuffer, srcOffset: number, byteLength: number): StagedRead | null {
+    if (this.#lost) return { bytes: Promise.reject(this.#lost), cancel: () => {} }; // the page-out's caller sees it on `done`
+    const length = alignedLength(srcOffset, byteLength);
+    if (!this.#stagingFits(length)) return null;
+    const staging = this.#takeStaging(length);
+    const state: ReadState = { cancelled: false, settled: false };
+    return {
+      bytes: this.#readThrough(staging, src, srcOffset, byteLength, state),
+      cancel: () => {
+        if (state.cancelled || state.settled) return;
+        state.cancelled = true;
+        this.#readback.discard(staging); // a pending mapAsync rejects; the queue's copy into it still runs
+      },
+    };
+  }
+
+  /**
+   * Records the copy of `src`'s words into `staging` and submits it at once; resolves with the bytes once mapped.
+   * `state.cancelled`: the staging buffer was destroyed meanwhile (rejects, touching nothing).
+   */
+  async #readThrough(staging: GPUBuffer, src: GPUBuffer, srcOffset: number, byteLength: number, state: ReadState = { cancelled: false, settled: false }): Promise<Uint8Array> {
     const start = Math.floor(srcOffset / 4) * 4;
-    const length = Math.ceil((srcOffset + byteLength) / 4) * 4 - start;
-    const staging = this.#readback.take(length);
+    const length = alignedLength(srcOffset, byteLength);
     // A copy the device rejects (a buffer the caller destroyed, say) must not hand back what the staging buffer
     // held before: the copy and its submit run in a validation scope, checked before the bytes are trusted.
     // Copies batched before this read are submitted first, outside the scope: their errors are not this read's.
@@ -322,15 +487,17 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     } catch (error) {
       failure = error;
     }
+    if (state.cancelled) throw new DeviceError(`The page-out of ${formatBytes(byteLength)} was cancelled: its bytes were no longer wanted.`);
+    state.settled = true;
     if (failure !== undefined) {
       if (staging.mapState === 'mapped') staging.unmap();
-      staging.destroy(); // never pooled again
+      this.#readback.discard(staging); // never pooled again
       this.#checkUsable();
       throw new DeviceError(`Reading ${formatBytes(byteLength)} back from the WebGPU device failed: ${(failure as Error).message}`, { cause: failure });
     }
     const out = new Uint8Array(staging.getMappedRange(0, length), srcOffset - start, byteLength).slice();
     staging.unmap();
-    if (this.#disposed) staging.destroy(); // the pool went away while this read was in flight
+    if (this.#disposed) this.#readback.discard(staging); // the pool went away while this read was in flight
     else this.#readback.give(staging);
     return out;
   }
@@ -380,7 +547,11 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   }
 
   outOfMemoryHint(requestedBytes: number): string | undefined {
-    if (requestedBytes <= this.maxBufferSize) return undefined;
+    if (requestedBytes <= this.maxBufferSize) {
+      const transfer = this.transferBytes;
+      if (!Number.isFinite(this.#budgetBytes) || transfer + this.pagingReserveBytes <= KERNEL_PARAMS_BYTES) return undefined;
+      return `Of the ${formatBytes(this.#budgetBytes)} budget, ${formatBytes(transfer)} are staging and scratch buffers (${formatBytes(this.#readback.liveBytes - this.#readback.pooledBytes)} of page-outs and reads in flight) and ${formatBytes(this.pagingReserveBytes)} are kept for page-out staging; page-outs in flight give their room back once they land (await pinAsync, or the storages' lms.ready()).`;
+    }
     return `A WebGPU buffer on this device holds at most ${formatBytes(this.maxBufferSize)} (maxBufferSize), so no request larger than that can be served; split the tensor.`;
   }
 
@@ -436,13 +607,65 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
       this.#scratch?.destroy();
       const size = roundedBufferSize(bytes, 4096, this.maxBufferSize);
       this.#scratch = this.gpuDevice.createBuffer({ size, usage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, label: 'stowage scratch' });
+      this.#noteDeviceBytes();
     }
     return this.#scratch;
+  }
+
+  /**
+   * True when a segment of `byteLength` bytes fits the budget beside the transfer buffers and the paging reserve
+   * (Note [One budget]), after giving pooled staging and the scratch buffer back to the device if that makes room.
+   */
+  #segmentFits(byteLength: number): boolean {
+    const fits = (): boolean => this.#reservedBytes + byteLength + Math.max(this.#budgetedTransferBytes, this.pagingReserveBytes) <= this.#budgetBytes;
+    if (fits()) return true;
+    this.#readback.trim(this.#reservedBytes + byteLength + this.#budgetedTransferBytes - this.#budgetBytes);
+    if (fits()) return true;
+    if (this.#scratch !== undefined) {
+      this.#flushPending(); // a recorded copy may name the scratch buffer; submitted work keeps it until done
+      this.#scratch.destroy();
+      this.#scratch = undefined;
+    }
+    return fits();
+  }
+
+  /** True when a staging buffer for `length` bytes fits the budget now, after giving pooled staging back if needed. */
+  #stagingFits(length: number): boolean {
+    if (this.#readback.hasPooled(length)) return true; // reusing it adds nothing
+    const size = this.#readback.sizeFor(length);
+    const over = this.#reservedBytes + this.#budgetedTransferBytes + size - this.#budgetBytes;
+    if (over <= 0) return true;
+    this.#readback.trim(over);
+    return this.#reservedBytes + this.#budgetedTransferBytes + size <= this.#budgetBytes;
+  }
+
+  /**
+   * The transfer bytes the budget's checks count: all but the byte-copy kernel's 16-byte params buffer, which is
+   * there from the start (`device_bytes` counts it, so it may pass the budget by those 16 bytes).
+   */
+  get #budgetedTransferBytes(): number {
+    return this.#readback.liveBytes + (this.#scratch?.size ?? 0);
+  }
+
+  #takeStaging(length: number): GPUBuffer {
+    const staging = this.#readback.take(length);
+    this.#noteDeviceBytes();
+    return staging;
+  }
+
+  #noteDeviceBytes(): void {
+    const bytes = this.deviceBytes;
+    if (bytes > this.#devicePeakBytes) this.#devicePeakBytes = bytes;
   }
 
   #checkUsable(): void {
     if (this.#lost) throw this.#lost;
   }
+}
+
+/** Whole 4-byte words covering `[srcOffset, srcOffset + byteLength)`: what a copy moves. */
+function alignedLength(srcOffset: number, byteLength: number): number {
+  return Math.ceil((srcOffset + byteLength) / 4) * 4 - Math.floor(srcOffset / 4) * 4;
 }
 
 function isShared(bytes: Uint8Array): boolean {

@@ -1,18 +1,25 @@
 import type { DataPtr, Device, Pager } from '@stowage/core';
 import type { PageOut } from '@stowage/core/plugin-kit';
-import type { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
+import type { StagedRead, WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
 
 /** A page-out in flight on the queue; `bytes` is set when the staging buffer's mapAsync resolves. */
 class WebGpuPageOut implements PageOut {
   bytes: Uint8Array | null = null;
   readonly done: Promise<Uint8Array>;
+  readonly #read: StagedRead;
 
   constructor(
     readonly byteLength: number,
-    read: Promise<Uint8Array>,
+    read: StagedRead,
   ) {
-    this.done = read.then((bytes) => (this.bytes = bytes));
+    this.#read = read;
+    this.done = read.bytes.then((bytes) => (this.bytes = bytes));
     this.done.catch(() => {}); // a failure is the awaiting caller's to see, never an unhandled rejection
+  }
+
+  /** Destroys the staging buffer of a copy still in flight, giving its room in the budget back now. */
+  cancel(): void {
+    if (this.bytes === null) this.#read.cancel();
   }
 }
 
@@ -21,6 +28,8 @@ class WebGpuPageOut implements PageOut {
  * from the block into a pooled MAP_READ staging buffer and submits it before returning; the bytes reach the host
  * when the staging buffer maps. The block may be freed at once: any later use of it is submitted after the copy. A
  * page-in is a `queue.writeBuffer` of the host bytes, which the queue runs before any work submitted after it.
+ * The staging buffer is device memory inside the budget (Note [One budget] in WebGpuMemoryBackend.ts): a page-out
+ * whose staging buffer would pass it is refused (null).
  */
 export class WebGpuPager implements Pager {
   constructor(private readonly backend: WebGpuMemoryBackend) {}
@@ -29,12 +38,18 @@ export class WebGpuPager implements Pager {
     return this.backend.device;
   }
 
-  pageOut(src: DataPtr): PageOut {
-    // read() records and submits the copy synchronously, before its first await.
-    return new WebGpuPageOut(src.byteLength, this.backend.read(src.handle as GPUBuffer, src.byteOffset, src.byteLength));
+  pageOut(src: DataPtr): PageOut | null {
+    // pageOutRead records and submits the copy synchronously, before its first await.
+    const read = this.backend.pageOutRead(src.handle as GPUBuffer, src.byteOffset, src.byteLength);
+    return read === null ? null : new WebGpuPageOut(src.byteLength, read);
   }
 
   pageIn(bytes: Uint8Array, dst: DataPtr): void {
     this.backend.write(dst.handle as GPUBuffer, dst.byteOffset, bytes);
+  }
+
+  /** Keeps the backend's paging reserve out of its segments' reach from now on (Note [One budget]). */
+  enablePaging(): void {
+    this.backend.enablePaging();
   }
 }

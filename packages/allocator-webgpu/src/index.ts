@@ -3,7 +3,7 @@ export { openWebGpuDevice } from './openWebGpuDevice.js';
 export { fromGpuBuffer } from './fromGpuBuffer.js';
 export type { ImportOptions } from './WebGpuAllocator.js';
 export { WebGpuAllocator } from './WebGpuAllocator.js';
-export type { WebGpuMemoryBackendOptions } from './WebGpuMemoryBackend.js';
+export type { WebGpuDeviceStats, WebGpuMemoryBackendOptions } from './WebGpuMemoryBackend.js';
 export { WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
 export { WebGpuPager } from './WebGpuPager.js';
 export { WebGpuBuffers } from './WebGpuBuffers.js';

@@ -1,7 +1,7 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { Plugin, CachingAllocatorOptions } from '@stowage/core';
 import type { DeviceAllocatorOptions, DeviceAllocatorSpec, SegmentSizeRule } from '@stowage/core/plugin-kit';
-import { BlockInspector, Pager } from '@stowage/core';
+import { BlockInspector, InvalidArgumentError, Pager, parseBytes } from '@stowage/core';
 import { checkEnum, createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core/plugin-kit';
 import { WebGpuBuffers } from './WebGpuBuffers.js';
 import type { OpenWebGpuOptions, WebGpuContext } from './openWebGpuDevice.js';
@@ -25,14 +25,40 @@ export interface WebGpuOptions extends OpenWebGpuOptions, Omit<DeviceAllocatorOp
    * about twice the cost of creating a segment (measured on SwiftShader).
    */
   readonly segmentRefusal?: 'scope' | 'mapped';
+  /**
+   * The part of the budget kept for LMS page-out staging while LMS pages this device (Note [One budget] in
+   * WebGpuMemoryBackend.ts): bytes, text such as `'64MiB'`, or `{ fraction }` of the budget. Segments stay within
+   * the rest; page-outs in flight hold at most the room segments leave, and one that does not fit is refused (LMS
+   * then reclaims a storage whose host copy exists). Without LMS nothing is kept. Default `{ fraction: 0.25 }`.
+   */
+  readonly pagingReserve?: number | string | { readonly fraction: number };
 }
 
 /** The options that are the device's (opening it, noticing refusals), not the engine's. */
-type WebGpuDeviceOption = keyof OpenWebGpuOptions | 'segmentRefusal';
+type WebGpuDeviceOption = keyof OpenWebGpuOptions | 'segmentRefusal' | 'pagingReserve';
 
 const SEGMENT_REFUSALS = ['scope', 'mapped'] as const;
 
 const DEFAULT_LIMIT = 2 ** 31;
+/** The default share of the budget kept for page-out staging under LMS (Note [One budget]). */
+const DEFAULT_PAGING_RESERVE = { fraction: 0.25 } as const;
+
+/**
+ * The bytes of `budgetBytes` that `pagingReserve` keeps for page-out staging.
+ * @throws InvalidArgumentError for a reserve that is not bytes, text or a fraction in [0, 1)
+ */
+export function pagingReserveBytes(pagingReserve: WebGpuOptions['pagingReserve'], budgetBytes: number): number {
+  const reserve = pagingReserve ?? DEFAULT_PAGING_RESERVE;
+  if (typeof reserve === 'object' && reserve !== null) {
+    if (typeof reserve.fraction !== 'number' || !(reserve.fraction >= 0 && reserve.fraction < 1)) {
+      throw new InvalidArgumentError('options.pagingReserve.fraction', reserve.fraction, 'a fraction of the budget in [0, 1)');
+    }
+    return Math.floor(reserve.fraction * budgetBytes);
+  }
+  const bytes = typeof reserve === 'number' || typeof reserve === 'string' ? parseBytes(reserve) : undefined;
+  if (bytes === undefined) throw new InvalidArgumentError('options.pagingReserve', reserve, "a byte count such as '64MiB', or { fraction } of the budget");
+  return bytes;
+}
 const KiB = 2 ** 10;
 const MiB = 2 ** 20;
 
@@ -139,11 +165,12 @@ export function webGpuEngineDefaults(options: WebGpuEngineDefaultsOptions): Cach
 /** The option keys and default budget of the WebGPU plugin, for checking options before a device is open. */
 const WEBGPU_OPTIONS = {
   deviceType: 'webgpu',
-  deviceOptions: [...OPEN_WEBGPU_OPTION_KEYS, 'segmentRefusal'] as readonly WebGpuDeviceOption[],
+  deviceOptions: [...OPEN_WEBGPU_OPTION_KEYS, 'segmentRefusal', 'pagingReserve'] as readonly WebGpuDeviceOption[],
   defaultLimit: DEFAULT_LIMIT,
   checkDeviceOptions: (own: Pick<WebGpuOptions, WebGpuDeviceOption>) => {
     checkOpenWebGpuOptions(own);
     checkEnum('options.segmentRefusal', own.segmentRefusal, SEGMENT_REFUSALS);
+    pagingReserveBytes(own.pagingReserve, DEFAULT_LIMIT);
   },
   // WebGPU buffers cannot map pages (WebGpuOptions omits it).
   engineOptionsLeftOut: ['expandableSegments'],
@@ -171,6 +198,7 @@ function webGpuDevice(context: WebGpuContext): DeviceAllocatorSpec<WebGpuOptions
         index: device.index,
         keepAlive: context.keepAlive,
         mappedSegments: own.segmentRefusal === 'mapped',
+        ...(budgetBytes === undefined ? {} : { budgetBytes, pagingReserveBytes: pagingReserveBytes(own.pagingReserve, budgetBytes) }),
         onSegmentFailed: (buffer, error) => owner.allocator?.segmentFailed(buffer, error),
         onLost: (error) => owner.allocator?.deviceLost(error),
       });
@@ -202,7 +230,7 @@ export function createWebGpuAllocator(context: WebGpuContext, options: WebGpuOpt
  */
 export async function registerWebGpuAllocator(container: DependencyContainer, options: WebGpuOptions = {}): Promise<void> {
   const { own } = resolveDeviceOptions(WEBGPU_OPTIONS, options);
-  const { segmentRefusal: _refusal, ...open } = own;
+  const { segmentRefusal: _refusal, pagingReserve: _reserve, ...open } = own;
   const context = await openWebGpuDevice(open);
   registerDeviceAllocator(container, webGpuDevice(context), options);
 }

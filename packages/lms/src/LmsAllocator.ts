@@ -80,7 +80,8 @@ export class LmsAllocator extends ForwardingAllocator {
         : 'The storages pinned at once must fit the budget: pin fewer per operation or raise the limit.';
     const hint =
       `LMS: ${formatBytes(stats.pinnedBytes)} pinned by ${stats.pinned} storage(s), ${formatBytes(inactive)} inactive that could not be reclaimed ` +
-      `(not placed by this allocator, e.g. shared copy-on-write data), ${formatBytes(stats.hostBytes)} in host memory. ${advice}`;
+      `(not placed by this allocator, e.g. shared copy-on-write data${lms.refusedSinceSettled ? ', or whose page-out the device refused: it had no room for the copy while page-outs in flight held it, until they land (pinAsync waits for them)' : ''}), ` +
+      `${formatBytes(stats.hostBytes)} in host memory. ${advice}`;
     return new OutOfMemoryError(
       { device: error.device, requestedBytes: error.requestedBytes, capacityBytes: error.capacityBytes, budgetBytes: error.budgetBytes, stats: { ...error.stats, ...stats.toRecord() }, hint },
       { cause: error },

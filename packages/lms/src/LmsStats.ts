@@ -31,7 +31,8 @@ export const SPECULATION_STAT_KEYS = [
  * - `host_bytes.all.{current,peak}`: bytes held in host memory now: reclaimed storages' bytes and clean host copies.
  * - `alloc_distribution.<source>`: allocations by how they were served (see {@link AllocSource}).
  * - `page_out`, `page_out_bytes`, `page_in`, `page_in_bytes`: transfers started; a reclaim whose host copy was
- *   still valid pages nothing out.
+ *   still valid pages nothing out. `page_out_refused`: page-outs the device refused for lack of room (WebGPU: the
+ *   staging buffer would pass the budget; Note [Page-outs the device refuses] in Residency.ts).
  * - `transfer_wait_ms`: time the program waited for a transfer (`ready()`, `pinAsync`).
  * - With speculation on (`lms({ speculation })`, Note [Speculation]): `speculative_page_out(_bytes)`: page-outs
  *   started early, at an unpin, because the learned sequence says the storage is reclaimed before its next pin;
@@ -58,6 +59,7 @@ export class LmsStats {
   hostBytesPeak = 0;
   pageOut = 0;
   pageOutBytes = 0;
+  pageOutRefused = 0;
   pageIn = 0;
   pageInBytes = 0;
   waitMs = 0;
@@ -119,6 +121,7 @@ export class LmsStats {
       'host_bytes.all.peak': this.hostBytesPeak,
       page_out: this.pageOut,
       page_out_bytes: this.pageOutBytes,
+      page_out_refused: this.pageOutRefused,
       page_in: this.pageIn,
       page_in_bytes: this.pageInBytes,
       transfer_wait_ms: this.waitMs,

@@ -1,5 +1,5 @@
 import type { BlockInspector, Device, Pager, StorageImpl } from '@stowage/core';
-import type { ReclaimTarget } from '@stowage/core/plugin-kit';
+import type { PageOut, ReclaimTarget } from '@stowage/core/plugin-kit';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 import type { AllocSource } from './LmsStats.js';
 import { LmsStats } from './LmsStats.js';
@@ -21,6 +21,17 @@ import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
  * storages that free room together), else reclaim_all (every inactive storage the allocator placed). Only
  * candidates of the request's pool, segment kind and stream are offered for the first two steps; reclaim_all takes
  * every kind, so that whole segments can be released and reserved again for the request.
+ *
+ * Note [Page-outs the device refuses]: a page-out may need device memory until its bytes land (WebGPU copies into
+ * a staging buffer inside the device's budget, Note [One budget] in @stowage/allocator-webgpu), and the pager
+ * refuses one that has no room (`pageOut` returns null). The refused storage stays as it was, and the step is
+ * taken again without it, so the policy's next choice — a storage whose host copy exists copies nothing and needs
+ * no room — serves instead; when nothing can be reclaimed the engine's chain ends in OutOfMemoryError. Reclaiming
+ * a storage whose copy is still in flight gains nothing on such a device until it lands, so `pinAsync` waits for
+ * the page-outs in flight (`settlePageOuts`) before its pins and after them (its page-ins' reclaims start some,
+ * and the operation's allocations follow synchronously), and retries a pin that ran out of memory once they
+ * landed. A storage released or rewritten while its page-out is in flight cancels it (`PageOut.cancel`): the
+ * device's room comes back at once.
  */
 export class Residency {
   readonly list = new ReclaimList<StorageResidency>();
@@ -40,6 +51,12 @@ export class Residency {
   readonly speculation: SpeculationSettings;
   /** What learns the program's sequence (Note [Speculation]); null when nothing needs it; decided on first use. */
   #learner: Speculation | null | undefined;
+  /** Page-outs whose bytes are not on the host yet. */
+  readonly #inFlight = new Set<Promise<unknown>>();
+  /** A page-out was refused since the page-outs in flight last settled (Note [Page-outs the device refuses]). */
+  #refusedSinceSettled = false;
+  /** Storages whose page-out was refused during the current reclaim call. */
+  #refused: Set<StorageResidency> | null = null;
 
   constructor(
     readonly device: Device,
@@ -51,6 +68,42 @@ export class Residency {
   ) {
     this.#policyOf = policyOf;
     this.speculation = speculation;
+    pager.enablePaging?.();
+  }
+
+  /** Page-outs of this device whose bytes are still on their way to the host. */
+  get pageOutsInFlight(): number {
+    return this.#inFlight.size;
+  }
+
+  /** True when a page-out was refused since the page-outs in flight last settled. */
+  get refusedSinceSettled(): boolean {
+    return this.#refusedSinceSettled;
+  }
+
+  /** Counts a page-out in flight until its bytes landed or it failed. */
+  trackPageOut(host: PageOut): void {
+    if (host.bytes !== null) return;
+    const done: Promise<unknown> = host.done.then(
+      () => this.#inFlight.delete(done),
+      () => this.#inFlight.delete(done),
+    );
+    this.#inFlight.add(done);
+  }
+
+  /** Notes a page-out the pager refused (Note [Page-outs the device refuses]). */
+  pageOutRefused(): void {
+    this.stats.pageOutRefused++;
+    this.#refusedSinceSettled = true;
+  }
+
+  /** Resolves once every page-out in flight has landed or failed, counting the wait in `transfer_wait_ms`; never rejects. */
+  async settlePageOuts(): Promise<void> {
+    this.#refusedSinceSettled = false;
+    if (this.#inFlight.size === 0) return;
+    const start = performance.now();
+    while (this.#inFlight.size > 0) await Promise.all([...this.#inFlight]);
+    this.stats.waitMs += performance.now() - start;
   }
 
   /**
@@ -106,8 +159,25 @@ export class Residency {
     if (this.#emitter.listenerCount('pagedIn') > 0) this.#emitter.safeEmit('pagedIn', { storage, bytes, address: storage.peekDataPtr().address });
   }
 
-  /** One reclaim step toward `bytes` (Note [Reclaim steps]); returns the bytes freed, 0 when nothing is inactive. */
+  /**
+   * One reclaim step toward `bytes` (Note [Reclaim steps]); returns the bytes freed, 0 when nothing is inactive or
+   * every page-out it needed was refused (Note [Page-outs the device refuses]: each refused storage is left out and
+   * the step taken again).
+   */
   reclaim(bytes: number, target?: ReclaimTarget): number {
+    const refused = (this.#refused = new Set());
+    try {
+      for (;;) {
+        const before = refused.size;
+        const freed = this.#reclaimStep(bytes, target);
+        if (freed > 0 || refused.size === before) return freed;
+      }
+    } finally {
+      this.#refused = null;
+    }
+  }
+
+  #reclaimStep(bytes: number, target: ReclaimTarget | undefined): number {
     const learner = this.learner;
     if (learner !== null && learner.reclaimFloor !== null) return this.#reclaimForPrefetch(learner, bytes, target);
     if (this.list.size === 0) return 0;
@@ -132,7 +202,9 @@ export class Residency {
   *candidates(target: ReclaimTarget | undefined): Generator<ReclaimCandidate> {
     const learner = this.learner;
     const predicting = learner !== null && learner.history.predictor !== null;
+    const refused = this.#refused;
     for (const lms of this.list) {
+      if (refused !== null && refused.has(lms)) continue;
       const placement = this.inspector.describeBlock(lms.storage.peekDataPtr());
       if (placement === undefined) continue; // not the allocator's block (COW-shared, imported, empty): never reclaimed
       if (target !== undefined && (placement.small !== target.small || placement.kind !== target.kind || placement.stream !== target.stream)) continue;
@@ -172,7 +244,9 @@ export class Residency {
       const lms = candidate.storage.lms;
       // A policy may only choose among the candidates it was offered: inactive storages of this device.
       if (!(lms instanceof StorageResidency) || lms.lmsDevice !== this || !this.list.has(lms)) continue;
-      freed += lms.reclaim();
+      const bytes = lms.reclaim();
+      if (bytes === 0) this.#refused?.add(lms);
+      freed += bytes;
     }
     if (freed > 0 && step !== null) this.lastStep = step;
     return freed;

@@ -225,17 +225,20 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
   /**
    * Starts the page-out of an inactive storage now and keeps it resident (a speculative page-out, Note
    * [Speculation]): a later reclaim only frees its block. Nothing happens when a host copy is valid already, or
-   * the block is not one the allocator placed (it is never reclaimed).
+   * the block is not one the allocator placed (it is never reclaimed). Returns false when the pager refused the
+   * copy for lack of room on the device (Note [Page-outs the device refuses] in Residency.ts): it may succeed once
+   * the page-outs in flight landed (`Residency#settlePageOuts`); true otherwise.
    */
-  pageOutEarly(): void {
-    if (this.#state !== 'inactive' || this.#host !== null || this.#released) return;
+  pageOutEarly(): boolean {
+    if (this.#state !== 'inactive' || this.#host !== null || this.#released) return true;
     const device = this.lmsDevice;
     const ptr = this.storage.peekDataPtr();
-    if (device.inspector.describeBlock(ptr) === undefined) return;
-    this.#startPageOut(ptr);
+    if (device.inspector.describeBlock(ptr) === undefined) return true;
+    if (!this.#startPageOut(ptr)) return false; // no room for the copy now: the reclaim makes it, if one comes
     this.#hostUnusedSpeculation = true;
     device.stats.speculativePageOut++;
     device.stats.speculativePageOutBytes += ptr.byteLength;
+    return true;
   }
 
   /**
@@ -261,7 +264,9 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
 
   /**
    * Pages the storage out (unless a host copy is valid) and frees its block: for the device's reclaim, on an
-   * inactive storage whose pointer the allocator placed. Returns the bytes freed.
+   * inactive storage whose pointer the allocator placed. Returns the bytes freed: 0, changing nothing, when the
+   * pager refused the page-out (no room on the device for the copy now: Note [Page-outs the device refuses] in
+   * Residency.ts).
    */
   reclaim(): number {
     const device = this.lmsDevice;
@@ -270,7 +275,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     const bytes = ptr.byteLength;
     const copied = this.#host === null;
     if (copied) {
-      this.#startPageOut(ptr);
+      if (!this.#startPageOut(ptr)) return 0;
       if (device.speculation.pageOut) device.stats.speculativeMisses++;
     } else if (this.#hostUnusedSpeculation) {
       this.#hostUnusedSpeculation = false;
@@ -292,10 +297,19 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     return bytes;
   }
 
-  /** Enqueues the page-out of `ptr` (this storage's pointer) as the host copy, counted in the device's stats. */
-  #startPageOut(ptr: DataPtr): void {
+  /**
+   * Enqueues the page-out of `ptr` (this storage's pointer) as the host copy, counted in the device's stats; false,
+   * changing nothing, when the pager refused it.
+   */
+  #startPageOut(ptr: DataPtr): boolean {
     const device = this.lmsDevice;
-    const host = (this.#host = device.pager.pageOut(ptr));
+    const host = device.pager.pageOut(ptr);
+    if (host === null) {
+      device.pageOutRefused();
+      return false;
+    }
+    this.#host = host;
+    device.trackPageOut(host);
     this.#hostFailure = undefined;
     host.done.catch((error: unknown) => {
       if (this.#host === host) this.#hostFailure = error;
@@ -303,6 +317,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     device.stats.pageOut++;
     device.stats.pageOutBytes += ptr.byteLength;
     device.stats.addHost(ptr.byteLength);
+    return true;
   }
 
   /** A prefetched storage leaves the device (reclaimed) or goes (released) before any pin: the prefetch was wasted. */
@@ -349,6 +364,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
 
   #dropHostCopy(): void {
     const stats = this.lmsDevice.stats;
+    if (this.#host!.bytes === null) this.#host!.cancel?.(); // in flight: its device memory (staging) goes back now
     stats.hostBytes -= this.#host!.byteLength;
     if (this.#hostUnusedSpeculation) {
       this.#hostUnusedSpeculation = false;

@@ -1,5 +1,6 @@
 import type { LmsStorage } from '@stowage/core';
-import { InvalidArgumentError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+import { InvalidArgumentError, isOutOfMemoryError, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
+import type { Residency } from './Residency.js';
 import { StorageResidency } from './StorageResidency.js';
 
 /** What a guard pins: a storage, or a tensor (which pins its storage). */
@@ -83,10 +84,17 @@ export function pin(...items: Pinnable[]): PinGuard {
 
 /**
  * As `pin`, but waits for reclaimed storages whose bytes are still on their way to host memory (WebGPU) instead of
- * throwing: for callers that can await. Same errors otherwise; nothing stays pinned when it rejects.
+ * throwing: for callers that can await. It waits for the device's page-outs in flight before pinning and once
+ * more after (those its page-ins' reclaims started), so that the caller's allocations next find the room their
+ * staging held, and a pin that runs out of memory while page-outs are in flight is tried again once they landed
+ * (Note [Page-outs the device refuses] in Residency.ts). Same errors otherwise;
+ * nothing stays pinned when it rejects.
  */
 export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
   const objects = lmsObjects(items);
+  const residencies = new Set<Residency>();
+  for (const lms of objects) if (lms instanceof StorageResidency) residencies.add(lms.lmsDevice);
+  for (const residency of residencies) if (residency.pageOutsInFlight > 0) await residency.settlePageOuts();
   const reclaimed = objects.filter((lms) => lms.state === 'reclaimed'); // once per item, as in `pin`
   const pinned: LmsStorage[] = [];
   const madeActive: StorageResidency[] = [];
@@ -94,8 +102,20 @@ export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
     for (const lms of objects) if (lms.state !== 'reclaimed') pinOne(lms, pinned, madeActive);
     for (const lms of reclaimed) {
       await lms.ready(); // at once when an access brought it back meanwhile
-      pinOne(lms, pinned, madeActive);
+      for (;;) {
+        try {
+          pinOne(lms, pinned, madeActive);
+          break;
+        } catch (error) {
+          // The room may be in staging buffers of page-outs in flight: it comes back when they land.
+          if (!isOutOfMemoryError(error) || !(lms instanceof StorageResidency) || lms.lmsDevice.pageOutsInFlight === 0) throw error;
+          await lms.lmsDevice.settlePageOuts();
+        }
+      }
     }
+    // Page-ins reclaimed room with page-outs whose staging holds the device's paging reserve until they land: the
+    // caller's allocations next (an operation's outputs, synchronous) find it free again.
+    for (const residency of residencies) if (residency.pageOutsInFlight > 0) await residency.settlePageOuts();
   } catch (error) {
     new PinGuard(pinned).release();
     throw error;

@@ -3,16 +3,23 @@ import type { AllocatorStats, ForwardingAllocator, Runtime, StorageImpl } from '
 import { createRuntime, resolve } from '@stowage/core';
 import type { WebGpuAllocator, WebGpuContext, WebGpuMemoryBackend } from '@stowage/allocator-webgpu';
 import { webgpu } from '@stowage/allocator-webgpu';
-import { deviceOrSkip as sharedDeviceOrSkip, ownDeviceOrSkip, refuseSegments } from '@stowage/lab/browser';
+import { DeviceMemoryCounter, deviceOrSkip as sharedDeviceOrSkip, ownDeviceOrSkip, refuseSegments } from '@stowage/lab/browser';
 import { LmsController, lms, StorageResidency, PageInPendingError, pin, pinAsync } from '@stowage/lms';
 import { patternBytes } from '@stowage/core/testing';
 
 const MiB = 1 << 20;
 /**
- * Under a 4 MiB budget the WebGPU allocator reserves 2 MiB segments (an eighth of the budget, at least 2 MiB: Note
- * [WebGPU segment sizing]), each holding two 1 MiB storages: four fill the budget, a fifth reclaims one.
+ * The device's budget covers segments and page-out staging (Note [One budget] in @stowage/allocator-webgpu): 4 MiB
+ * are kept for the staging of page-outs in flight (these tests page out up to four 1 MiB storages in one
+ * synchronous run, before any copy lands), and segments get the other 4 MiB. The allocator reserves 2 MiB segments
+ * there (at least 2 MiB: Note [WebGPU segment sizing]), each holding two 1 MiB storages: four fit, a fifth
+ * reclaims one.
  */
-const BUDGET = 4 * MiB;
+const SEGMENT_BUDGET = 4 * MiB;
+const PAGING_RESERVE = 4 * MiB;
+const BUDGET = SEGMENT_BUDGET + PAGING_RESERVE;
+/** What the device may hold beyond the budget at any moment: max(1 MiB, 2 % of the budget). */
+const SLACK = Math.max(MiB, 0.02 * BUDGET);
 const STORAGE_BYTES = MiB;
 
 function lmsOf(storage: StorageImpl): StorageResidency {
@@ -45,7 +52,7 @@ describe('LMS on WebGPU', function () {
   /** A runtime whose WebGPU allocator has the test budget, under LMS. */
   async function lmsRuntime(test: Mocha.Context): Promise<Runtime> {
     const device = await deviceOrSkip(test);
-    return createRuntime({ plugins: [webgpu({ device, limit: BUDGET }), lms()] });
+    return createRuntime({ plugins: [webgpu({ device, limit: BUDGET, pagingReserve: PAGING_RESERVE }), lms()] });
   }
 
   /** A WebGPU storage filled with `seed`'s bytes, pinned once and let go (inactive: it may be reclaimed). */
@@ -68,7 +75,7 @@ describe('LMS on WebGPU', function () {
     await using rt = await lmsRuntime(this);
     const storages = Array.from({ length: 8 }, (_, seed) => {
       const storage = inactiveStorage(rt, seed);
-      expect(stats(rt)['reserved_bytes.all.current']).to.be.at.most(BUDGET);
+      expect(stats(rt)['reserved_bytes.all.current']).to.be.at.most(SEGMENT_BUDGET);
       return storage;
     });
     const s = stats(rt);
@@ -80,12 +87,12 @@ describe('LMS on WebGPU', function () {
       using _guard = await pinAsync(storage);
       expect(storage.lms!.state).to.equal('active');
       await expectBytes(rt, storage, seed);
-      expect(stats(rt)['reserved_bytes.all.current']).to.be.at.most(BUDGET);
+      expect(stats(rt)['reserved_bytes.all.current']).to.be.at.most(SEGMENT_BUDGET);
     }
     for (const [seed, storage] of storages.entries()) await expectBytes(rt, storage, seed);
     const after = stats(rt);
     expect(after.page_in).to.be.at.least(8);
-    expect(after['reserved_bytes.all.peak'], 'never over the budget, not even within an allocation').to.be.at.most(BUDGET);
+    expect(after['reserved_bytes.all.peak'], 'never over the budget, not even within an allocation').to.be.at.most(SEGMENT_BUDGET);
   });
 
   it('releases whole segments for a request that needs a new one (reclaim_all), and keeps every byte', async function () {
@@ -95,7 +102,7 @@ describe('LMS on WebGPU', function () {
     rt.write(large, patternBytes(3 * MiB, 9));
     const s = stats(rt);
     expect(s['alloc_distribution.reclaim_all']).to.equal(1);
-    expect(s['reserved_bytes.all.peak']).to.be.at.most(BUDGET);
+    expect(s['reserved_bytes.all.peak']).to.be.at.most(SEGMENT_BUDGET);
     expect(storages.map((storage) => storage.lms!.state)).to.deep.equal(Array(4).fill('reclaimed'));
     await expectBytes(rt, large, 9);
     large.release();
@@ -132,6 +139,23 @@ describe('LMS on WebGPU', function () {
     }
     expect(storage.lms!.state).to.equal('inactive');
     await expectBytes(rt, resident, 1);
+  });
+
+  it('gives the staging buffer of a page-out in flight back at once when its storage is released or rewritten', async function () {
+    await using rt = await lmsRuntime(this);
+    const released = reclaimedInFlight(rt, 1);
+    const staging = stat(rt, 'staging_bytes.current');
+    expect(staging - stat(rt, 'staging_bytes.pooled'), 'the page-out holds its staging buffer').to.be.at.least(STORAGE_BYTES);
+    released.release();
+    expect(stat(rt, 'staging_bytes.current'), 'released: its copy is cancelled').to.equal(staging - STORAGE_BYTES);
+    const rewritten = inactiveStorage(rt, 2);
+    expect(lmsOf(rewritten).pageOutEarly(), 'a speculative page-out').to.equal(true);
+    const inFlight = stat(rt, 'staging_bytes.current');
+    rt.write(rewritten, patternBytes(STORAGE_BYTES, 3)); // the copy in flight is stale now
+    expect(stat(rt, 'staging_bytes.current'), 'rewritten: its copy is cancelled').to.equal(inFlight - STORAGE_BYTES);
+    await lmsOf(rewritten).hostCopySettled();
+    expect(lmsOf(rewritten).hostCopyReady).to.equal(false);
+    await expectBytes(rt, rewritten, 3);
   });
 
   it('waits in rt.read for a storage whose page-out is in flight and returns its bytes from the host copy, leaving it reclaimed', async function () {
@@ -186,21 +210,21 @@ describe('LMS on WebGPU', function () {
     const sizes = [MiB, MiB / 2, MiB / 4, MiB, 3 * MiB / 4, MiB / 2, MiB, MiB / 4, MiB, MiB / 2];
     const storages = sizes.map((bytes, seed) => {
       const storage = inactiveStorage(rt, seed, bytes);
-      expect(stats(rt)['reserved_bytes.all.current']).to.be.at.most(BUDGET);
+      expect(stats(rt)['reserved_bytes.all.current']).to.be.at.most(SEGMENT_BUDGET);
       return storage;
     });
     // Operations of two inputs each, while one storage stays pinned throughout.
     using _held = pin(storages[9]!);
     for (let i = 0; i + 1 < storages.length - 1; i++) {
       using _guard = await pinAsync(storages[i]!, storages[i + 1]!);
-      expect(stats(rt)['reserved_bytes.all.current']).to.be.at.most(BUDGET);
+      expect(stats(rt)['reserved_bytes.all.current']).to.be.at.most(SEGMENT_BUDGET);
     }
     storages[0]!.release();
     storages[3]!.release();
     for (const [seed, storage] of storages.entries()) if (!storage.isReleased) await expectBytes(rt, storage, seed);
     const s = stats(rt);
     expect(s.reclaimed).to.be.above(0);
-    expect(s['reserved_bytes.all.peak']).to.be.at.most(BUDGET);
+    expect(s['reserved_bytes.all.peak']).to.be.at.most(SEGMENT_BUDGET);
   });
 
   it('counts the time spent waiting for a page-out in transfer_wait_ms', async function () {
@@ -217,10 +241,61 @@ describe('LMS on WebGPU', function () {
     expect(stat(rt, 'transfer_wait_ms')).to.be.above(waited);
   });
 
+  it('holds at most the budget on the device, counted at the device, while storages are written, reclaimed and brought back again and again', async function () {
+    const device = await deviceOrSkip(this);
+    const counter = new DeviceMemoryCounter(device).install();
+    try {
+      // The default paging reserve (a quarter of the budget): segments get 6 MiB, page-out staging the rest.
+      await using rt = await createRuntime({ plugins: [webgpu({ device, limit: BUDGET }), lms()] });
+      const sizes = [MiB, MiB / 2, MiB / 4, MiB, 3 * MiB / 4, MiB / 2, MiB, MiB / 4, MiB, MiB / 2, 3 * MiB / 4, MiB, MiB / 4, MiB, MiB / 2, MiB];
+      const seeds = sizes.map((_, k) => k);
+      const within = (what: string): void => {
+        expect(counter.liveBytes, `bytes on the device ${what}`).to.be.at.most(BUDGET + SLACK);
+        expect(stat(rt, 'device_bytes.current'), `device_bytes.current ${what}`).to.be.at.most(BUDGET + 16); // the kernel's params
+      };
+      // Made in synchronous runs of three: past the first few, each reclaims a written storage whose copy is still
+      // in flight; a run's copies must fit the reserve, so the program lets them land between runs.
+      const storages: StorageImpl[] = [];
+      for (const [k, bytes] of sizes.entries()) {
+        if (k % 3 === 0 && k > 0) await lmsOf(storages[0]!).lmsDevice.settlePageOuts();
+        storages.push(inactiveStorage(rt, k, bytes));
+        within(`after making storage ${k}`);
+      }
+      for (let round = 1; round <= 4; round++) {
+        for (const [k, storage] of storages.entries()) {
+          if ((k + round) % 3 === 0) continue; // some stay reclaimed (or inactive) through a round
+          {
+            using _op = await pinAsync(storage);
+            within(`after pinning storage ${k} in round ${round}`);
+            seeds[k] = 100 * round + k;
+            rt.write(storage, patternBytes(storage.byteLength, seeds[k]!)); // written: its next reclaim copies again
+          }
+          within(`after writing storage ${k} in round ${round}`);
+        }
+      }
+      for (const [k, storage] of storages.entries()) {
+        await expectBytes(rt, storage, seeds[k]!);
+        within(`after reading storage ${k}`);
+      }
+      const s = stats(rt);
+      expect(s.page_out, 'paged heavily').to.be.at.least(2 * sizes.length);
+      expect(s.page_in).to.be.at.least(sizes.length);
+      expect(s['staging_bytes.peak'], 'page-outs went through staging').to.be.above(0);
+      expect(s['device_bytes.peak']).to.be.at.most(BUDGET + 16);
+      expect(s['reserved_bytes.all.peak']).to.be.at.most(BUDGET - 2 * MiB);
+      expect(s.paging_reserve_bytes).to.equal(BUDGET / 4);
+      expect(s.reads_over_budget).to.equal(0);
+      expect(counter.peakBytes, 'the most the device held at once').to.be.at.most(BUDGET + SLACK);
+      expect(counter.liveBytes, 'what Stowage counts is what the device holds').to.equal(s['device_bytes.current']);
+    } finally {
+      counter.uninstall();
+    }
+  });
+
   it('learns a loop: reclaims find speculative page-outs, prefetch brings storages back ahead of their pins, and every byte is kept', async function () {
     const device = await deviceOrSkip(this);
     // One segment per allocation: six 1 MiB storages, four fit.
-    await using rt = await createRuntime({ plugins: [webgpu({ device, limit: BUDGET, segmentSize: (r: number) => r }), lms({ policy: 'speculative', speculation: true })] });
+    await using rt = await createRuntime({ plugins: [webgpu({ device, limit: BUDGET, pagingReserve: PAGING_RESERVE, segmentSize: (r: number) => r }), lms({ policy: 'speculative', speculation: true })] });
     const storages = Array.from({ length: 6 }, (_, seed) => inactiveStorage(rt, seed));
     const controller = resolve(rt.container, LmsController);
     controller.endIteration();
@@ -238,7 +313,7 @@ describe('LMS on WebGPU', function () {
       }
       controller.endIteration();
       perIteration.push({ ...stats(rt) });
-      expect(stat(rt, 'reserved_bytes.all.peak')).to.be.at.most(BUDGET);
+      expect(stat(rt, 'reserved_bytes.all.peak')).to.be.at.most(SEGMENT_BUDGET);
     }
     // The first iteration is learned; the second and third are predicted from iterations whose prefetches still
     // changed what was reclaimed; from the fourth on it repeats, but for timing: a prefetch needs the page-out's

@@ -15,7 +15,7 @@ export interface TfjsBrowserReport {
    * inputs): whether it gives `data()`'s values, the largest of their offsets in their segments, or what it threw.
    */
   readonly dataSync: { readonly sameAsData: boolean; readonly offset?: number; readonly error?: string };
-  /** The mlp under LMS at a quarter of stock's peak GPU bytes (Note [LMS inside a synchronous step]); absent when nothing ran. */
+  /** The mlp under LMS at 0.7 of stock's peak GPU bytes (Note [LMS inside a synchronous step]); absent when nothing ran. */
   readonly lms?: TfjsBrowserLmsResult;
   readonly elapsedMs: number;
 }
@@ -24,7 +24,7 @@ export interface TfjsBrowserLmsResult {
   readonly name: string;
   /** Stock tfjs's peak GPU bytes on the device while the model ran. */
   readonly stockPeakGpuBytes: number;
-  /** The webgpu plugin's `limit`: a quarter of that peak. */
+  /** The webgpu plugin's `limit`: 0.7 of that peak. */
   readonly budgetBytes: number;
   /** Prediction, losses and weights bit-identical to stock's. */
   readonly same: boolean;

@@ -17,7 +17,8 @@ import type { TfjsBrowserLmsResult, TfjsBrowserModelResult, TfjsBrowserReport } 
  * test/browser/TfjsBrowserChecks.test.ts). `window.runStowageTfjsBrowserChecks()` opens a device through
  * `navigator.gpu` and runs each model of @stowage/lab/tfjs (predict, then 5 Adam steps) on tfjs's own WebGPU backend
  * and on the Stowage backend, both on that device, and reports whether the results are bit-identical; then the
- * mlp under LMS at a quarter of stock's peak GPU bytes (Note [LMS inside a synchronous step]).
+ * mlp under LMS at 0.7 of stock's peak GPU bytes (Note [LMS inside a synchronous step]; its smallest budget in
+ * Node is 0.672: Note [Budgets of a synchronous step under one budget] in test/StowageWebGpuBackendLms.test.ts).
  */
 
 declare global {
@@ -70,7 +71,7 @@ window.runStowageTfjsBrowserChecks = async (): Promise<TfjsBrowserReport> => {
       models.push({ name, samePrediction: false, sameLosses: false, sameWeights: false, losses: [], validationError: null, error: String(error) });
     }
   }
-  const lmsResult = await runUnderLmsAtAQuarter(device, 'mlp', mlp);
+  const lmsResult = await runUnderLmsAtSmallBudget(device, 'mlp', mlp);
   // Last: run before the LMS run, tfjs's read through canvases left the page's GPU connection broken for it here
   // (headless Chromium on SwiftShader: "A valid external Instance reference no longer exists" at its first mapAsync).
   const dataSync = await checkDataSync(device);
@@ -115,8 +116,8 @@ async function checkDataSync(device: GPUDevice): Promise<TfjsBrowserReport['data
   }
 }
 
-/** The model on stock tfjs (its peak GPU bytes counted), then under LMS with a quarter of that peak as the budget. */
-async function runUnderLmsAtAQuarter(device: GPUDevice, name: string, make: () => Model): Promise<TfjsBrowserLmsResult> {
+/** The model on stock tfjs (its peak GPU bytes counted), then under LMS with 0.7 of that peak as the budget. */
+async function runUnderLmsAtSmallBudget(device: GPUDevice, name: string, make: () => Model): Promise<TfjsBrowserLmsResult> {
   let stockPeakGpuBytes = 0;
   let budgetBytes = 0;
   try {
@@ -128,7 +129,7 @@ async function runUnderLmsAtAQuarter(device: GPUDevice, name: string, make: () =
     counter.uninstall();
     tf.removeBackend('webgpu');
     stockPeakGpuBytes = counter.peakBytes;
-    budgetBytes = budgetAt(stockPeakGpuBytes, 0.25);
+    budgetBytes = budgetAt(stockPeakGpuBytes, 0.7);
     const runtime = await createRuntime({
       plugins: [
         webgpu({ device, limit: budgetBytes, segmentSize: (rounded: number) => rounded, splitBlocks: false }),

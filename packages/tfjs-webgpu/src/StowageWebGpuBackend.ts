@@ -35,8 +35,8 @@ export interface StowageWebGpuBackendOptions {
 const UNIFORM_PLACES = ['stowage', 'tfjs'] as const;
 
 // Note [LMS inside a synchronous step]: under `lms()`, a tfjs model whose tensors exceed the budget (the webgpu
-// plugin's `limit`: Stowage's reserved segments; the staging buffers of reads and page-outs, and tfjs's own pool
-// for uniforms and `dataToGPU`, are outside it) runs with tensors paged to host memory. What makes tfjs different
+// plugin's `limit`, the device's one budget: Stowage's segments and the staging buffers of its reads and page-outs;
+// tfjs's own pool for uniforms and `dataToGPU` is outside it) runs with tensors paged to host memory. What makes tfjs different
 // from a loop that awaits between ops is that a tfjs step (a forward pass, `optimizer.minimize`) is synchronous
 // JavaScript: no promise resolves inside it, so a WebGPU page-out made inside it (a copy into a MAP_READ staging
 // buffer, whose bytes reach the host when mapAsync resolves) has no host bytes until the step returns, and a
@@ -47,7 +47,9 @@ const UNIFORM_PLACES = ['stowage', 'tfjs'] as const;
 //   needs it throws TensorBytesInFlightError (code PAGE_IN_PENDING) before recording anything: never stale bytes.
 // So the floor of any budget is the step's working set: at each kernel, its inputs and output plus every tensor
 // written earlier in the step that a later kernel of the step reads (activations saved for backward, gradients
-// before the optimizer's update). The backend does this:
+// before the optimizer's update). And since the budget covers page-out staging (Note [One budget] in
+// @stowage/allocator-webgpu), a dirty tensor paged out keeps its bytes on the device until the step returns: every
+// tensor the step made and still holds is on the device at once, which is the floor in practice. The backend does this:
 // - pins: `runWebGPUProgram` pins a kernel's inputs (bringing reclaimed ones back) before tfjs allocates its
 //   output, pins the output as it is allocated, and keeps the pins until the submit that runs the kernel (tfjs
 //   submits every WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE (15) dispatches and before reads and copies): a page-out is
@@ -57,7 +59,8 @@ const UNIFORM_PLACES = ['stowage', 'tfjs'] as const;
 //   not fifteen's, is what must be resident;
 // - async points: `read` (every `data()`), `lmsSettle()` and `endLmsStep()` start a host copy of every inactive
 //   tensor that has none and wait for every page-out in flight, so that the next step's reclaims find clean
-//   tensors (weights, optimizer state, inputs); `endLmsStep()` also marks the end of an iteration, from which LMS
+//   tensors (weights, optimizer state, inputs); copies the device refuses for lack of room are made once earlier
+//   ones landed; `endLmsStep()` also marks the end of an iteration, from which LMS
 //   learns the step's sequence of pins (Note [Speculation] in @stowage/lms) and predicts the next steps;
 // - the policy (`SynchronousStepPolicy`, to be given to `lms({ policy })`) reclaims clean tensors first, then dirty
 //   ones the learned sequence does not pin again this step, then, in a step nothing predicts (the first, or one
@@ -320,19 +323,29 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
    * An async point for LMS (Note [LMS inside a synchronous step]): submits what tfjs recorded (its kernels' pins
    * end), starts a host copy of every inactive tensor that has no valid one, and waits until no page-out of the
    * backend's tensors is in flight; so reclaims in the next synchronous step find complete host copies and only
-   * free blocks. Does nothing without LMS.
+   * free blocks. The copies' staging is inside the device's budget (Note [One budget] in
+   * @stowage/allocator-webgpu): those the device refuses for lack of room are made in further rounds, once the
+   * page-outs in flight landed. Does nothing without LMS.
    */
   async lmsSettle(): Promise<void> {
-    if (this.lmsDevice === null) return;
+    const lmsDevice = this.lmsDevice;
+    if (lmsDevice === null) return;
     if (this.#pendingPins.length > 0) this.#submitNow();
-    const waits: Promise<void>[] = [];
-    for (const storage of this.storageManager.storages) {
-      const lms = storage.lms;
-      if (!(lms instanceof StorageResidency)) continue;
-      lms.pageOutEarly(); // only an inactive storage without a valid host copy
-      if (!lms.hostCopyReady) waits.push(lms.hostCopySettled());
+    for (;;) {
+      const started = lmsDevice.stats.pageOut;
+      let refused = false;
+      const waits: Promise<void>[] = [];
+      for (const storage of this.storageManager.storages) {
+        const lms = storage.lms;
+        if (!(lms instanceof StorageResidency)) continue;
+        if (!lms.pageOutEarly()) refused = true; // only an inactive storage without a valid host copy
+        if (!lms.hostCopyReady) waits.push(lms.hostCopySettled());
+      }
+      await Promise.all(waits);
+      await lmsDevice.settlePageOuts();
+      // Refused copies get the room the landed ones gave back; none landed this round: no room will come.
+      if (!refused || lmsDevice.stats.pageOut === started) return;
     }
-    await Promise.all(waits);
   }
 
   /**
@@ -360,8 +373,8 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
    */
   #makeRoom(bytes: number): void {
     if (this.#pendingPins.length === 0) return;
-    const engine = this.storageManager.allocator.engine;
-    if (engine.reservedBytes + bytes > (engine.capacityBytes ?? Number.POSITIVE_INFINITY)) this.#submitNow();
+    const { engine, backend } = this.storageManager.allocator;
+    if (engine.reservedBytes + bytes > (engine.capacityBytes ?? Number.POSITIVE_INFINITY) || bytes > backend.segmentHeadroomBytes) this.#submitNow();
   }
 
   /** Pins `storages` (one kernel's); a reclaimed one whose bytes are in flight is a TensorBytesInFlightError. */

@@ -12,6 +12,16 @@ import { useTfjsGpuSuite } from './gpuSuite.js';
 const KiB = 1024;
 const STEPS = 5;
 
+// Note [Budgets of a synchronous step under one budget]: the WebGPU device's budget covers the staging buffers of
+// page-outs (Note [One budget] in @stowage/allocator-webgpu), and no page-out made inside a synchronous tfjs step
+// lands before the step returns. So every tensor the step made and still holds is on the device at once, in its
+// segment or in a staging buffer, and that is the floor of the budget (the paging reserve's size does not move it:
+// the mlp's smallest budget is 0.672 of stock's peak with a reserve of 1/8, 1/4 or 1/2 of the budget). Measured
+// here (Dawn on SwiftShader; `smallestLmsBudget`, 0.5 % steps), smallest budget as a fraction of stock tfjs's peak
+// GPU bytes, before (staging outside the budget) → now: mlp 0.251 → 0.672, conv net 0.486 → 0.647, transformer
+// block 0.276 → 0.806; the device then held 3.23×, 1.40× and 3.56× the budget (counted at the device), and now
+// holds 1.00× (the transformer 1.01×: a host read over budget). The models' tests run at the smallest, rounded up.
+
 /** The storage of a tensor on the Stowage backend. */
 function storageOf(backend: StowageWebGpuBackend, t: tf.Tensor): StorageImpl {
   return (backend as unknown as { tensorMap: { get(id: object): { resource: StorageImpl } } }).tensorMap.get(t.dataId).resource;
@@ -29,9 +39,11 @@ describe('StowageWebGpuBackend under LMS', function () {
   before(() => (context = gpu()));
 
   describe('models built in code (predict, then 5 Adam steps)', () => {
-    it('runs the mlp at a half and at a quarter of stock tfjs\'s peak GPU bytes, bit-identical to stock, where the runtime without LMS runs out of memory', async () => {
+    it('runs the mlp at 0.7 of stock tfjs\'s peak GPU bytes, bit-identical to stock, where the runtime without LMS runs out of memory', async () => {
       const stock = await runStock(context, mlp, STEPS);
-      for (const fraction of [0.5, 0.25]) {
+      // Was a half and a quarter; the smallest budget that runs is now 0.672 (Note [Budgets of a synchronous step
+      // under one budget]).
+      for (const fraction of [0.7]) {
         const budget = budgetAt(stock.peakGpuBytes, fraction);
         const { run, error, stats } = await runUnderLms(context, mlp, STEPS, budget);
         expect(error, `at ${fraction} of ${stock.peakGpuBytes} bytes`).to.equal(undefined);
@@ -44,10 +56,11 @@ describe('StowageWebGpuBackend under LMS', function () {
       }
     });
 
-    it('runs the conv net at half of stock\'s peak bit-identical to stock; a quarter is below its in-step working set, out of reach for a synchronous step', async () => {
+    it('runs the conv net at 0.67 of stock\'s peak bit-identical to stock; a quarter is below its in-step working set, out of reach for a synchronous step', async () => {
       const stock = await runStock(context, convNet, STEPS);
-      const half = budgetAt(stock.peakGpuBytes, 0.5);
-      const { run, error } = await runUnderLms(context, convNet, STEPS, half);
+      // Was a half; the smallest budget that runs is now 0.647 (Note [Budgets of a synchronous step under one budget]).
+      const smallest = budgetAt(stock.peakGpuBytes, 0.67);
+      const { run, error } = await runUnderLms(context, convNet, STEPS, smallest);
       expect(error).to.equal(undefined);
       expect(isSameRun(run!, stock.run)).to.equal(true);
       const workingSet = await inStepWorkingSet(context, convNet, STEPS);
@@ -56,9 +69,10 @@ describe('StowageWebGpuBackend under LMS', function () {
       expect(quarter.error, 'a typed error, never wrong values').to.satisfy((e: unknown) => e instanceof TensorBytesInFlightError || e instanceof OutOfMemoryError);
     });
 
-    it('runs the transformer block at half and at 0.3 of stock\'s peak (its smallest measured budget is 0.277), bit-identical to stock', async () => {
+    it('runs the transformer block at 0.83 of stock\'s peak (its smallest measured budget is 0.806), bit-identical to stock', async () => {
       const stock = await runStock(context, transformerBlock, STEPS);
-      for (const fraction of [0.5, 0.3]) {
+      // Was a half and 0.3 (the smallest, 0.277, before staging counted: Note [Budgets of a synchronous step under one budget]).
+      for (const fraction of [0.83]) {
         const budget = budgetAt(stock.peakGpuBytes, fraction);
         const { run, error, stats } = await runUnderLms(context, transformerBlock, STEPS, budget);
         expect(error, `at ${fraction} of ${stock.peakGpuBytes} bytes`).to.equal(undefined);
@@ -85,7 +99,10 @@ describe('StowageWebGpuBackend under LMS', function () {
 
     it('brings a tensor paged out between steps back in where a kernel uses it', async () => {
       let checked = false;
-      const { error } = await runUnderLms(context, noModel, 0, 50 * KiB, async (backend, runtime) => {
+      // 82 KiB (was 50): a, the three fills and add's output are 16 KiB each, and the fills, made in this
+      // synchronous stretch, stay on the device (segment or staging) until it ends: 80 KiB and the scalar. The
+      // smallest that runs is 81 KiB; from 86 KiB four tensors fit beside the paging reserve and a stays resident.
+      const { error } = await runUnderLms(context, noModel, 0, 82 * KiB, async (backend, runtime) => {
         const a = tf.fill([4096], 3); // 16 KiB
         await a.data(); // an async point: a gets a complete host copy
         const others = [1, 2, 4].map((v) => tf.fill([4096], v)); // the last one needs a's room
@@ -103,7 +120,9 @@ describe('StowageWebGpuBackend under LMS', function () {
 
     it('throws TensorBytesInFlightError, changing nothing, when a kernel needs a tensor paged out earlier in the same synchronous step; runs it after lmsSettle()', async () => {
       let checked = false;
-      const { error } = await runUnderLms(context, noModel, 0, 50 * KiB, async (backend) => {
+      // 82 KiB (was 50): the four 16 KiB fills of one synchronous stretch stay on the device (x in its staging
+      // buffer) until it ends; the smallest that runs is 80 KiB, and from 86 KiB all four fit and x stays resident.
+      const { error } = await runUnderLms(context, noModel, 0, 82 * KiB, async (backend) => {
         // One synchronous stretch: x is written, then paged out (dirty) to make room, then needed.
         const [x, ...others] = [1, 2, 3, 4].map((v) => tf.fill([4096], v));
         expect(storageOf(backend, x!).lms!.state).to.equal('reclaimed');

@@ -11,8 +11,14 @@ export interface PageOut {
   readonly byteLength: number;
   /** The bytes once they are in host memory; null while the copy is in flight. */
   readonly bytes: Uint8Array | null;
-  /** Resolves with the bytes once they are in host memory; rejects when the device failed the copy. */
+  /** Resolves with the bytes once they are in host memory; rejects when the device failed the copy or it was cancelled. */
   readonly done: Promise<Uint8Array>;
+  /**
+   * Gives up a copy still in flight whose bytes nobody wants any more (the storage was released or rewritten):
+   * device memory the copy holds until it lands (WebGPU's staging buffer) goes back at once, and `done` rejects.
+   * Does nothing once the bytes are on the host. Optional: a device whose page-outs hold nothing need not offer it.
+   */
+  cancel?(): void;
 }
 
 /**
@@ -29,10 +35,20 @@ export interface PageOut {
  */
 export interface Pager {
   readonly device: Device;
-  /** Enqueues a copy of `src`'s bytes to host memory and returns at once; `src` may be freed right after. */
-  pageOut(src: DataPtr): PageOut;
+  /**
+   * Enqueues a copy of `src`'s bytes to host memory and returns at once; `src` may be freed right after. Null when
+   * the device has no room for the copy now and enqueued nothing (WebGPU: its staging buffer would pass the
+   * device's budget): the caller keeps `src` and may try another block.
+   */
+  pageOut(src: DataPtr): PageOut | null;
   /** Enqueues a copy of host `bytes` into `dst` (which has at least `bytes.byteLength` bytes). */
   pageIn(bytes: Uint8Array, dst: DataPtr): void;
+  /**
+   * Called once by a residency service (LMS) that will page this device's blocks, before its first page-out. A
+   * device whose page-outs hold device memory until they land (WebGPU staging) sets part of its budget aside for
+   * them from then on. Optional: devices that page into host memory at once need nothing.
+   */
+  enablePaging?(): void;
 }
 
 export const Pager: Token<Pager> = Symbol('stowage.Pager');

@@ -162,8 +162,9 @@ export const allocatorContract: readonly ContractCheck[] = [
         let rejected: unknown;
         await allocator.readBytes(src, 50, 51).catch((e: unknown) => (rejected = e));
         expect(rejected, 'readBytes past the end').to.be.instanceOf(InvalidArgumentError);
-        await expectBytes(allocator, dst, before, 'destination after rejected copies');
+        // Before the read that checks the bytes: a device may keep that read's staging buffer (WebGPU counts it).
         expect(allocator.memoryStats()).to.deep.equal(stats);
+        await expectBytes(allocator, dst, before, 'destination after rejected copies');
       }),
   },
   {

@@ -10,3 +10,4 @@ export type { BrowserBundleServer } from './serveBrowserBundle.js';
 export { serveBrowserBundle } from './serveBrowserBundle.js';
 export { refuseSegments } from './refuseSegments.js';
 export { deviceOrSkip, ownDeviceOrSkip, sharedDevice } from './sharedDevice.js';
+export { DeviceMemoryCounter } from './DeviceMemoryCounter.js';

@@ -42,7 +42,7 @@ export class SimulatedPager implements Pager {
 
   /** Copies `src` to a new host array now and enqueues the simulated copy; `done` resolves at once. */
   pageOut(src: DataPtr): SimulatedPageOut {
-    const out = this.#bytes.pageOut(src);
+    const out = this.#bytes.pageOut(src)!; // host memory: a host pager never refuses
     const bytes = out.bytes!;
     const device = this.#device;
     const reads = [byteRange(src.handle as HostBuffer, src.byteOffset, src.byteLength)];

@@ -2,7 +2,7 @@
 // its browser check and `pnpm bench:tfjs` share them). It bundles for a browser; registerTfjsGradients, Node only,
 // is in @stowage/lab/tfjs/node.
 export { budgetAt } from './budgetAt.js';
-export { DeviceMemoryCounter } from './DeviceMemoryCounter.js';
+export { DeviceMemoryCounter } from '../browser/DeviceMemoryCounter.js';
 export type { LmsRun, StockRun, WorkingSet } from './lmsRuns.js';
 export { inStepWorkingSet, isSameRun, runStock, runUnderLms, smallestLmsBudget } from './lmsRuns.js';
 export type { Model, ModelRun } from './models.js';

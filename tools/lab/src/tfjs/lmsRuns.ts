@@ -5,7 +5,7 @@ import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { webgpu } from '@stowage/allocator-webgpu';
 import { lms } from '@stowage/lms';
 import { registerStowageWebGpuBackend, StowageWebGpuBackend, SynchronousStepPolicy } from '@stowage/tfjs-webgpu';
-import { DeviceMemoryCounter } from './DeviceMemoryCounter.js';
+import { DeviceMemoryCounter } from '../browser/DeviceMemoryCounter.js';
 import type { Model, ModelRun } from './models.js';
 import { runModel } from './models.js';
 import { onBackend } from './onBackend.js';
