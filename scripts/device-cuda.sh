@@ -9,5 +9,5 @@ export PATH="$PWD/.node-carry/bin:$PATH" STOWAGE_TRACES="$PWD/.node-carry/traces
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; node --version; command -v cc gcc nvcc; } 2>&1 | tee "$OUT/machine.txt"
 timeout "${TEST_TIMEOUT:-300}" node packages/allocator-cuda/scripts/test-cuda.mjs --reporter spec 2>&1 | tee "$OUT/test-cuda.log"
 echo "test:cuda exit ${PIPESTATUS[0]}" | tee -a "$OUT/test-cuda.log"
-timeout "${BENCH_TIMEOUT:-200}" node packages/allocator-cuda/dist-bench/cuda.bench.js "$@" > "$OUT/bench-cuda.jsonl" 2> "$OUT/bench-cuda.err"
+timeout "${BENCH_TIMEOUT:-200}" node tools/lab/dist-bench/allocator-cuda/cuda.bench.js "$@" > "$OUT/bench-cuda.jsonl" 2> "$OUT/bench-cuda.err"
 echo "bench:cuda exit $?"; tail -5 "$OUT/bench-cuda.err"

@@ -5,7 +5,7 @@
 # Writes .node-carry/bundle.tar.xz (git-ignored); scripts/device-cuda.sh unpacks it there and runs both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-npx tsc -b tsconfig.json tsconfig.test.json packages/allocator-cuda/tsconfig.bench.json
+npx tsc -b tsconfig.json tsconfig.test.json tools/lab/tsconfig.bench.json
 rm -rf .node-carry && mkdir -p .node-carry/stage/.node-carry/bin
 cp "$(command -v node)" .node-carry/stage/.node-carry/bin/node
 cp -r ../shared/traces .node-carry/stage/.node-carry/traces
