@@ -42,7 +42,7 @@ export class ByteCopyKernel {
   constructor(
     private readonly device: GPUDevice,
     private readonly bindingAlignment: number,
-    /** Submits without starting a submit epoch (Note [Submit epochs] in WebGpuMemoryBackend.ts). */
+    /** Submits without starting a submit epoch (Note [Submit epochs] in SubmitEpochs.ts). */
     private readonly submit: (buffers: Iterable<GPUCommandBuffer>) => void,
   ) {
     this.#params = device.createBuffer({ size: 16, usage: 0x0040 | 0x0008, label: 'stowage byte-copy params' });

@@ -5,7 +5,7 @@ import { BufferUsage } from './WebGpuUsage.js';
  * buffer is mapped whole, so it is never sub-allocated: each read takes one and gives it back unmapped. (Uploads
  * need no pool: `queue.writeBuffer` stages them inside the implementation.)
  *
- * These buffers are device memory inside the device's one budget (Note [One budget] in WebGpuMemoryBackend.ts):
+ * These buffers are device memory inside the device's one budget (Note [One budget] in DeviceBudget.ts):
  * the pool counts every buffer it made until it is destroyed, in flight or pooled, and gives pooled ones back to
  * the device (`trim`) when the budget needs their room. Sizes are rounded up to an eighth of their power of two
  * (at most 12.5 % over the request, 256 B at least), so a loop's repeated tensor sizes find their buffer again.

@@ -1,5 +1,5 @@
 /**
- * Counts `queue.submit` calls on one GPUQueue (Note [Submit epochs] in WebGpuMemoryBackend.ts) and lets the
+ * Counts `queue.submit` calls on one GPUQueue (Note [Submit epochs] in SubmitEpochs.ts) and lets the
  * backends run what they batched before anything the program puts on the queue: one wrapper of `submit` and of
  * `writeBuffer` per queue however many allocators share the device, taken off when the last one lets go.
  *

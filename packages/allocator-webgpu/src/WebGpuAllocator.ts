@@ -155,12 +155,12 @@ export class WebGpuAllocator extends ForwardingAllocator {
   }
 
   /**
-   * The engine's statistics with the device's (Note [One budget] in WebGpuMemoryBackend.ts): `device_bytes.*`
+   * The engine's statistics with the device's (Note [One budget] in DeviceBudget.ts): `device_bytes.*`
    * (segments plus staging and scratch), `staging_bytes.*`, `transfer_bytes.current`, `budget_bytes`,
    * `paging_reserve_bytes`, `reads_over_budget`.
    */
   override memoryStats(): AllocatorStats {
-    return { ...super.memoryStats(), ...this.backend.deviceStats() };
+    return { ...super.memoryStats(), ...this.backend.budget.stats() };
   }
 
   /** Releases the cached segments, and the scratch and readback buffers of host transfers. */
@@ -171,7 +171,7 @@ export class WebGpuAllocator extends ForwardingAllocator {
 
   /**
    * Runs `release` (which frees pointers of this allocator, or releases their storages) with every free inside it
-   * taken as ordered after the last `queue.submit` (Note [Frees after their submit] in WebGpuMemoryBackend.ts):
+   * taken as ordered after the last `queue.submit` (Note [Frees after their submit] in SubmitEpochs.ts):
    * the blocks are reusable by the next allocation instead of after the next submit. Precondition: every command
    * buffer that uses those blocks was submitted; a block named by an encoder not yet submitted may be overwritten
    * before that encoder runs (undefined results, no error). Returns what `release` returns.

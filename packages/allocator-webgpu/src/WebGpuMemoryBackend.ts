@@ -4,7 +4,9 @@ import { DeviceError, DeviceMismatchError, formatBytes, InvalidArgumentError } f
 import { ByteCopyKernel } from './ByteCopyKernel.js';
 import { roundedBufferSize, StagingPool } from './StagingPool.js';
 import { SubmitCounter } from './SubmitCounter.js';
+import { SubmitEpochs } from './SubmitEpochs.js';
 import { WebGpuPager } from './WebGpuPager.js';
+import { DeviceBudget } from './DeviceBudget.js';
 import { BufferUsage, KIND_FLAGS, kindOfUsage } from './WebGpuUsage.js';
 
 export interface WebGpuMemoryBackendOptions {
@@ -57,82 +59,14 @@ interface ReadState {
   settled: boolean;
 }
 
-/** Bytes of the byte-copy kernel's params buffer, made with the backend and alive until it is disposed. */
-const KERNEL_PARAMS_BYTES = 16;
-
-/** The figures of Note [One budget], merged into the allocator's `memoryStats()` (the package README lists them). */
-export interface WebGpuDeviceStats {
-  /** Segments plus transfer buffers: every byte Stowage holds on the device (the budget bounds it). */
-  readonly 'device_bytes.current': number;
-  readonly 'device_bytes.peak': number;
-  /** Readback (MAP_READ) staging buffers alive: page-outs and host reads in flight, and pooled ones. */
-  readonly 'staging_bytes.current': number;
-  readonly 'staging_bytes.peak': number;
-  /** Of staging_bytes.current, the idle pooled buffers, given back to the device when the budget needs room. */
-  readonly 'staging_bytes.pooled': number;
-  /** Staging, scratch and kernel-params buffers: what the device holds outside segments. */
-  readonly 'transfer_bytes.current': number;
-  /** The device's budget (-1 when it has none). */
-  readonly budget_bytes: number;
-  /** Bytes of the budget kept for page-out staging now (0 until LMS pages the device). */
-  readonly paging_reserve_bytes: number;
-  /** Host reads that found no room in the budget and read through staging beyond it (Note [One budget]). */
-  readonly reads_over_budget: number;
-}
-
-interface EpochEvent extends BackendEvent {
-  /** The submit count when the free was recorded: complete once a submit moved past it. */
-  readonly epoch: number;
-  /** The synchronizations before it: complete once another one forced it (synchronizeEvent). */
-  readonly generation: number;
-}
-
 /**
  * WebGPU as a MemoryBackend: segments are GPUBuffers of one usage class each (storage, uniform), blocks are
  * (buffer, offset) ranges aligned to minStorageBufferOffsetAlignment, one stream (the device's queue).
  *
- * Note [Submit epochs]: a tensor program records command encoders and submits them later. A block freed between
- * recording and submitting may still be read by that work, while `queue.writeBuffer` for its next owner would
- * run at once on the queue timeline, before the encoder. So frees are deferred (`deferredFree`): the event a
- * free records is the current submit count, and it completes at the next `queue.submit` by anyone. The
- * backend counts submits by wrapping `device.queue.submit` once per queue (SubmitCounter; removed when the last backend is disposed); its own transfers submit
- * through the unwrapped function and start no epoch. `synchronizeEvent` (emptyCache, the out-of-memory path)
- * completes the events this backend recorded so far without a submit: work recorded before it and submitted
- * after it is the caller's risk under memory pressure. A free after it waits for the next submit as usual (each
- * event carries the number of synchronizations before it). Other backends on the queue are not affected.
- *
- * Note [Frees after their submit]: a program that itself holds a release until the submit that used the block
- * (TensorFlow.js's WebGPU backend frees a tensor's memory only after `queue.submit` of the last command buffer
- * that bound it, or at once when nothing recorded since the last submit bound it) would otherwise wait twice: its
- * free, made right after that submit, waits for the next one. `freeingSubmitted(release)` records the frees made
- * inside `release` with the previous epoch's event, which is complete: the next allocation may reuse the block.
- * That is the caller's promise that no unsubmitted encoder names the block; a `queue.writeBuffer` for its next
- * owner then runs after every command buffer that used it.
- *
- * Note [One budget]: the device's budget B (the plugin's `limit`) bounds every buffer Stowage creates on it:
- * segments, the readback staging of host reads and LMS page-outs (in flight or pooled), the scratch buffer and
- * the byte-copy kernel's params (16 bytes made with the backend: counted, but left out of the checks below). The engine bounds its segments by its `memoryLimit` (B); this backend bounds the
- * sum, so the engine needs to know nothing of staging:
- * - `malloc` has room for a segment of n bytes only while reserved + n + max(transfer, reserve) <= B, where
- *   transfer is every byte outside segments and reserve is the part of B kept for page-out staging while LMS pages
- *   this device (`pagingReserveBytes`, 0 without LMS). It first gives pooled staging and the scratch buffer back
- *   to the device when that makes room; otherwise it answers "no room" and the engine runs its out-of-memory chain
- *   (release the cache, reclaim LMS storages, retry) as for the engine's own limit.
- * - A page-out (`pageOutRead`) must hold its bytes on the device, in a staging buffer, until `mapAsync` resolves:
- *   reclaiming a storage whose bytes are not yet on the host gains nothing until then. Its staging buffer is made
- *   only when reserved + transfer + its size <= B (after giving pooled staging back); otherwise the page-out is
- *   refused (null; LMS counts `page_out_refused`) and LMS reclaims another storage instead: one whose host copy exists
- *   copies nothing and needs no staging. The reserve is what keeps page-outs possible when segments fill their
- *   share, and bounds the bytes of page-outs in flight. Once mapped and copied out, a staging buffer is pooled
- *   (within the budget, up to 64 MiB, given back on demand) or destroyed. A page-out whose bytes nobody wants any
- *   more (LMS released or rewrote the storage) is cancelled: its staging buffer is destroyed and uncounted at once.
- * - A host read (`read`) records its copy at once, as every transfer does, so it cannot wait for room: when its
- *   staging does not fit after the pool was given back, it reads beyond the budget and counts
- *   `reads_over_budget` (under LMS, `runtime.read` of a reclaimed storage reads its host copy and needs none).
+ * Frees wait for their submit (Note [Submit epochs] in SubmitEpochs.ts).
  *
  * Invariants: reservedBytes == sum of live segment sizes; reservedBytes <= capacityBytes when one was given
- * (malloc returns null past it); reservedBytes + transferBytes <= budgetBytes + 16 (the kernel's params) but for host reads counted in
- * `reads_over_budget` (Note [One budget]).
+ * (malloc returns null past it); `budget` holds what Note [One budget] (DeviceBudget.ts) bounds.
  */
 export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   readonly device: Device;
@@ -160,12 +94,8 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.#submit([encoder.finish()]);
   };
   readonly #epochs: SubmitCounter;
-  /** The event of the current epoch, once a free recorded it (recordEvent). */
-  #lastEvent: EpochEvent | null = null;
-  /** Depth of `freeingSubmitted` calls in progress: frees inside are already ordered after their last use. */
-  #submittedFrees = 0;
-  /** Synchronizations so far: events of earlier generations are complete though no submit ended them. */
-  #synchronized = 0;
+  /** The events of deferred frees (Note [Submit epochs]). */
+  readonly #events: SubmitEpochs;
   /**
    * Segment addresses (names for snapshots and ordering; never reused) start above 2^31, so they are never V8
    * small integers. Starting lower, they crossed 2^30 after about 800 MiB of segments had been made, and every
@@ -176,13 +106,8 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   /** Segments the device refused at once so far (Note [The device says no]). */
   refusedSegments = 0;
   #reservedBytes = 0;
-  /** The device's budget (Note [One budget]); infinite when none was given. */
-  readonly #budgetBytes: number;
-  /** Bytes kept for page-out staging once paging is enabled (Note [One budget]). */
-  readonly #pagingReserveBytes: number;
-  #pagingEnabled = false;
-  #devicePeakBytes = 0;
-  #readsOverBudget = 0;
+  /** What the device's one budget allows now: segments, staging, scratch (Note [One budget] in DeviceBudget.ts). */
+  readonly budget: DeviceBudget;
   #ceiling = Number.POSITIVE_INFINITY;
   #createdBuffers = 0;
   #lost: DeviceError | undefined;
@@ -204,15 +129,21 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     this.maxBufferSize = options.maxBufferSize ?? gpu.limits.maxBufferSize;
     this.maxStorageBufferBindingSize = gpu.limits.maxStorageBufferBindingSize;
     this.keepAlive = options.keepAlive;
-    this.#budgetBytes = options.budgetBytes ?? Number.POSITIVE_INFINITY;
-    this.#pagingReserveBytes = Math.max(0, Math.min(options.pagingReserveBytes ?? 0, this.#budgetBytes));
     this.#epochs = SubmitCounter.acquire(gpu.queue);
     this.#epochs.addBeforeSubmit(this.#flushPending);
+    this.#events = new SubmitEpochs(this.#epochs);
     const submit = this.#epochs.submitUncounted;
     this.#submit = submit;
     this.#readback = new StagingPool(gpu, 64 << 20, this.maxBufferSize);
     this.#kernel = new ByteCopyKernel(gpu, gpu.limits.minStorageBufferOffsetAlignment, submit);
-    this.#noteDeviceBytes();
+    this.budget = new DeviceBudget({
+      budgetBytes: options.budgetBytes,
+      pagingReserveBytes: options.pagingReserveBytes,
+      staging: this.#readback,
+      reservedBytes: () => this.#reservedBytes,
+      scratchBytes: () => this.#scratch?.size ?? 0,
+      dropScratch: () => this.#dropScratch(),
+    });
     void gpu.lost.then((info) => {
       if (this.#disposed) return;
       this.#lost = new DeviceError(`The WebGPU device was lost (${info.reason}): ${info.message || 'no message'}. Its memory is gone; create a new device.`);
@@ -227,55 +158,6 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
 
   get reservedBytes(): number {
     return this.#reservedBytes;
-  }
-
-  /** Bytes Stowage holds on the device outside segments: staging (in flight and pooled), scratch, kernel params. */
-  get transferBytes(): number {
-    return this.#readback.liveBytes + (this.#scratch?.size ?? 0) + KERNEL_PARAMS_BYTES;
-  }
-
-  /** Segments plus transfer buffers: every byte Stowage holds on the device now (Note [One budget]). */
-  get deviceBytes(): number {
-    return this.#reservedBytes + this.transferBytes;
-  }
-
-  /** The device's budget; infinite when none was given. */
-  get budgetBytes(): number {
-    return this.#budgetBytes;
-  }
-
-  /** Bytes of the budget kept for page-out staging now: the reserve once paging is enabled, else 0. */
-  get pagingReserveBytes(): number {
-    return this.#pagingEnabled ? this.#pagingReserveBytes : 0;
-  }
-
-  /** From now on segments leave `pagingReserveBytes` of the budget to page-out staging (the pager's enablePaging). */
-  enablePaging(): void {
-    this.#pagingEnabled = true;
-  }
-
-  /**
-   * Bytes a new segment may take now within the budget (Note [One budget]), counting pooled staging and the scratch
-   * buffer as room (`malloc` gives them back first); infinite without a budget. The engine's own limit may be less.
-   */
-  get segmentHeadroomBytes(): number {
-    const inFlight = this.#readback.liveBytes - this.#readback.pooledBytes;
-    return this.#budgetBytes - this.#reservedBytes - Math.max(inFlight, this.pagingReserveBytes);
-  }
-
-  /** The figures of Note [One budget], for `memoryStats()`. */
-  deviceStats(): WebGpuDeviceStats {
-    return {
-      'device_bytes.current': this.deviceBytes,
-      'device_bytes.peak': this.#devicePeakBytes,
-      'staging_bytes.current': this.#readback.liveBytes,
-      'staging_bytes.peak': this.#readback.peakBytes,
-      'staging_bytes.pooled': this.#readback.pooledBytes,
-      'transfer_bytes.current': this.transferBytes,
-      budget_bytes: Number.isFinite(this.#budgetBytes) ? this.#budgetBytes : -1,
-      paging_reserve_bytes: this.pagingReserveBytes,
-      reads_over_budget: this.#readsOverBudget,
-    };
   }
 
   /** `createBuffer` calls for segments so far (staging and scratch buffers not counted). */
@@ -318,7 +200,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     if (byteLength > this.maxBufferSize) return null;
     if (this.capacityBytes !== undefined && this.#reservedBytes + byteLength > this.capacityBytes) return null;
     if (this.#reservedBytes + byteLength > this.#ceiling) return null;
-    if (!this.#segmentFits(byteLength)) return null;
+    if (!this.budget.segmentFits(byteLength)) return null;
     const gpu = this.gpuDevice;
     const usage = KIND_FLAGS[options.kind ?? 0];
     if (usage === undefined) throw new InvalidArgumentError('options.kind', options.kind, `a segment kind of this backend (0 to ${KIND_FLAGS.length - 1})`);
@@ -349,7 +231,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     WebGpuMemoryBackend.#deviceOf.set(buffer, this.gpuDevice);
     this.#createdBuffers++;
     this.#reservedBytes += byteLength;
-    this.#noteDeviceBytes();
+    this.budget.noteDeviceBytes();
     return { handle: buffer, byteOffset: 0, address: this.takeAddress(byteLength), byteLength };
   }
 
@@ -438,7 +320,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   async read(src: GPUBuffer, srcOffset: number, byteLength: number): Promise<Uint8Array> {
     this.#checkUsable();
     const length = alignedLength(srcOffset, byteLength);
-    if (!this.#stagingFits(length)) this.#readsOverBudget++;
+    if (!this.budget.stagingFits(length)) this.budget.countReadOverBudget();
     return this.#readThrough(this.#takeStaging(length), src, srcOffset, byteLength);
   }
 
@@ -450,7 +332,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
   pageOutRead(src: GPUBuffer, srcOffset: number, byteLength: number): StagedRead | null {
     if (this.#lost) return { bytes: Promise.reject(this.#lost), cancel: () => {} }; // the page-out's caller sees it on `done`
     const length = alignedLength(srcOffset, byteLength);
-    if (!this.#stagingFits(length)) return null;
+    if (!this.budget.stagingFits(length)) return null;
     const staging = this.#takeStaging(length);
     const state: ReadState = { cancelled: false, settled: false };
     return {
@@ -506,52 +388,25 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     return stream === 0;
   }
 
-  /**
-   * Runs `release` with every free it makes treated as ordered after the last submit (Note [Frees after their
-   * submit]): their blocks are reusable by the next allocation, without waiting for another submit.
-   */
+  /** Frees inside `release` reuse their blocks at once (Note [Frees after their submit] in SubmitEpochs.ts). */
   freeingSubmitted<T>(release: () => T): T {
-    this.#submittedFrees++;
-    try {
-      return release();
-    } finally {
-      this.#submittedFrees--;
-    }
+    return this.#events.freeingSubmitted(release);
   }
 
-  /**
-   * Every free of one epoch and generation records the same event (they are immutable): no object per free.
-   * Inside `freeingSubmitted` the event is the previous epoch's, complete already.
-   */
   recordEvent(stream: StreamId): BackendEvent {
-    const epoch = this.#submittedFrees > 0 ? this.#epochs.count - 1 : this.#epochs.count;
-    const generation = this.#synchronized;
-    let event = this.#lastEvent;
-    if (event === null || event.epoch !== epoch || event.generation !== generation) this.#lastEvent = event = { stream, epoch, generation };
-    return event;
+    return this.#events.record(stream);
   }
 
   isEventComplete(event: BackendEvent): boolean {
-    const e = event as EpochEvent;
-    return this.#epochs.count > e.epoch || this.#synchronized > e.generation;
+    return this.#events.isComplete(event);
   }
 
-  /**
-   * Completes `event` without a submit (emptyCache, the out-of-memory path), and with it every event this backend
-   * recorded before. Only those: a free recorded afterwards, in the same submit epoch, still waits for the next
-   * submit (work the program records after the synchronization may read it). Only this backend's: the submit count
-   * other allocators on the queue read is not touched, so their pending frees still wait for a real submit.
-   */
   synchronizeEvent(event: BackendEvent): void {
-    if ((event as EpochEvent).generation === this.#synchronized) this.#synchronized++;
+    this.#events.synchronize(event);
   }
 
   outOfMemoryHint(requestedBytes: number): string | undefined {
-    if (requestedBytes <= this.maxBufferSize) {
-      const transfer = this.transferBytes;
-      if (!Number.isFinite(this.#budgetBytes) || transfer + this.pagingReserveBytes <= KERNEL_PARAMS_BYTES) return undefined;
-      return `Of the ${formatBytes(this.#budgetBytes)} budget, ${formatBytes(transfer)} are staging and scratch buffers (${formatBytes(this.#readback.liveBytes - this.#readback.pooledBytes)} of page-outs and reads in flight) and ${formatBytes(this.pagingReserveBytes)} are kept for page-out staging; page-outs in flight give their room back once they land (await pinAsync, or the storages' lms.ready()).`;
-    }
+    if (requestedBytes <= this.maxBufferSize) return this.budget.outOfMemoryHint();
     return `A WebGPU buffer on this device holds at most ${formatBytes(this.maxBufferSize)} (maxBufferSize), so no request larger than that can be served; split the tensor.`;
   }
 
@@ -561,9 +416,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
    */
   releaseTransferBuffers(): void {
     this.#ceiling = Number.POSITIVE_INFINITY; // emptyCache: try the device again (Note [The device says no])
-    this.#flushPending(); // a recorded copy may name the scratch buffer
-    this.#scratch?.destroy();
-    this.#scratch = undefined;
+    this.#dropScratch();
     this.#readback.clear();
   }
 
@@ -607,55 +460,23 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
       this.#scratch?.destroy();
       const size = roundedBufferSize(bytes, 4096, this.maxBufferSize);
       this.#scratch = this.gpuDevice.createBuffer({ size, usage: BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST, label: 'stowage scratch' });
-      this.#noteDeviceBytes();
+      this.budget.noteDeviceBytes();
     }
     return this.#scratch;
   }
 
-  /**
-   * True when a segment of `byteLength` bytes fits the budget beside the transfer buffers and the paging reserve
-   * (Note [One budget]), after giving pooled staging and the scratch buffer back to the device if that makes room.
-   */
-  #segmentFits(byteLength: number): boolean {
-    const fits = (): boolean => this.#reservedBytes + byteLength + Math.max(this.#budgetedTransferBytes, this.pagingReserveBytes) <= this.#budgetBytes;
-    if (fits()) return true;
-    this.#readback.trim(this.#reservedBytes + byteLength + this.#budgetedTransferBytes - this.#budgetBytes);
-    if (fits()) return true;
-    if (this.#scratch !== undefined) {
-      this.#flushPending(); // a recorded copy may name the scratch buffer; submitted work keeps it until done
-      this.#scratch.destroy();
-      this.#scratch = undefined;
-    }
-    return fits();
-  }
-
-  /** True when a staging buffer for `length` bytes fits the budget now, after giving pooled staging back if needed. */
-  #stagingFits(length: number): boolean {
-    if (this.#readback.hasPooled(length)) return true; // reusing it adds nothing
-    const size = this.#readback.sizeFor(length);
-    const over = this.#reservedBytes + this.#budgetedTransferBytes + size - this.#budgetBytes;
-    if (over <= 0) return true;
-    this.#readback.trim(over);
-    return this.#reservedBytes + this.#budgetedTransferBytes + size <= this.#budgetBytes;
-  }
-
-  /**
-   * The transfer bytes the budget's checks count: all but the byte-copy kernel's 16-byte params buffer, which is
-   * there from the start (`device_bytes` counts it, so it may pass the budget by those 16 bytes).
-   */
-  get #budgetedTransferBytes(): number {
-    return this.#readback.liveBytes + (this.#scratch?.size ?? 0);
+  /** Destroys the scratch buffer (the budget needs its room); the next unaligned transfer makes it again. */
+  #dropScratch(): void {
+    if (this.#scratch === undefined) return;
+    this.#flushPending(); // a recorded copy may name the scratch buffer; submitted work keeps it until done
+    this.#scratch.destroy();
+    this.#scratch = undefined;
   }
 
   #takeStaging(length: number): GPUBuffer {
     const staging = this.#readback.take(length);
-    this.#noteDeviceBytes();
+    this.budget.noteDeviceBytes();
     return staging;
-  }
-
-  #noteDeviceBytes(): void {
-    const bytes = this.deviceBytes;
-    if (bytes > this.#devicePeakBytes) this.#devicePeakBytes = bytes;
   }
 
   #checkUsable(): void {

@@ -28,7 +28,7 @@ class WebGpuPageOut implements PageOut {
  * from the block into a pooled MAP_READ staging buffer and submits it before returning; the bytes reach the host
  * when the staging buffer maps. The block may be freed at once: any later use of it is submitted after the copy. A
  * page-in is a `queue.writeBuffer` of the host bytes, which the queue runs before any work submitted after it.
- * The staging buffer is device memory inside the budget (Note [One budget] in WebGpuMemoryBackend.ts): a page-out
+ * The staging buffer is device memory inside the budget (Note [One budget] in DeviceBudget.ts): a page-out
  * whose staging buffer would pass it is refused (null).
  */
 export class WebGpuPager implements Pager {
@@ -50,6 +50,6 @@ export class WebGpuPager implements Pager {
 
   /** Keeps the backend's paging reserve out of its segments' reach from now on (Note [One budget]). */
   enablePaging(): void {
-    this.backend.enablePaging();
+    this.backend.budget.enablePaging();
   }
 }

@@ -27,7 +27,7 @@ export interface WebGpuOptions extends OpenWebGpuOptions, Omit<DeviceAllocatorOp
   readonly segmentRefusal?: 'scope' | 'mapped';
   /**
    * The part of the budget kept for LMS page-out staging while LMS pages this device (Note [One budget] in
-   * WebGpuMemoryBackend.ts): bytes, text such as `'64MiB'`, or `{ fraction }` of the budget. Segments stay within
+   * DeviceBudget.ts): bytes, text such as `'64MiB'`, or `{ fraction }` of the budget. Segments stay within
    * the rest; page-outs in flight hold at most the room segments leave, and one that does not fit is refused (LMS
    * then reclaims a storage whose host copy exists). Without LMS nothing is kept. Default `{ fraction: 0.25 }`.
    */

@@ -374,7 +374,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   #makeRoom(bytes: number): void {
     if (this.#pendingPins.length === 0) return;
     const { engine, backend } = this.storageManager.allocator;
-    if (engine.reservedBytes + bytes > (engine.capacityBytes ?? Number.POSITIVE_INFINITY) || bytes > backend.segmentHeadroomBytes) this.#submitNow();
+    if (engine.reservedBytes + bytes > (engine.capacityBytes ?? Number.POSITIVE_INFINITY) || bytes > backend.budget.segmentHeadroomBytes) this.#submitNow();
   }
 
   /** Pins `storages` (one kernel's); a reclaimed one whose bytes are in flight is a TensorBytesInFlightError. */

@@ -9,7 +9,7 @@ interface EpochEvent extends BackendEvent {
 /**
  * A device-free stand-in for WebGpuMemoryBackend's placement-relevant behaviour: segments of the requested size at
  * fresh addresses, one stream, frees deferred to the next `submit()` (Note [Submit epochs] in
- * WebGpuMemoryBackend.ts), the same 256-byte alignment (Dawn's minStorageBufferOffsetAlignment). It holds no
+ * SubmitEpochs.ts), the same 256-byte alignment (Dawn's minStorageBufferOffsetAlignment). It holds no
  * memory: for sweeps that count segments and reserved bytes only (segmentSizing.bench.ts).
  */
 export class EpochBackend implements MemoryBackend<null> {

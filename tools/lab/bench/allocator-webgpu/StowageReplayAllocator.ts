@@ -8,7 +8,7 @@ const LIMIT = '8GiB';
 
 /**
  * Stowage's WebGPU caching allocator (default preset) as a replay allocator. Frees return to the pool at the next
- * `queue.submit` by anyone (Note [Submit epochs] in WebGpuMemoryBackend.ts), so `submit()` is a plain empty submit.
+ * `queue.submit` by anyone (Note [Submit epochs] in SubmitEpochs.ts), so `submit()` is a plain empty submit.
  */
 export class StowageReplayAllocator implements ReplayAllocator<DataPtr> {
   readonly name = 'stowage';
