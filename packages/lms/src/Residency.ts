@@ -118,7 +118,7 @@ export class Residency {
     return this.#learner;
   }
 
-  /** The end of one iteration of the program's loop (Residencies#endIteration): learns it. */
+  /** The end of one iteration of the program's loop (LmsController#endIteration): learns it. */
   endIteration(): void {
     this.stats.iterations++;
     this.learner?.endIteration();
