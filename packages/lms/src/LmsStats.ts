@@ -40,7 +40,7 @@ export const SPECULATION_STAT_KEYS = [
  *   copy (nothing predicted them); `speculative_wasted_bytes`: speculative copies dropped (a write, a release)
  *   before any reclaim used them; `prefetch(_bytes)`: page-ins started ahead of a predicted pin;
  *   `prefetch_hits`: pins that found their storage prefetched; `prefetch_wasted_bytes`: prefetched bytes reclaimed
- *   again or released before that pin; `iterations`: iteration boundaries (`Residencies#endIteration`);
+ *   again or released before that pin; `iterations`: iteration boundaries (`LmsController#endIteration`);
  *   `iterations_predicted`: iterations that followed a learned sequence to the end; `prediction_fallbacks`:
  *   iterations whose sequence left every learned one (prediction stopped there, learning went on).
  */

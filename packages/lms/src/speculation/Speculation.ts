@@ -8,7 +8,7 @@ import type { SpeculationSettings } from './SpeculationOptions.js';
 /**
  * Note [Speculation]: training and inference loops repeat, so LMS learns one iteration's sequence of storage events
  * (makes, pins from zero, last unpins, releases; the program marks each iteration's end with
- * `Residencies#endIteration`) and predicts the next iteration from it (AccessHistory). Three things use the
+ * `LmsController#endIteration`) and predicts the next iteration from it (AccessHistory). Three things use the
  * prediction, each on or off on its own:
  *
  * - Speculative page-out (IBM's `predict_reclaim`, `speculation.pageOut`): at the unpin of a storage whose unpin at
