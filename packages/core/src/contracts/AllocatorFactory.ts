@@ -11,7 +11,7 @@ export interface AllocatorContext {
   readonly container: DependencyContainer;
   /**
    * The out-of-memory reclaimers registered in the runtime, in the order the engine must call them: every
-   * `IpcCollector`, then every `LmsReclaimer`. Resolved at call time, so plugins registered later still count.
+   * `IpcCollector`, then every `LmsReclaimer`, as the runtime's plugins registered them. Callable without `this`.
    */
   reclaimers(): readonly MemoryReclaimer[];
   /**

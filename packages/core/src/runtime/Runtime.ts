@@ -93,11 +93,6 @@ export class Runtime implements TensorContext, AsyncDisposable {
   }
 
   /**
-   * A new storage of `nbytes` bytes (contents unspecified).
-   * @throws InvalidArgumentError for a bad size or device; BackendUnavailableError for a device with no plugin;
-   * OutOfMemoryError when the device is full
-   */
-  /**
    * A device service (Note [Device services]): what `device` offers under `token` beyond allocating, e.g.
    * `rt.service(Pager, 'webgpu:0')`. Makes the device's allocator first, as `allocator(device)` does.
    * @returns the service, or undefined when the device offers none under that token
@@ -108,6 +103,11 @@ export class Runtime implements TensorContext, AsyncDisposable {
     return this.#allocators.service(token, parseDevice(device, 'device'));
   }
 
+  /**
+   * A new storage of `nbytes` bytes (contents unspecified).
+   * @throws InvalidArgumentError for a bad size or device; BackendUnavailableError for a device with no plugin;
+   * OutOfMemoryError when the device is full
+   */
   storage(nbytes: number, options?: StorageOptions): StorageImpl {
     this.#checkOpen('storage');
     checkByteCount('nbytes', nbytes);

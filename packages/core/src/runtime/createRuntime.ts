@@ -2,7 +2,7 @@ import type { DependencyContainer } from 'tsyringe';
 import { Allocator } from '../contracts/Allocator.js';
 import { AllocatorContext, AllocatorDecorator, AllocatorFactory } from '../contracts/AllocatorFactory.js';
 import { AllocatorRegistry } from './AllocatorRegistry.js';
-import { IpcCollector, LmsReclaimer } from '../contracts/MemoryReclaimer.js';
+import { IpcCollector, LmsReclaimer, type MemoryReclaimer } from '../contracts/MemoryReclaimer.js';
 import { registerCpuAllocator } from './cpu.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import type { Plugin } from '../contracts/Plugin.js';
@@ -53,9 +53,12 @@ export async function createRuntime(options?: RuntimeOptions): Promise<Runtime> 
   container.register(ReshapePolicy, { useValue: new AliasReshapePolicy() });
   for (const [i, plugin] of plugins.entries()) await registerPlugin(`plugins[${i}]`, plugin, container);
   const services = new DeviceServiceTable();
+  let reclaimers: readonly MemoryReclaimer[] | undefined;
   const context: AllocatorContext = {
     container,
-    reclaimers: () => [...resolveAll(container, IpcCollector), ...resolveAll(container, LmsReclaimer)],
+    // Resolved once, at the first out-of-memory: every plugin has registered by then (a runtime's plugins are fixed
+    // at its creation), and the engine's out-of-memory path then calls the reclaimers directly.
+    reclaimers: () => (reclaimers ??= [...resolveAll(container, IpcCollector), ...resolveAll(container, LmsReclaimer)]),
     provide: (device, token, service) => services.provide(device, token, service),
   };
   container.register(AllocatorContext, { useValue: context });

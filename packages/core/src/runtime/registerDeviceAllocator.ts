@@ -9,7 +9,6 @@ import { BackendUnavailableError } from '../errors/BackendUnavailableError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { parseBytes } from '../units/formatBytes.js';
 import { checkOptions } from '../validation/validate.js';
-import type { MemoryReclaimer } from '../contracts/MemoryReclaimer.js';
 import type { MemoryBackend } from '../contracts/MemoryBackend.js';
 import { BlockInspector } from '../contracts/BlockInspector.js';
 import { Pager } from '../contracts/Pager.js';
@@ -202,8 +201,7 @@ export function registerDeviceAllocator<O extends DeviceAllocatorOptions, K exte
     deviceType: spec.deviceType,
     create(device, context): Allocator {
       checkDeviceIndex(spec, device);
-      const reclaimers = (): readonly MemoryReclaimer[] => context.reclaimers();
-      const allocator = spec.create(device, { ...settings.engine, reclaimers }, settings.own, settings.budgetBytes);
+      const allocator = spec.create(device, { ...settings.engine, reclaimers: context.reclaimers }, settings.own, settings.budgetBytes);
       const provide = <T>(token: Token<T>, service: T): void => context.provide(device, token, service);
       if (allocator instanceof CachingAllocator) {
         provide(BlockInspector, allocator);
