@@ -1,4 +1,4 @@
-/* global console, process */
+/* global console, process, setInterval, clearInterval */
 // Counts the source files one user call runs through, by V8's precise coverage: the scenario warms up (so the
 // measured call takes its usual path, e.g. a cache hit), then the one call runs under coverage, and every workspace
 // file with a function that ran is listed, grouped by package. The figure issue 31 asks for ("files opened to follow
