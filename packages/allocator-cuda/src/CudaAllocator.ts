@@ -1,5 +1,6 @@
 import type { AllocateOptions, CachingAllocatorOptions, DataPtr, MemorySnapshot } from '@stowage/core';
 import type { StreamId } from '@stowage/core/plugin-kit';
+import { checkBoolean, checkOptions } from '@stowage/core/plugin-kit';
 import { CachingAllocator, DataPtr as DataPtrClass, ForwardingAllocator, InvalidArgumentError } from '@stowage/core';
 import type { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
 import { CudaPager } from './backend/CudaPager.js';
@@ -53,8 +54,9 @@ export class CudaAllocator extends ForwardingAllocator {
    */
   createStream(options: { readonly nonBlocking?: boolean } = {}): StreamId {
     this.checkOpen('createStream');
+    const nonBlocking = checkBoolean('options.nonBlocking', checkOptions('options', options, ['nonBlocking']).nonBlocking) ?? false;
     this.backend.enter();
-    return this.backend.streams.create(this.backend.device.index, options.nonBlocking === true);
+    return this.backend.streams.create(this.backend.device.index, nonBlocking);
   }
 
   /** Numbers a stream the caller created on this device (the caller keeps and destroys it, after `forgetStream`). */

@@ -36,6 +36,12 @@ function withoutText(conf: AllocatorConf): Omit<AllocatorConf, 'text'> {
 }
 
 describe('parseAllocatorConf', function () {
+  it('refuses what is not a string (null, undefined, a number, an object) with InvalidArgumentError, not a TypeError', function () {
+    for (const bad of [null, undefined, 3, {}, ['expandable_segments:True']]) {
+      expect(() => parseAllocatorConf(bad as string), String(bad)).to.throw(InvalidArgumentError, /PYTORCH_CUDA_ALLOC_CONF string/);
+    }
+  });
+
   it("gives PyTorch's defaults for an empty string", function () {
     const conf = parseAllocatorConf('');
     expect(conf).to.deep.include({

@@ -165,6 +165,13 @@ describe('CudaAllocator', function () {
       expect(allocator.memoryStats()['active_bytes.all.current']).to.equal(again.byteLength >= MiB ? allocator.memoryStats()['active_bytes.all.current'] : -1);
     });
 
+    it('refuses createStream options that are not { nonBlocking: boolean } with InvalidArgumentError, creating nothing', () => {
+      using allocator = make({ expandableSegments: false });
+      expect(() => allocator.createStream({ nonBlocking: 'yes' } as unknown as { nonBlocking: boolean })).to.throw(InvalidArgumentError, /options\.nonBlocking/);
+      expect(() => allocator.createStream({ nonblocking: true } as object)).to.throw(InvalidArgumentError, /nonBlocking/);
+      expect(() => allocator.createStream(null as unknown as object)).to.throw(InvalidArgumentError);
+    });
+
     it('allocates on a created stream from that stream\'s own pool', () => {
       using allocator = make({ expandableSegments: false });
       const s = allocator.createStream();

@@ -20,6 +20,7 @@ export { BackendUnavailableError } from './errors/BackendUnavailableError.js';
 export { DeviceError } from './errors/DeviceError.js';
 export { DeviceMismatchError } from './errors/DeviceMismatchError.js';
 export { DisposedError } from './errors/DisposedError.js';
+export { DisposeFailedError } from './errors/DisposeFailedError.js';
 export { DoubleFreeError } from './errors/DoubleFreeError.js';
 export { ForeignPointerError } from './errors/ForeignPointerError.js';
 export { InvalidArgumentError } from './errors/InvalidArgumentError.js';

@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import type { Allocator } from '@stowage/core';
+import type { DependencyContainer } from 'tsyringe';
 import { createRuntime, DisposedError, InvalidArgumentError, wrapAllocators } from '@stowage/core';
 import { AllocatorFactory } from '@stowage/core/plugin-kit';
 import { thrownBy } from './engine/helpers.js';
@@ -34,6 +35,16 @@ describe('AllocatorRegistry (what plugins hand back)', () => {
       expect((error as Error).message).to.match(/^the value the AllocatorFactory for 'cpu' \(create\(cpu:0\)\) returned must be an Allocator/);
     });
   }
+
+  it('refuses a factory whose deviceType is not a device type when the runtime is made, naming it', async () => {
+    for (const deviceType of ['NPU X', 'Cuda', 'cuda:0', '']) {
+      const factory = { deviceType, create: () => null } as unknown as AllocatorFactory;
+      const plugin = { name: 'npu', register: (c: DependencyContainer) => void c.register(AllocatorFactory, { useValue: factory }) };
+      const error = await createRuntime({ plugins: [plugin] }).catch((e: unknown) => e);
+      expect(error, deviceType).to.be.instanceOf(InvalidArgumentError);
+      expect((error as InvalidArgumentError).argument).to.match(/^the registered AllocatorFactory \[\d+\]\.deviceType$/);
+    }
+  });
 
   it('refuses a wrapAllocators wrapper that returns null, naming the wrapper and disposing the allocator it was given', async () => {
     let given: Allocator | undefined;

@@ -16,3 +16,15 @@ describe('parseDevice', () => {
     });
   }
 });
+
+describe('formatDevice', () => {
+  it("writes a device as its canonical text, 'type:index'", () => {
+    expect(formatDevice(parseDevice('cuda:1'))).to.equal('cuda:1');
+  });
+
+  for (const bad of [null, undefined, 'cpu', { type: 'cpu' }, 3]) {
+    it(`rejects ${JSON.stringify(bad) ?? 'undefined'} with an InvalidArgumentError, not a TypeError`, () => {
+      expect(() => formatDevice(bad as never)).to.throw(InvalidArgumentError, /parseDevice/);
+    });
+  }
+});

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import type { DependencyContainer } from 'tsyringe';
 import type { Device, LmsStorage, Plugin, ReshapePolicy as ReshapePolicyType, StorageImpl, TensorImpl } from '@stowage/core';
-import { Allocator, BackendUnavailableError, BlockInspector, CachingAllocator, IpcExporter, Pager, TrackingAllocator, cpu, DataPtr, createCpuAllocator, createRuntime, DisposedError, ForeignPointerError, ForwardingAllocator, InvalidArgumentError, OutOfMemoryError, ReshapePolicy, Runtime, LimitingAllocator, StatisticsAllocator, UseAfterReleaseError, wrapAllocators } from '@stowage/core';
+import { Allocator, BackendUnavailableError, BlockInspector, CachingAllocator, IpcExporter, Pager, TrackingAllocator, cpu, DataPtr, createCpuAllocator, createRuntime, DisposedError, DisposeFailedError, ForeignPointerError, ForwardingAllocator, InvalidArgumentError, OutOfMemoryError, ReshapePolicy, Runtime, LimitingAllocator, StatisticsAllocator, UseAfterReleaseError, wrapAllocators } from '@stowage/core';
 import { AllocatorContext, AllocatorFactory, StorageHooks } from '@stowage/core/plugin-kit';
 import { storageHooks, thrownBy } from './engine/helpers.js';
 
@@ -230,7 +230,10 @@ describe('Runtime#dispose with a failing hook', () => {
     rt.storage(100);
     let error: unknown;
     await rt.dispose().catch((e: unknown) => (error = e));
-    expect(error).to.be.instanceOf(AggregateError);
+    expect(error).to.be.instanceOf(DisposeFailedError);
+    expect((error as DisposeFailedError).code).to.equal('DISPOSE_FAILED');
+    expect((error as DisposeFailedError).errors.map((e) => (e as Error).message)).to.deep.equal(['hook bug']);
+    expect((error as Error).message).to.match(/Releasing 1 storage\(s\) failed .* The first: hook bug/);
     expect(() => allocator.allocate(8)).to.throw(DisposedError);
   });
 });
@@ -302,6 +305,7 @@ describe('createRuntime (what it is handed)', () => {
 describe('Runtime#storage and Runtime#tensor (options)', () => {
   const storageOptions: { name: string; options: unknown; argument: string }[] = [
     { name: 'null options', options: null, argument: 'options' },
+    { name: "device: null (not 'cpu')", options: { device: null }, argument: 'options.device' },
     { name: "resizable: 'no'", options: { resizable: 'no' }, argument: 'options.resizable' },
     { name: 'shared: 1', options: { shared: 1 }, argument: 'options.shared' },
     { name: 'a misspelled key (resizeable)', options: { resizeable: true }, argument: 'options.resizeable' },
@@ -321,6 +325,8 @@ describe('Runtime#storage and Runtime#tensor (options)', () => {
     { name: 'null options', options: null, argument: 'options' },
     { name: 'a misspelled key (dtyp)', options: { dtyp: 'int32' }, argument: 'options.dtyp' },
     { name: "shared: 'yes'", options: { shared: 'yes' }, argument: 'options.shared' },
+    { name: 'dtype: null (not float32)', options: { dtype: null }, argument: 'options.dtype' },
+    { name: "device: null (not 'cpu')", options: { device: null }, argument: 'options.device' },
   ];
   for (const { name, options, argument } of tensorOptions) {
     it(`tensor() refuses ${name} with InvalidArgumentError naming ${argument}, allocating nothing`, async () => {

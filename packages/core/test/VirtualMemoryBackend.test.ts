@@ -17,6 +17,10 @@ describe('VirtualMemoryBackend#constructor', () => {
     }
   });
 
+  it('rejects an unknown option key, naming the nearest known one, rather than ignoring it', () => {
+    expect(() => new VirtualMemoryBackend({ capacity: -1 } as object)).to.throw(InvalidArgumentError, /capacityBytes/);
+  });
+
   it('rejects a capacityBytes or pageBytes that is not a byte count', () => {
     expect(thrownBy(() => new VirtualMemoryBackend({ capacityBytes: Number.NaN })), 'capacityBytes NaN').to.be.instanceOf(InvalidArgumentError);
     expect(thrownBy(() => new VirtualMemoryBackend({ pageBytes: 1.5 })), 'pageBytes 1.5').to.be.instanceOf(InvalidArgumentError);

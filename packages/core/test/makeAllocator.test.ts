@@ -264,6 +264,60 @@ describe('makeAllocator (checking the core)', () => {
     expect((error as Error).message).to.match(/read\(\) of 100 bytes returned 99 bytes/);
   });
 
+  it("wraps a core's own error in allocate() in a DeviceError naming the core and the call, counting nothing", () => {
+    const { core } = faultyCore((n, good) => {
+      if (n === 1000) throw new RangeError('the arena is exhausted');
+      return good(n);
+    });
+    using allocator = makeAllocator(core);
+    const live = [allocator.allocate(100)];
+    const error = thrownBy(() => allocator.allocate(1000));
+    expect(error).to.be.instanceOf(DeviceError);
+    expect((error as Error).message).to.equal('The minimal allocator for cpu:0 failed in allocate(1000): the arena is exhausted');
+    expect((error as Error).cause).to.be.instanceOf(RangeError);
+    assertAllocatorInvariants(allocator, live);
+    live.push(allocator.allocate(200));
+    assertAllocatorInvariants(allocator, live);
+  });
+
+  it("wraps a core's rejected read() in a DeviceError", async () => {
+    const { core } = faultyCore((n, good) => good(n), () => Promise.reject(new Error('bus error')));
+    using allocator = makeAllocator(core);
+    const ptr = allocator.allocate(100);
+    let error: unknown;
+    await allocator.readBytes(ptr).catch((e: unknown) => (error = e));
+    expect(error).to.be.instanceOf(DeviceError);
+    expect((error as Error).message).to.match(/failed in read\(\): bus error/);
+    assertAllocatorInvariants(allocator, [ptr]);
+  });
+
+  it("wraps a core's throwing free() in a DeviceError, with the pointer released and the statistics counted out", () => {
+    const { core } = faultyCore((n, good) => good(n));
+    const free = core.free;
+    let broken = true;
+    core.free = (block) => {
+      if (broken) throw new TypeError('free list corrupt');
+      free(block);
+    };
+    using allocator = makeAllocator(core);
+    const kept = allocator.allocate(64);
+    const ptr = allocator.allocate(100);
+    expect(() => ptr.release()).to.throw(DeviceError, /failed in free\(\): free list corrupt/);
+    expect(ptr.isReleased).to.equal(true);
+    assertAllocatorInvariants(allocator, [kept]);
+    broken = false;
+  });
+
+  it("passes a core's own StowageError through unchanged", () => {
+    const own = new InvalidArgumentError('nbytes', 1000, 'at most 512 bytes (this core serves small blocks only)');
+    const { core } = faultyCore((n, good) => {
+      if (n === 1000) throw own;
+      return good(n);
+    });
+    using allocator = makeAllocator(core);
+    expect(thrownBy(() => allocator.allocate(1000))).to.equal(own);
+  });
+
   const notCores: { name: string; core: unknown; argument: string }[] = [
     { name: 'null', core: null, argument: 'core' },
     { name: 'a string', core: 'cpu', argument: 'core' },

@@ -180,6 +180,39 @@ describe('StorageQueue (worker threads)', () => {
     });
   });
 
+  describe('StorageQueue transports', () => {
+    it('runs over a Worker itself (its own port), and close() leaves the worker running', async () => {
+      const reply = new MessageChannel();
+      const worker = new Worker(new URL('./workerTransportChild.js', import.meta.url), { workerData: { reply: reply.port2 }, transferList: [reply.port2] });
+      const overWorker = new StorageQueue(rt, worker);
+      try {
+        const s = rt.storage(16);
+        rt.write(s, new Uint8Array([42]));
+        overWorker.put(s);
+        s.release();
+        const first = await new Promise((resolve) => reply.port1.once('message', resolve));
+        expect(first).to.equal(42);
+        overWorker.close();
+        expect(worker.threadId, 'the queue does not terminate a worker it was given').to.not.equal(-1);
+      } finally {
+        reply.port1.close();
+        await worker.terminate();
+      }
+      expect(ipcCollect(rt)).to.be.a('number');
+      expect(ipcOf(rt).limboBytes()).to.equal(0, 'the worker released what it got');
+    });
+
+    it('refuses a child process forked without serialization: advanced when the queue is made, not at the first put', async () => {
+      const { fork } = await import('node:child_process');
+      const child = fork(new URL('./storageQueueChild.js', import.meta.url), [], { stdio: 'ignore' });
+      try {
+        expect(() => new StorageQueue(rt, child)).to.throw(InvalidArgumentError, /serialization: 'advanced'/);
+      } finally {
+        child.kill();
+      }
+    });
+  });
+
   describe('StorageQueue#get', () => {
     it('refuses to re-send a received storage, with the hint to copy it first', async () => {
       const s = rt.storage(16);

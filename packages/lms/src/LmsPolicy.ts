@@ -1,4 +1,5 @@
 import type { Device, StorageImpl, Token } from '@stowage/core';
+import { InvalidArgumentError } from '@stowage/core';
 import type { BlockPlacement } from '@stowage/core/plugin-kit';
 
 /** What a reclaim must free room for. */
@@ -69,3 +70,39 @@ export interface LmsPolicy {
 
 /** The policy LMS asks; `lms()` registers `lru` unless told otherwise. */
 export const LmsPolicy: Token<LmsPolicy> = Symbol('stowage.LmsPolicy');
+
+/**
+ * `value` as an LmsPolicy: an object with `chooseOne` and `chooseFragments` functions (and, if present, hooks that are
+ * functions). `argument` names it in the error.
+ * @throws InvalidArgumentError otherwise
+ */
+export function checkPolicy(argument: string, value: unknown): LmsPolicy {
+  const p = value as Partial<Record<keyof LmsPolicy, unknown>> | null;
+  const hooks = ['onPin', 'onUnpin', 'onReclaim', 'onRelease'] as const;
+  if (typeof p !== 'object' || p === null || typeof p.chooseOne !== 'function' || typeof p.chooseFragments !== 'function' || hooks.some((h) => p[h] !== undefined && typeof p[h] !== 'function')) {
+    throw new InvalidArgumentError(argument, value, 'a policy name or an LmsPolicy (an object with chooseOne and chooseFragments; onPin, onUnpin, onReclaim and onRelease, when given, are functions)');
+  }
+  return value as LmsPolicy;
+}
+
+/**
+ * What a policy's `chooseOne` returned, checked: a candidate (an object with a storage) or undefined.
+ * @throws InvalidArgumentError naming the policy otherwise
+ */
+export function checkChosenOne(policy: LmsPolicy, chosen: unknown): ReclaimCandidate | undefined {
+  if (chosen === undefined || isCandidateLike(chosen)) return chosen as ReclaimCandidate | undefined;
+  throw new InvalidArgumentError(`the LMS policy '${policy.name}': chooseOne()`, chosen, 'one of the ReclaimCandidates it was offered, or undefined');
+}
+
+/**
+ * What a policy's `chooseFragments` returned, checked: an array of candidates.
+ * @throws InvalidArgumentError naming the policy otherwise
+ */
+export function checkChosenFragments(policy: LmsPolicy, chosen: unknown): readonly ReclaimCandidate[] {
+  if (Array.isArray(chosen) && chosen.every(isCandidateLike)) return chosen as ReclaimCandidate[];
+  throw new InvalidArgumentError(`the LMS policy '${policy.name}': chooseFragments()`, chosen, 'an array of the ReclaimCandidates it was offered (empty for none)');
+}
+
+function isCandidateLike(value: unknown): boolean {
+  return typeof value === 'object' && value !== null && typeof (value as { storage?: unknown }).storage === 'object' && (value as { storage?: unknown }).storage !== null;
+}

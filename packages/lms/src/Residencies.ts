@@ -1,10 +1,10 @@
-import type { Allocator, Device, DeviceServices } from '@stowage/core';
+import type { Allocator, Device, DeviceLike, DeviceServices } from '@stowage/core';
 import type { LmsController } from './LmsController.js';
 import type { MemoryReclaimer, ReclaimTarget } from '@stowage/core/plugin-kit';
-import { BlockInspector, formatDevice, Pager } from '@stowage/core';
+import { BlockInspector, formatDevice, Pager, parseDevice } from '@stowage/core';
 import { LmsAllocator } from './LmsAllocator.js';
 import type { Residency } from './Residency.js';
-import type { LmsPolicy } from './LmsPolicy.js';
+import { checkPolicy, type LmsPolicy } from './LmsPolicy.js';
 import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
 import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
 
@@ -24,7 +24,7 @@ export class Residencies implements LmsController, MemoryReclaimer {
    */
   constructor(policyOf: () => LmsPolicy, speculation: SpeculationSettings = SPECULATION_OFF) {
     let policy: LmsPolicy | undefined;
-    this.#policyOf = () => (policy ??= policyOf());
+    this.#policyOf = () => (policy ??= checkPolicy('the LmsPolicy registered in the runtime', policyOf()));
     this.#speculation = speculation;
   }
 
@@ -46,18 +46,19 @@ export class Residencies implements LmsController, MemoryReclaimer {
     const pager = services.get(Pager);
     const inspector = services.get(BlockInspector);
     if (pager === undefined || inspector === undefined) return allocator;
+    this.#policyOf(); // a policy registered in the runtime is checked now, when the first paging allocator is made
     const wrapped = new LmsAllocator(allocator, pager, inspector, this.#policyOf, this.#speculation);
     this.#devices.set(formatDevice(device), wrapped.lms);
     return wrapped;
   }
 
   /** LMS on `device`, or undefined when no allocator of it pages. */
-  device(device: Device): Residency | undefined {
-    return this.#devices.get(formatDevice(device));
+  device(device: DeviceLike): Residency | undefined {
+    return this.#devices.get(formatDevice(parseDevice(device)));
   }
 
   reclaim(device: Device, requestedBytes: number, target?: ReclaimTarget): number {
-    return this.device(device)?.reclaim(requestedBytes, target) ?? 0;
+    return this.#devices.get(formatDevice(device))?.reclaim(requestedBytes, target) ?? 0;
   }
 
   /**
@@ -70,7 +71,7 @@ export class Residencies implements LmsController, MemoryReclaimer {
   }
 
   /** Reclaims every inactive storage on `device` (every device when absent); returns the bytes freed. */
-  reclaimInactive(device?: Device): number {
+  reclaimInactive(device?: DeviceLike): number {
     if (device !== undefined) return this.device(device)?.reclaimAll() ?? 0;
     let freed = 0;
     for (const lms of this.#devices.values()) freed += lms.reclaimAll();

@@ -1,10 +1,10 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { Plugin } from '@stowage/core';
 import { InvalidArgumentError, resolve } from '@stowage/core';
-import { AllocatorDecorator, checkOptions, LmsReclaimer } from '@stowage/core/plugin-kit';
+import { AllocatorDecorator, checkOptions, isDeviceType, LmsReclaimer } from '@stowage/core/plugin-kit';
 import { LmsController } from './LmsController.js';
 import { Residencies } from './Residencies.js';
-import { LmsPolicy } from './LmsPolicy.js';
+import { checkPolicy, LmsPolicy } from './LmsPolicy.js';
 import type { BuiltInPolicyName } from './policies.js';
 import { BUILT_IN_POLICIES } from './policies.js';
 import type { SpeculationOptions, SpeculationSettings } from './speculation/SpeculationOptions.js';
@@ -68,12 +68,12 @@ function checkLmsOptions(options: LmsOptions | undefined): { policy: BuiltInPoli
     if (!Object.hasOwn(BUILT_IN_POLICIES, policy)) {
       throw new InvalidArgumentError('options.policy', policy, `one of ${Object.keys(BUILT_IN_POLICIES).map((n) => `'${n}'`).join(', ')}, or an LmsPolicy object`);
     }
-  } else if (typeof policy !== 'object' || policy === null || typeof (policy as LmsPolicy).chooseOne !== 'function' || typeof (policy as LmsPolicy).chooseFragments !== 'function') {
-    throw new InvalidArgumentError('options.policy', policy, 'a policy name or an LmsPolicy (an object with chooseOne and chooseFragments)');
+  } else {
+    checkPolicy('options.policy', policy);
   }
-  const devices: unknown = checked.devices ?? DEFAULT_DEVICES;
-  if (!Array.isArray(devices) || devices.some((d) => typeof d !== 'string' || d === '')) {
-    throw new InvalidArgumentError('options.devices', devices, "a list of device type names such as ['cpu', 'webgpu']");
+  const devices: unknown = checked.devices === undefined ? DEFAULT_DEVICES : checked.devices;
+  if (!Array.isArray(devices) || devices.length === 0 || !devices.every(isDeviceType)) {
+    throw new InvalidArgumentError('options.devices', devices, "a non-empty list of lowercase device types such as ['cpu', 'webgpu'] (types, not devices: 'cpu', not 'cpu:0')");
   }
   return { policy: policy as BuiltInPolicyName | LmsPolicy, devices: devices as string[], speculation: resolveSpeculation(checked.speculation) };
 }

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import type { AllocatorStats, Plugin, Runtime } from '@stowage/core';
-import { CachingAllocator, CpuMemoryBackend, cpu, createRuntime, DeviceError, wrapAllocators, InvalidArgumentError, OutOfMemoryError, resolve, StorageImpl, UseAfterReleaseError } from '@stowage/core';
+import { BackendUnavailableError, CachingAllocator, CpuMemoryBackend, cpu, createRuntime, DeviceError, DisposedError, DisposeFailedError, wrapAllocators, InvalidArgumentError, OutOfMemoryError, resolve, StorageImpl, UseAfterReleaseError } from '@stowage/core';
 import type { LmsOptions, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
 import { LmsController, LmsPolicy, lms, LmsAllocator, StorageResidency, LruPolicy, pin } from '@stowage/lms';
 import { Residencies } from '@stowage/lms/testing';
@@ -429,6 +429,61 @@ describe('LMS', () => {
       expect(() => lms({ policy: 'fifo' as 'lru' })).to.throw(InvalidArgumentError, /'lru', 'best-fit'/);
       expect(() => lms({ policy: {} as LmsPolicy })).to.throw(InvalidArgumentError, /chooseOne/);
       expect(() => lms({ limit: 1 } as LmsOptions)).to.throw(InvalidArgumentError);
+      expect(() => lms({ policy: { name: 'x', chooseOne: () => undefined, chooseFragments: () => [], onPin: 1 } as unknown as LmsPolicy })).to.throw(InvalidArgumentError, /onPin/);
+    });
+
+    it('refuses devices that are not lowercase device types, rather than paging nothing', () => {
+      for (const devices of [['CPU'], ['cpu:0'], [], ['gpu!'], 'cpu', [null]]) {
+        expect(() => lms({ devices } as unknown as LmsOptions), JSON.stringify(devices)).to.throw(InvalidArgumentError, /lowercase device types/);
+      }
+    });
+
+    it('refuses a policy another plugin registered that is not an LmsPolicy, when the first paging allocator is made', async () => {
+      const stringPolicy: Plugin = { name: 'string-policy', register: (c) => void c.register(LmsPolicy, { useValue: 'lru' as unknown as LmsPolicy }) };
+      await using rt = await lmsRuntime(32 * MiB, {}, [stringPolicy]);
+      expect(() => rt.storage(64)).to.throw(InvalidArgumentError, /the LmsPolicy registered in the runtime/);
+    });
+
+    it('reports a policy whose choice is not a candidate with a typed error at the reclaim, and keeps working', async () => {
+      const broken = { name: 'broken', chooseOne: () => 42, chooseFragments: () => 'none' } as unknown as LmsPolicy;
+      await using rt = await lmsRuntime(24 * MiB, { policy: broken });
+      const a = inactiveStorage(rt, 10 * MiB, 1);
+      inactiveStorage(rt, 10 * MiB, 2);
+      expect(() => rt.storage(10 * MiB)).to.throw(InvalidArgumentError, /the LMS policy 'broken': chooseOne\(\)/);
+      expect(lmsOf(a).state).to.equal('inactive', 'nothing was reclaimed');
+      await expectBytes(rt, a, 1);
+      expect(rt.storage(1024).byteLength).to.equal(1024, 'an allocation that fits still works');
+    });
+  });
+
+  describe('bad input', () => {
+    it('refuses a reclaim or a lookup for something that is not a device', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      rt.storage(64); // makes the CPU allocator, and LMS's residency of it
+      const controller = resolve(rt.container, LmsController);
+      for (const device of ['gpu!', { type: 'gpu!', index: 0 }, 'CPU', null]) {
+        expect(() => controller.reclaimInactive(device as string), JSON.stringify(device)).to.throw(InvalidArgumentError);
+        expect(() => controller.device(device as string), JSON.stringify(device)).to.throw(InvalidArgumentError);
+      }
+      expect(controller.reclaimInactive('cuda:0'), 'a device without LMS frees nothing').to.equal(0);
+      expect(controller.device('cpu')).to.not.equal(undefined);
+    });
+
+    it('says which plugin is missing when LMS is resolved in a runtime without lms()', async () => {
+      await using rt = await createRuntime({ plugins: [cpu()] });
+      expect(() => resolve(rt.container, LmsController)).to.throw(BackendUnavailableError, /stowage\.LmsController.*createRuntime\(\{ plugins \}\)/);
+    });
+
+    it('disposes a runtime with a storage still pinned: everything is freed, and a typed error names the pin', async () => {
+      const rt = await lmsRuntime(32 * MiB);
+      const allocator = rt.allocator();
+      const s = rt.storage(1024);
+      pin(s);
+      let error: unknown;
+      await rt.dispose().catch((e: unknown) => (error = e));
+      expect(error).to.be.instanceOf(DisposeFailedError);
+      expect((error as DisposeFailedError).errors[0]).to.be.instanceOf(InvalidArgumentError);
+      expect(() => allocator.allocate(8)).to.throw(DisposedError);
     });
   });
 

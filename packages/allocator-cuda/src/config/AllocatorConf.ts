@@ -24,6 +24,7 @@
  *   out of bounds in ConfigTokenizer" when it ends right after a value inside the list).
  * An unknown key gets PyTorch's sentence, then " Did you mean '<key>'?" when one key is near.
  */
+import { InvalidArgumentError } from '@stowage/core';
 import { nearestName } from '@stowage/core/plugin-kit';
 import type { AllocatorConf, AllocatorConfValues } from './AllocatorConfValues.js';
 import { notAppliedKeys } from './allocatorConfEngineOptions.js';
@@ -72,9 +73,10 @@ type Draft = Omit<{ -readonly [K in keyof AllocatorConfValues]: AllocatorConfVal
 /**
  * Parses a `PYTORCH_CUDA_ALLOC_CONF`-style string (module comment above). The empty string gives PyTorch's defaults.
  * @throws AllocatorConfError with PyTorch's message for an unknown key, a bad value, a missing value or separator,
- * or an unclosed list
+ * or an unclosed list; InvalidArgumentError for something that is not a string
  */
 export function parseAllocatorConf(text: string): AllocatorConf {
+  if (typeof text !== 'string') throw new InvalidArgumentError('text', text, "a PYTORCH_CUDA_ALLOC_CONF string such as 'expandable_segments:True' ('' for PyTorch's defaults)");
   const tokens = tokenizeAllocatorConf(text);
   const values: Draft = { ...DEFAULT_ALLOCATOR_CONF_VALUES, roundupPower2Divisions: [...DEFAULT_ALLOCATOR_CONF_VALUES.roundupPower2Divisions] };
   const given: AllocatorConfKey[] = [];

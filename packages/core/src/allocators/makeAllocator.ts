@@ -5,6 +5,7 @@ import { formatDevice, parseDevice } from '../contracts/Device.js';
 import { DeviceError } from '../errors/DeviceError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
+import { StowageError } from '../errors/StowageError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
 import { isSmallRequest } from '../engine/SizeClass.js';
 import { checkByteCount, checkFunction, checkOptions } from '../validation/validate.js';
@@ -182,10 +183,10 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
 
   constructor(core: MinimalAllocator<H>) {
     super(parseDevice(core.device, 'core.device'), core.alignment, {
-      copy: (dst, dstOffset, src, srcOffset, n) => core.copy(dst, dstOffset, src, srcOffset, n),
-      write: (dst, dstOffset, bytes) => core.write(dst, dstOffset, bytes),
+      copy: (dst, dstOffset, src, srcOffset, n) => coreCall(core, 'copy()', () => core.copy(dst, dstOffset, src, srcOffset, n)),
+      write: (dst, dstOffset, bytes) => coreCall(core, 'write()', () => core.write(dst, dstOffset, bytes)),
       read: async (src, srcOffset, n) => {
-        const bytes: unknown = await core.read(src, srcOffset, n);
+        const bytes: unknown = await coreCall(core, 'read()', () => core.read(src, srcOffset, n));
         if (!(bytes instanceof Uint8Array) || bytes.byteLength !== n) {
           throw new DeviceError(`The minimal allocator for ${formatDevice(parseDevice(core.device))} broke its contract: read() of ${n} bytes returned ${describeCount(bytes)}.`);
         }
@@ -207,11 +208,12 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
     this.checkOpen('allocate');
     checkByteCount('nbytes', nbytes);
     checkOptions('options', options);
-    let block = this.#core.allocate(nbytes, options);
+    const core = this.#core;
+    let block = coreCall(core, `allocate(${nbytes})`, () => core.allocate(nbytes, options));
     if (block === null) {
       this.stats.num_alloc_retries++;
       this.emptyCache();
-      block = this.#core.allocate(nbytes, options);
+      block = coreCall(core, `allocate(${nbytes})`, () => core.allocate(nbytes, options));
     }
     if (block === null) {
       this.stats.num_ooms++;
@@ -247,17 +249,26 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
 
   emptyCache(): void {
     this.checkOpen('emptyCache');
-    this.#core.emptyCache?.();
+    const core = this.#core;
+    if (core.emptyCache) coreCall(core, 'emptyCache()', () => core.emptyCache!());
   }
 
+  /** Frees every live allocation and disposes the core; a core call that throws is reported after all were made. */
   protected disposeResources(): void {
+    const core = this.#core;
+    let failure: unknown;
     for (const allocation of this.#liveAllocations()) {
       allocation.freed = true;
-      this.#core.free(allocation.block);
+      try {
+        coreCall(core, 'free()', () => core.free(allocation.block));
+      } catch (error) {
+        failure ??= error;
+      }
     }
     this.#byAddress.clear();
     this.#empty.clear();
-    this.#core.dispose?.();
+    if (core.dispose) coreCall(core, 'dispose()', () => core.dispose!());
+    if (failure !== undefined) throw failure;
   }
 
   protected releaseAllocation(context: unknown): void {
@@ -267,9 +278,11 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
     // A live non-empty block is the only one at its address (checked at allocate), so the entry is this one's.
     if (allocation.block.byteLength > 0) this.#byAddress.delete(allocation.block.address);
     else this.#empty.delete(allocation);
-    // Counted out first: a core that returns a segment inside free() reports it to consistent statistics.
+    // Counted out first: a core that returns a segment inside free() reports it to consistent statistics. A core
+    // whose free() throws has the block back all the same, as far as the statistics and the pointer go.
     this.#count(allocation.block.byteLength, allocation.requestedBytes, -1);
-    this.#core.free(allocation.block);
+    const core = this.#core;
+    coreCall(core, 'free()', () => core.free(allocation.block));
     if (this.emitter.hears('freed')) this.emitter.safeEmit('freed', { ptr: allocation.ptr! });
   }
 
@@ -351,4 +364,23 @@ class ManagedAllocator<H> extends AllocatorBase<H> {
       blocks: [{ address: a.block.address, size, requested_size: a.requestedBytes, state: 'active_allocated', frames: [] }],
     };
   }
+}
+
+/**
+ * Runs one call of the core: what it throws that is not a StowageError becomes a DeviceError naming the core's
+ * device and the call, with the original as its cause (a core's own StowageErrors pass through). A promise's
+ * rejection is wrapped the same way.
+ */
+function coreCall<T>(core: MinimalAllocator<unknown>, call: string, run: () => T): T {
+  const wrap = (error: unknown): never => {
+    if (error instanceof StowageError) throw error;
+    throw new DeviceError(`The minimal allocator for ${formatDevice(parseDevice(core.device))} failed in ${call}: ${error instanceof Error ? error.message : describeValue(error)}`, { cause: error });
+  };
+  let result: T;
+  try {
+    result = run();
+  } catch (error) {
+    return wrap(error);
+  }
+  return result instanceof Promise ? (result.catch(wrap) as T) : result;
 }

@@ -35,6 +35,11 @@ export function parseDevice(device: DeviceLike, argument = 'device'): Device {
   throw new InvalidArgumentError(argument, device, "a device such as 'cpu', 'webgpu:0' or { type: 'cuda', index: 1 }");
 }
 
+/** Whether `type` is a device type as devices spell it: lowercase, such as 'cpu', 'webgpu' or 'cuda'. */
+export function isDeviceType(type: unknown): type is string {
+  return typeof type === 'string' && DEVICE_TEXT.test(type) && !type.includes(':');
+}
+
 function makeDevice(type: string, index: unknown, argument: string): Device {
   if (typeof index !== 'number' || !Number.isSafeInteger(index) || index < 0) {
     throw new InvalidArgumentError(`${argument}.index`, index, 'a non-negative integer');
@@ -42,8 +47,14 @@ function makeDevice(type: string, index: unknown, argument: string): Device {
   return Object.freeze({ type, index });
 }
 
-/** `'cpu:0'`, `'cuda:1'`: the canonical text of a device, usable as a map key. */
+/**
+ * `'cpu:0'`, `'cuda:1'`: the canonical text of a device, usable as a map key.
+ * @throws InvalidArgumentError for something that is not a Device (parse text with `parseDevice` first)
+ */
 export function formatDevice(device: Device): string {
+  if (typeof device !== 'object' || device === null || typeof device.type !== 'string' || typeof device.index !== 'number') {
+    throw new InvalidArgumentError('device', device, "a Device ({ type, index }); parse text such as 'cuda:1' with parseDevice first");
+  }
   return `${device.type}:${device.index}`;
 }
 

@@ -368,7 +368,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
       this.#newSegmentBlock(r, false) ??
       (release.releaseAvailableCachedBlocks(r) ? this.#newSegmentBlock(r, false) : undefined) ??
       // Releasing the cache completes pending frees and merges quick lists: a block may fit now.
-      (release.releaseCachedBlocks() ? (this.#takeCached(r) ?? this.#newSegmentBlock(r, true)) : undefined);
+      (release.releaseCachedBlocks() ? (this.#takeCached(r) ?? this.#newSegmentBlock(r, true)) : undefined) ??
+      this.#segmentInRoom(r);
     if (block) return block;
     const target = { small: r.pool.small, kind: r.kind, stream: r.stream };
     for (const reclaimer of this.options.reclaimers()) {
@@ -380,7 +381,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
         // the cache and retry.
         this.#events.synchronize();
         this.#quick.flush();
-        block = this.#takeCached(r) ?? (release.releaseCachedBlocks() ? (this.#takeCached(r) ?? this.#newSegmentBlock(r, true)) : undefined);
+        block = this.#takeCached(r) ?? (release.releaseCachedBlocks() ? (this.#takeCached(r) ?? this.#newSegmentBlock(r, true)) : undefined) ?? this.#segmentInRoom(r);
         if (block) return block;
       }
     }
@@ -414,6 +415,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
     if (isRetry) this.stats.num_alloc_retries++;
     if (this.options.expandableSegments && this.backend.pageMapping) return this.#expandable.grow(r);
     return this.#fixed.reserve(r);
+  }
+
+  /** The last resort before the reclaimers: a fixed segment of what the budget has left (Note [Segments under a budget]). */
+  #segmentInRoom(r: Request<H>): Block<H> | undefined {
+    return this.options.expandableSegments && this.backend.pageMapping ? undefined : this.#fixed.reserveInRoom(r);
   }
 
   /** Splits `block` for the request when worth it, marks it allocated, counts it and wraps it in a DataPtr. */

@@ -5,7 +5,8 @@
  *   rounded to 2 MiB: SizeClass.ts), or of the custom `segmentSize` the options give.
  * - A custom size is at least the request and, for a request under the max split size, under the max split size.
  * - A segment that does not fit the memory limit or the device falls back to PyTorch's size, then to the request
- *   itself, before the engine gives up on a new segment.
+ *   itself, before the engine gives up on a new segment. Under a budget, PyTorch's size falls back to the room the
+ *   budget has left (Note [Segments under a budget]).
  * - A segment goes back only whole (SegmentRelease), counted out of reserved bytes and segments as it came in.
  */
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
@@ -13,7 +14,7 @@ import type { MemoryBlock } from '../contracts/MemoryBlock.js';
 import { Block, Segment } from './Block.js';
 import type { ResolvedCachingOptions } from './CachingAllocatorOptions.js';
 import type { EngineState, Request } from './EngineState.js';
-import { LARGE_ROUNDING_BYTES, segmentSize } from './SizeClass.js';
+import { LARGE_ROUNDING_BYTES, MIN_BLOCK_BYTES, segmentSize } from './SizeClass.js';
 
 /** Reserves and frees the engine's fixed segments. Stateless beyond the shared EngineState. */
 export class FixedSegments<H> {
@@ -37,6 +38,26 @@ export class FixedSegments<H> {
       memory = this.#mallocWithinLimit(bytes, r);
     }
     if (memory === null) return undefined;
+    return this.#adopt(memory, bytes, r);
+  }
+
+  /**
+   * A segment of the room the budget has left, for a request that fits it when PyTorch's size for it does not
+   * (Note [Segments under a budget]); undefined without a budget, with a custom `segmentSize` (whose own fallback
+   * already ends at the request), or when the request does not fit either.
+   */
+  reserveInRoom(r: Request<H>): Block<H> | undefined {
+    const state = this.state;
+    const room = state.allowedBytes - state.reservedBytes; // Infinity without a budget
+    if (!Number.isFinite(room) || state.options.segmentSize || room < r.size || room >= segmentSize(r.size)) return undefined;
+    const bytes = Math.max(r.size, room - (room % MIN_BLOCK_BYTES));
+    const memory = this.#mallocWithinLimit(bytes, r);
+    return memory === null ? undefined : this.#adopt(memory, bytes, r);
+  }
+
+  /** A new segment over `memory`: its one free block, in no pool, counted and recorded. */
+  #adopt(memory: MemoryBlock<H>, bytes: number, r: Request<H>): Block<H> {
+    const state = this.state;
     const segment = new Segment<H>(memory, r.stream, r.kind, r.pool.small, false);
     const block = new Block<H>(segment, memory.address, bytes);
     segment.head = block;
@@ -87,6 +108,17 @@ export class FixedSegments<H> {
     return bytes;
   }
 
+  /*
+   * Note [Segments under a budget]
+   * PyTorch sizes segments by the request alone (2 MiB for a small one, 20 MiB up to 10 MiB), and so does the
+   * engine; PyTorch has no budget to fit them into. Under a budget (the plugin's `limit`) that rule alone would
+   * refuse a 64-byte storage under 1 MiB and any 1–10 MiB storage under 20 MiB, although the bytes fit. So when
+   * the cache is released and PyTorch's size still does not fit the room the budget has left, but the request
+   * does, the segment takes that room (whole 512-byte blocks, at least the request), before any reclaimer (LMS)
+   * runs: later requests split it as they would a full-size segment. It is the last resort, not the first, so that
+   * a budget with cached segments to release still gets full-size segments. Without a budget nothing changes (the
+   * device's own refusal is final, as PyTorch's is), so replays keep PyTorch's figures.
+   */
   #mallocWithinLimit(bytes: number, r: Request<H>): MemoryBlock<H> | null {
     if (this.state.reservedBytes + bytes > this.state.allowedBytes) return null;
     return this.state.backend.malloc(bytes, { stream: r.stream, kind: r.kind });

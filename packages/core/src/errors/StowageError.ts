@@ -12,6 +12,7 @@ export type StowageErrorCode =
   | 'BACKEND_UNAVAILABLE'
   | 'DEVICE_ERROR'
   | 'DISPOSED'
+  | 'DISPOSE_FAILED'
   | 'PAGE_IN_PENDING'
   | 'MALFORMED_PICKLE'
   | 'UNSAFE_PICKLE'

@@ -14,7 +14,7 @@ export type { HistoryOptions } from '../engine/History.js';
 export { isSmallRequest, roundSize, segmentSize } from '../engine/SizeClass.js';
 export { isAllocatorDeleter } from '../internal/allocatorDeleters.js';
 export type { DeviceType, KnownDeviceType } from '../contracts/Device.js';
-export { isSameDevice } from '../contracts/Device.js';
+export { isDeviceType, isSameDevice } from '../contracts/Device.js';
 export { checkDType, DTYPE_ITEMSIZE, itemsizeOf } from '../contracts/DType.js';
 export type { OutOfMemoryDetails } from '../errors/OutOfMemoryError.js';
 export type { ForwardingAllocatorOptions } from '../allocators/ForwardingAllocator.js';

@@ -1,7 +1,7 @@
 import type { Allocator } from '../contracts/Allocator.js';
 import type { AllocatorContext, AllocatorDecorator, AllocatorFactory } from '../contracts/AllocatorFactory.js';
 import type { Device, DeviceLike } from '../contracts/Device.js';
-import { formatDevice, parseDevice } from '../contracts/Device.js';
+import { formatDevice, isDeviceType, parseDevice } from '../contracts/Device.js';
 import { BackendUnavailableError } from '../errors/BackendUnavailableError.js';
 import { DeviceMismatchError } from '../errors/DeviceMismatchError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
@@ -150,6 +150,9 @@ function checkPluginObject(argument: string, value: unknown, method: 'create' | 
   const v = value as Record<string, unknown> | null;
   if (typeof v !== 'object' || v === null || typeof v.deviceType !== 'string' || typeof v[method] !== 'function') {
     throw new InvalidArgumentError(argument, value, `an object with deviceType (a string) and ${method}()`);
+  }
+  if (!isDeviceType(v.deviceType)) {
+    throw new InvalidArgumentError(`${argument}.deviceType`, v.deviceType, "a lowercase device type such as 'cpu' or 'my-npu' (letters, digits, '_' and '-', no ':' index): devices are named '<type>:<index>'");
   }
 }
 

@@ -9,6 +9,7 @@ import { formatDevice, parseDevice } from '../contracts/Device.js';
 import type { DType } from '../contracts/DType.js';
 import { checkDType, itemsizeOf } from '../contracts/DType.js';
 import { DisposedError } from '../errors/DisposedError.js';
+import { DisposeFailedError } from '../errors/DisposeFailedError.js';
 import { ForeignPointerError } from '../errors/ForeignPointerError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { formatBytes } from '../units/formatBytes.js';
@@ -114,7 +115,7 @@ export class Runtime implements TensorContext, AsyncDisposable {
     const checked = checkOptions('options', options, STORAGE_OPTION_KEYS);
     const shared = checkBoolean('options.shared', checked.shared);
     const resizable = checkBoolean('options.resizable', checked.resizable) ?? false;
-    const allocator = this.#allocators.get(parseDevice(checked.device ?? 'cpu', 'options.device'));
+    const allocator = this.#allocators.get(parseDevice(checked.device === undefined ? 'cpu' : checked.device, 'options.device'));
     const allocateOptions = shared === undefined ? {} : { shared };
     const dataPtr = allocator.allocate(nbytes, allocateOptions);
     let storage: StorageImpl;
@@ -157,12 +158,12 @@ export class Runtime implements TensorContext, AsyncDisposable {
     this.#checkOpen('tensor');
     const shape = checkSizes('sizes', sizes);
     const checked = checkOptions('options', options, TENSOR_OPTION_KEYS);
-    const dtype = checkDType('options.dtype', checked.dtype ?? 'float32');
+    const dtype = checkDType('options.dtype', checked.dtype === undefined ? 'float32' : checked.dtype);
     const shared = checkBoolean('options.shared', checked.shared);
     const nbytes = numelOf(shape) * itemsizeOf(dtype);
     checkByteCount('sizes (as bytes)', nbytes);
     const storage = this.storage(nbytes, {
-      device: checked.device ?? 'cpu',
+      device: checked.device === undefined ? 'cpu' : checked.device,
       ...(shared === undefined ? {} : { shared }),
     });
     return new TensorImpl(storage, { sizes: shape, dtype }, this);
@@ -228,7 +229,11 @@ export class Runtime implements TensorContext, AsyncDisposable {
     return this.#disposed;
   }
 
-  /** Releases every live storage, disposes the allocators and the container. Idempotent. */
+  /**
+   * Releases every live storage, disposes the allocators and the container. Idempotent.
+   * @throws DisposeFailedError when releasing some storage threw (a storage still pinned under LMS, a hook that
+   *   threw): everything was freed all the same, and the error lists what each release threw
+   */
   async dispose(): Promise<void> {
     if (this.#disposed) return;
     this.#disposed = true;
@@ -246,7 +251,7 @@ export class Runtime implements TensorContext, AsyncDisposable {
       errors.push(...(error instanceof AggregateError ? error.errors : [error]));
     }
     await this.container.dispose();
-    if (errors.length > 0) throw new AggregateError(errors, `Releasing ${errors.length} storage(s) failed while the runtime was disposed; its memory was freed anyway.`);
+    if (errors.length > 0) throw new DisposeFailedError(errors, { cause: errors[0] });
   }
 
   [Symbol.asyncDispose](): Promise<void> {

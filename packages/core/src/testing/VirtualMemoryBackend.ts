@@ -1,7 +1,7 @@
 import type { Device, DeviceLike } from '../contracts/Device.js';
 import { parseDevice } from '../contracts/Device.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
-import { checkByteCount } from '../validation/validate.js';
+import { checkByteCount, checkOptions } from '../validation/validate.js';
 import type { BackendEvent, MemoryBackend, PageMapping, StreamId } from '../contracts/MemoryBackend.js';
 import type { MemoryBlock } from '../contracts/MemoryBlock.js';
 
@@ -53,6 +53,7 @@ export class VirtualMemoryBackend implements MemoryBackend<number> {
   #frees = 0;
 
   constructor(options: VirtualMemoryBackendOptions = {}) {
+    checkOptions('options', options, ['device', 'capacityBytes', 'alignment', 'streams', 'pageBytes', 'storeData']);
     this.device = parseDevice(options.device ?? { type: 'virtual', index: 0 });
     this.alignment = options.alignment ?? 512;
     if (!Number.isSafeInteger(this.alignment) || this.alignment < 1 || (this.alignment & (this.alignment - 1)) !== 0) {

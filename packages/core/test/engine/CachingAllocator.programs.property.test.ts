@@ -22,10 +22,10 @@ import { VirtualMemoryBackend } from '@stowage/core/testing';
 /** A virtual device whose segments come in two kinds (usage 'upload' is kind 1), optionally freeing late (WebGPU-like). */
 class KindedBackend extends VirtualMemoryBackend {
   readonly deferredFree: boolean;
-  constructor(options: VirtualMemoryBackendOptions & { kinds?: boolean; deferredFree?: boolean }) {
+  constructor({ kinds, deferredFree, ...options }: VirtualMemoryBackendOptions & { kinds?: boolean; deferredFree?: boolean }) {
     super(options);
-    this.deferredFree = options.deferredFree ?? false;
-    if (options.kinds) this.segmentKind = (o: AllocateOptions): number => (o.usage === 'upload' ? 1 : 0);
+    this.deferredFree = deferredFree ?? false;
+    if (kinds) this.segmentKind = (o: AllocateOptions): number => (o.usage === 'upload' ? 1 : 0);
   }
   segmentKind?: (o: AllocateOptions) => number;
 }

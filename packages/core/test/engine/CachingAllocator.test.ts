@@ -337,6 +337,42 @@ describe('CachingAllocator out-of-memory chain', () => {
     expect(backend.reservedBytes).to.equal(36 * MiB);
   });
 
+  it('fits a segment into the room a budget has left when PyTorch\'s size for the request does not fit (Note [Segments under a budget])', () => {
+    const small = engine({ preset: 'pytorch', memoryLimit: '1MiB' });
+    const tiny = small.allocator.allocate(64);
+    expect(small.backend.reservedBytes).to.equal(MiB, 'a 2 MiB small segment cannot fit 1 MiB: the segment is the budget');
+    const next = small.allocator.allocate(1000);
+    expect(small.backend.reservedBytes).to.equal(MiB, 'the next request splits that segment');
+    small.allocator.assertInvariants();
+    tiny.release();
+    next.release();
+
+    const { allocator, backend } = engine({ preset: 'pytorch', memoryLimit: '8MiB' });
+    const a = allocator.allocate(4 * MiB);
+    expect(backend.reservedBytes).to.equal(8 * MiB, 'a 20 MiB segment cannot fit 8 MiB: the segment takes the room');
+    const b = allocator.allocate(3 * MiB);
+    expect(b.address).to.equal(a.address + 4 * MiB, 'the second request splits the same segment');
+    expect(() => allocator.allocate(2 * MiB)).to.throw(OutOfMemoryError);
+    allocator.assertInvariants();
+    a.release();
+    b.release();
+  });
+
+  it('prefers releasing cached segments to a segment of the room left, under a budget', () => {
+    const { allocator, backend } = engine({ preset: 'pytorch', memoryLimit: '21MiB' });
+    allocator.free(allocator.allocate(64)); // a 2 MiB small segment, cached
+    const ptr = allocator.allocate(4 * MiB); // 20 MiB does not fit beside it: the cache goes first, then 20 MiB
+    expect(backend.reservedBytes).to.equal(20 * MiB);
+    expect(allocator.memoryStats().num_device_free).to.equal(1);
+    allocator.assertInvariants();
+    ptr.release();
+  });
+
+  it('keeps PyTorch\'s segment sizes without a budget: a device that refuses them fails the request', () => {
+    const { allocator } = engine({ preset: 'pytorch' }, { capacityBytes: 8 * MiB });
+    expect(() => allocator.allocate(4 * MiB)).to.throw(OutOfMemoryError);
+  });
+
   it('calls the reclaimers in order, retrying after the first that frees something', () => {
     const calls: string[] = [];
     let hog: DataPtr | undefined;

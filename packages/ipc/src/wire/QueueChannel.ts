@@ -1,14 +1,16 @@
 import type { ChildProcess } from 'node:child_process';
 import { Duplex } from 'node:stream';
 import type { MessagePort } from 'node:worker_threads';
+import { Worker } from 'node:worker_threads';
 
 import { DisposedError, InvalidArgumentError } from '@stowage/core';
 
 /**
- * What a StorageQueue carries its messages over: a worker_threads MessagePort, a child process's IPC channel, or a
- * byte stream (`stream.Duplex`: a `net.Socket`, a child's stdio pair…) the queue then owns.
+ * What a StorageQueue carries its messages over: a worker_threads MessagePort (one end of a MessageChannel, or a
+ * worker's `parentPort`), a `Worker` (its own message port; the queue never terminates it), a child process's IPC
+ * channel, or a byte stream (`stream.Duplex`: a `net.Socket`, a child's stdio pair…) the queue then owns.
  */
-export type QueueTransport = MessagePort | ChildProcess | NodeJS.Process | Duplex;
+export type QueueTransport = MessagePort | Worker | ChildProcess | NodeJS.Process | Duplex;
 
 /** The queue's view of its transport. */
 export interface QueueChannel {
@@ -37,14 +39,24 @@ interface ProcessLike {
 
 /**
  * Wraps `transport`.
- * @throws InvalidArgumentError for anything but a MessagePort, a ChildProcess forked with an IPC channel, or a
- *   process that has one (a forked child's `process`)
+ * @throws InvalidArgumentError for anything but a MessagePort, a Worker, a ChildProcess forked with an IPC channel
+ *   and `serialization: 'advanced'`, or a process that has one (a forked child's `process`)
  */
 export function queueChannel(transport: QueueTransport): QueueChannel {
   const t = transport as Partial<MessagePort> & Partial<ProcessLike>;
+  if (transport instanceof Worker) return workerChannel(transport);
   if (typeof t === 'object' && t !== null && typeof t.postMessage === 'function' && typeof t.on === 'function') return portChannel(transport as MessagePort);
   if (transport instanceof Duplex) return streamChannel(transport);
-  if (typeof t === 'object' && t !== null && typeof t.send === 'function' && typeof t.on === 'function') return processChannel(transport as unknown as ProcessLike);
+  if (typeof t === 'object' && t !== null && typeof t.send === 'function' && typeof t.on === 'function') {
+    if (serializationOf(transport) === 'json') {
+      throw new InvalidArgumentError(
+        'transport',
+        transport,
+        "a process channel with serialization 'advanced' (fork the child with { serialization: 'advanced' }): the default JSON serialization cannot carry a descriptor's bigint nonce",
+      );
+    }
+    return processChannel(transport as unknown as ProcessLike);
+  }
   throw new InvalidArgumentError(
     'transport',
     transport,
@@ -72,6 +84,46 @@ function portChannel(port: MessagePort): QueueChannel {
     close: () => port.close(),
     ref: () => port.ref(),
     unref: () => port.unref(),
+  };
+}
+
+/**
+ * The serialization of a process's IPC channel, where Node shows it: its channel handle holds a JSON buffer
+ * (`'json'`, the default) or a message buffer (`'advanced'`); undefined where it cannot be told (another Node),
+ * and the first `put` reports a JSON channel then.
+ */
+function serializationOf(process: object): 'json' | 'advanced' | undefined {
+  const handleKey = Object.getOwnPropertySymbols(process).find((s) => s.description === 'kChannelHandle');
+  const handle = handleKey === undefined ? undefined : (process as Record<symbol, unknown>)[handleKey];
+  if (typeof handle !== 'object' || handle === null) return undefined;
+  const names = Object.getOwnPropertySymbols(handle).map((s) => s.description);
+  if (names.includes('kJSONBuffer')) return 'json';
+  if (names.includes('kMessageBuffer')) return 'advanced';
+  return undefined;
+}
+
+/** A Worker's own port: the queue listens until the worker exits, and never terminates it (the caller owns it). */
+function workerChannel(worker: Worker): QueueChannel {
+  let listeners: { message: (m: unknown) => void; close: () => void } | undefined;
+  return {
+    crossesProcesses: false,
+    exclusive: true,
+    isOpen: () => worker.threadId !== -1, // -1 once the worker exited
+    post: (message, transfer) => worker.postMessage(message, transfer === undefined ? undefined : [...transfer]),
+    listen(onMessage, onClose) {
+      listeners = { message: onMessage, close: onClose };
+      worker.on('message', onMessage);
+      worker.on('exit', onClose);
+    },
+    unlisten() {
+      if (listeners === undefined) return;
+      worker.off('message', listeners.message);
+      worker.off('exit', listeners.close);
+    },
+    close: () => {},
+    // The worker's reference to the event loop is its owner's to set; the queue's listeners add none.
+    ref: () => {},
+    unref: () => {},
   };
 }
 
