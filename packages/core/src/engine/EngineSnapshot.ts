@@ -55,7 +55,7 @@ export class EngineSnapshot<H> {
       if (b.allocated) allocated += b.size;
       if (state !== 'inactive') active += b.size;
       requested += b.requestedSize;
-      blocks.push({ address: b.address, size: b.size, requested_size: b.requestedSize, state, frames: [] });
+      blocks.push({ address: b.address, size: b.size, requested_size: b.requestedSize, state, frames: b.frames === null ? [] : [...b.frames] });
     }
     return {
       device: this.state.backend.device.index,
@@ -68,7 +68,7 @@ export class EngineSnapshot<H> {
       segment_type: segment.small ? 'small' : 'large',
       segment_pool_id: [0, 0],
       is_expandable: segment.expandable,
-      frames: [],
+      frames: segment.frames === null ? [] : [...segment.frames],
       blocks,
     };
   }
