@@ -384,15 +384,16 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
         if (block) return block;
       }
     }
-    return this.#throwOutOfMemory(nbytes);
+    return this.#throwOutOfMemory(nbytes, r.stream);
   }
 
-  #throwOutOfMemory(nbytes: number): never {
+  /** Counts, records and reports the failed request of `nbytes` on `stream`, then throws OutOfMemoryError. */
+  #throwOutOfMemory(nbytes: number, stream: StreamId): never {
     this.#emitSegmentEvents(); // what the chain released goes out first: listeners then see whole state
     this.stats.num_ooms++;
     const deviceFreeBytes = this.#deviceFreeBytes();
     const free = deviceFreeBytes ?? (this.capacityBytes === undefined ? undefined : Math.max(0, this.capacityBytes - this.reservedBytes));
-    this.#state.history?.record('oom', 0, nbytes, this.backend.defaultStream, null, free === undefined ? undefined : { device_free: free });
+    this.#state.history?.record('oom', 0, nbytes, stream, null, free === undefined ? undefined : { device_free: free });
     const stats = this.memoryStats();
     this.emitter.safeEmit('outOfMemory', { requestedBytes: nbytes, stats });
     const hint = this.backend.outOfMemoryHint?.(nbytes);

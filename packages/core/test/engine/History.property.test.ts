@@ -1,8 +1,9 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { CachingAllocatorOptions, DataPtr } from '@stowage/core';
+import type { CachingAllocatorOptions, DataPtr, MemorySnapshot } from '@stowage/core';
 import type { SnapshotTraceEntry } from '@stowage/core/plugin-kit';
 import type { EngineStep } from './helpers.js';
+import { OutOfMemoryError } from '@stowage/core';
 import { applyEngineStep, engine, MiB } from './helpers.js';
 
 /** What a history says the run did, read from its entries alone (as PyTorch's viewer reads them). */
@@ -16,6 +17,10 @@ interface HistoryFigures {
   /** Requested bytes of allocations not yet free_completed (the trace's sizes are requested bytes). */
   readonly requestedBytes: number;
   readonly peakRequestedBytes: number;
+  /** Allocations not yet free_completed at the end: `address:requested size`, by address. */
+  readonly live: string[];
+  /** Reserved ranges at the end, adjacent ones merged. */
+  readonly reserved: [number, number][];
 }
 
 /** Disjoint address ranges [start, end), merged when adjacent, in address order. */
@@ -41,6 +46,10 @@ class RangeSet {
         this.#ranges.splice(i, 1);
       } else i++;
     }
+  }
+
+  list(): [number, number][] {
+    return this.#ranges.map(([s, e]) => [s, e]);
   }
 
   remove(start: number, end: number): void {
@@ -130,7 +139,23 @@ function replayHistory(entries: readonly SnapshotTraceEntry[]): HistoryFigures {
         break;
     }
   });
-  return { segmentAllocs, segmentFrees, segmentMaps, segmentUnmaps, reservedBytes, peakReservedBytes, requestedBytes, peakRequestedBytes };
+  const liveList = [...live].sort((a, b) => a[0] - b[0]).map(([a, b]) => `${a}:${b.size}`);
+  return { segmentAllocs, segmentFrees, segmentMaps, segmentUnmaps, reservedBytes, peakReservedBytes, requestedBytes, peakRequestedBytes, live: liveList, reserved: reserved.list() };
+}
+
+/**
+ * The end state a snapshot lists, in replayHistory's terms: its active blocks (allocated or pending free) and its
+ * reserved ranges. PyTorch's viewer starts from these and undoes the history backwards, so they must be the state
+ * the history leads to.
+ */
+function snapshotState(snapshot: MemorySnapshot): { live: string[]; reserved: [number, number][] } {
+  const ranges = new RangeSet();
+  const live: string[] = [];
+  for (const segment of snapshot.segments) {
+    ranges.add(segment.address, segment.address + segment.total_size);
+    for (const b of segment.blocks) if (b.state !== 'inactive' && b.requested_size > 0) live.push(`${b.address}:${b.requested_size}`);
+  }
+  return { live, reserved: ranges.list() };
 }
 
 const sizes = fc.oneof(
@@ -146,8 +171,14 @@ const streamSteps = [
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('hold' as const), stream: fc.integer({ min: 0, max: 1 }) }) },
   { weight: 1, arbitrary: fc.record({ kind: fc.constant('complete' as const), stream: fc.integer({ min: 0, max: 1 }) }) },
 ];
-/** Allocations, frees and stream use: what a replay of the history performs too. */
+/** Allocations, frees and stream use, without memory pressure: what a replay of the history performs too. */
 const replayable: fc.Arbitrary<EngineStep> = fc.oneof({ weight: 10, arbitrary: alloc }, { weight: 8, arbitrary: free }, ...streamSteps);
+/**
+ * Allocations, frees and streams used but never held, on a bounded device. Under pressure the out-of-memory chain
+ * completes frees that wait on held streams mid-allocation, which a replay, freeing at each free_completed
+ * before the next request, does not do; with no stream held every such free completes as the next request starts.
+ */
+const pressured: fc.Arbitrary<EngineStep> = fc.oneof({ weight: 10, arbitrary: alloc }, { weight: 8, arbitrary: free }, streamSteps[0]!);
 /** Everything a program does, releasing memory (emptyCache, trim, the out-of-memory chain) included. */
 const any: fc.Arbitrary<EngineStep> = fc.oneof(
   { weight: 10, arbitrary: alloc },
@@ -174,16 +205,43 @@ function record(options: CachingAllocatorOptions, steps: readonly EngineStep[], 
   return { allocator, backend, live, entries: allocator.snapshot().device_traces[0]! };
 }
 
+/**
+ * Runs `steps` with history on, then replays the history through a fresh engine of the same options on the same
+ * device: each alloc entry allocated on its stream, freed at its free_completed entry, each oom entry's request
+ * tried again (and failing again). The replay must reproduce the run's segments and peaks.
+ */
+function expectReplayReproduces(options: CachingAllocatorOptions, steps: readonly EngineStep[], capacityBytes?: number): void {
+  const { allocator, entries } = record(options, steps, capacityBytes);
+  const s = allocator.memoryStats();
+  const { allocator: replay } = engine(options, { streams: 2, ...(capacityBytes === undefined ? {} : { capacityBytes }) });
+  const byAddress = new Map<number, DataPtr>();
+  for (const e of entries) {
+    if (e.action === 'alloc') byAddress.set(e.addr, replay.allocate(e.size, { stream: e.stream }));
+    else if (e.action === 'free_completed') {
+      replay.free(byAddress.get(e.addr)!);
+      byAddress.delete(e.addr);
+    } else if (e.action === 'oom') expect(() => replay.allocate(e.size, { stream: e.stream })).to.throw(OutOfMemoryError);
+  }
+  const r = replay.memoryStats();
+  for (const stat of ['segment.all.allocated', 'num_device_alloc', 'num_ooms', 'reserved_bytes.all.peak', 'requested_bytes.all.peak', 'active_bytes.all.peak', 'active_bytes.all.current'] as const) {
+    expect(r[stat], stat).to.equal(s[stat]);
+  }
+  // A block pending free in the run (used on another stream) stays allocated in the replay until its
+  // free_completed: the replay's allocated bytes are the run's active bytes (allocated + pending free).
+  expect(r['allocated_bytes.all.peak'], 'peak allocated bytes of the replay').to.equal(s['active_bytes.all.peak']);
+}
+
 describe('CachingAllocator#recordHistory', function () {
   this.timeout(120_000);
 
   for (const [name, options] of CONFIGS) {
     it(`pairs every free and segment entry with a live alloc and adds up to the run's segments and peaks (${name})`, () => {
       fc.assert(
-        fc.property(fc.array(any, { maxLength: 80 }), (steps) => {
+        fc.property(fc.array(any, { maxLength: 120, size: 'max' }), (steps) => {
           const { allocator, backend, live, entries } = record(options, steps, 96 * MiB);
           const s = allocator.memoryStats();
           const h = replayHistory(entries);
+          expect({ live: h.live, reserved: h.reserved }, "the history leads to the snapshot's blocks and segments").to.deep.equal(snapshotState(allocator.snapshot()));
           expect(h.segmentAllocs + h.segmentMaps, 'segment_alloc and segment_map entries: device allocations').to.equal(s.num_device_alloc);
           expect(h.segmentFrees + h.segmentUnmaps, 'segment_free and segment_unmap entries: device frees').to.equal(s.num_device_free);
           if (h.segmentMaps === 0) {
@@ -206,29 +264,22 @@ describe('CachingAllocator#recordHistory', function () {
       );
     });
 
-    it(`replays to the run's segments and peak reserved and allocated bytes (${name})`, () => {
+    // A free waiting on a held stream leaves allocated bytes at its free_requested in the run, at its
+    // free_completed in the replay. Under a memory limit, and under the best preset's fragmentation limit and
+    // deferred coalescing, the engine decides by allocated bytes, so only the other configurations replay
+    // programs that hold streams to the same decisions.
+    if (options.memoryLimit === undefined && options.preset === 'pytorch') {
+      it(`replays to the run's segments and peak reserved and allocated bytes, streams held and completed (${name})`, () => {
+        fc.assert(
+          fc.property(fc.array(replayable, { maxLength: 120, size: 'max' }), (steps) => expectReplayReproduces(options, steps)),
+          { numRuns: 120, endOnFailure: true },
+        );
+      });
+    }
+
+    it(`replays to the run's segments and peak reserved and allocated bytes, out of memory included (${name})`, () => {
       fc.assert(
-        fc.property(fc.array(replayable, { maxLength: 80 }), (steps) => {
-          const { allocator, entries } = record(options, steps);
-          const s = allocator.memoryStats();
-          // The replay allocates each alloc entry on its stream and frees it at its free_completed entry.
-          const { allocator: replay } = engine(options, { streams: 2 });
-          const byAddress = new Map<number, DataPtr>();
-          for (const e of entries) {
-            if (e.action === 'alloc') byAddress.set(e.addr, replay.allocate(e.size, { stream: e.stream }));
-            else if (e.action === 'free_completed') {
-              replay.free(byAddress.get(e.addr)!);
-              byAddress.delete(e.addr);
-            }
-          }
-          const r = replay.memoryStats();
-          for (const stat of ['segment.all.allocated', 'num_device_alloc', 'reserved_bytes.all.peak', 'requested_bytes.all.peak', 'active_bytes.all.peak', 'active_bytes.all.current'] as const) {
-            expect(r[stat], stat).to.equal(s[stat]);
-          }
-          // A block pending free in the run (used on another stream) stays allocated in the replay until its
-          // free_completed: the replay's allocated bytes are the run's active bytes (allocated + pending free).
-          expect(r['allocated_bytes.all.peak'], 'peak allocated bytes of the replay').to.equal(s['active_bytes.all.peak']);
-        }),
+        fc.property(fc.array(pressured, { maxLength: 120, size: 'max' }), (steps) => expectReplayReproduces(options, steps, 96 * MiB)),
         { numRuns: 120, endOnFailure: true },
       );
     });
