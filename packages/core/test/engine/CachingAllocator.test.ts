@@ -831,6 +831,15 @@ describe('CachingAllocator#snapshot', () => {
     expect(trace[1]!.frames.some((f) => f.filename.includes('CachingAllocator.test'))).to.equal(true);
   });
 
+  it('records a snapshot entry of the active bytes after each snapshot, as PyTorch does, listed by the next one', () => {
+    const { allocator } = engine();
+    allocator.recordHistory();
+    allocator.allocate(1000);
+    expect(allocator.snapshot().device_traces[0]!.map((e) => e.action)).to.deep.equal(['segment_alloc', 'alloc']);
+    const last = allocator.snapshot().device_traces[0]!.at(-1)!;
+    expect(last).to.include({ action: 'snapshot', addr: 0, size: 1024 });
+  });
+
   it("records each free at the freed block's own address and requested size, not at the block it merged into", () => {
     for (const preset of ['pytorch', 'best'] as const) {
       const { allocator } = engine({ preset });
