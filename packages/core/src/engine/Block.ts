@@ -3,6 +3,7 @@ import type { MemoryBlock } from '../contracts/MemoryBlock.js';
 import type { StreamId } from '../contracts/MemoryBackend.js';
 import { BlockPool } from './BlockPool.js';
 import type { BlockPlacement } from '../contracts/BlockPlacement.js';
+import type { SnapshotFrame } from '../contracts/MemorySnapshot.js';
 
 /** One segment from the backend (or one expandable address range) and the blocks that tile it. */
 export class Segment<H = unknown> {
@@ -18,6 +19,8 @@ export class Segment<H = unknown> {
   readonly gaps: BlockPool<H>;
   /** Out of service (Note [Retired segments] in CachingAllocator.ts): its free blocks are in no pool. */
   retired = false;
+  /** Where it was reserved (first mapped), when history with stacks was on; PyTorch's context_when_segment_allocated. */
+  frames: SnapshotFrame[] | null = null;
 
   constructor(
     readonly memory: MemoryBlock<H>,
@@ -64,6 +67,11 @@ export class Block<H = unknown> {
   quick = false;
   /** True once the block went back to the device (released by emptyCache, trim or dispose). */
   released = false;
+  /**
+   * Where it was allocated, while allocated or pending free, when history with stacks was on; null otherwise.
+   * PyTorch's context_when_allocated, which a snapshot lists as the block's frames.
+   */
+  frames: SnapshotFrame[] | null = null;
 
   constructor(
     readonly segment: Segment<H>,

@@ -33,7 +33,7 @@ import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
 import { checkByteCount } from '../validation/validate.js';
 import type { MemoryBackend, StreamId } from '../contracts/MemoryBackend.js';
-import type { MemorySnapshot } from '../contracts/MemorySnapshot.js';
+import type { MemorySnapshot, SnapshotFrame } from '../contracts/MemorySnapshot.js';
 import { Block, placementOf } from './Block.js';
 import type { BlockPlacement } from '../contracts/BlockPlacement.js';
 import { contextUnder, NOT_UNDER } from '../internal/allocatorDeleters.js';
@@ -101,7 +101,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
     this.stats.max_split_size = this.options.maxSplitSize === Number.MAX_SAFE_INTEGER ? -1 : this.options.maxSplitSize;
     const state = (this.#state = new EngineState<H>(backend, this.options, this.stats, allowedBytes));
     this.#quick = new QuickLists<H>(this.options, this.stats, (block) => this.#coalesceIntoPool(block));
-    this.#events = new StreamEvents<H>(backend, (block) => this.#freeBlock(block));
+    this.#events = new StreamEvents<H>(backend, (block) => this.#freeBlock(block, block.frames));
     this.#fixed = new FixedSegments<H>(state);
     this.#expandable = new ExpandableSegments<H>(state, (r) => this.#takeCached(r));
     this.#release = new SegmentRelease<H>(state, this.#events, this.#quick, this.#fixed, this.#expandable);
@@ -385,15 +385,16 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
         if (block) return block;
       }
     }
-    return this.#throwOutOfMemory(nbytes);
+    return this.#throwOutOfMemory(nbytes, r.stream);
   }
 
-  #throwOutOfMemory(nbytes: number): never {
+  /** Counts, records and reports the failed request of `nbytes` on `stream`, then throws OutOfMemoryError. */
+  #throwOutOfMemory(nbytes: number, stream: StreamId): never {
     this.#emitSegmentEvents(); // what the chain released goes out first: listeners then see whole state
     this.stats.num_ooms++;
     const deviceFreeBytes = this.#deviceFreeBytes();
     const free = deviceFreeBytes ?? (this.capacityBytes === undefined ? undefined : Math.max(0, this.capacityBytes - this.reservedBytes));
-    this.#state.history?.record('oom', 0, nbytes, this.backend.defaultStream, free === undefined ? undefined : { device_free: free });
+    this.#state.history?.record('oom', 0, nbytes, stream, null, free === undefined ? undefined : { device_free: free });
     const stats = this.memoryStats();
     this.emitter.safeEmit('outOfMemory', { requestedBytes: nbytes, stats });
     const hint = this.backend.outOfMemoryHint?.(nbytes);
@@ -468,7 +469,11 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
       deleter: this.deleter,
     });
     block.ptr = ptr;
-    state.history?.record('alloc', block.address, nbytes, block.stream);
+    const history = state.history;
+    if (history !== null) {
+      const frames = history.record('alloc', block.address, nbytes, block.stream);
+      if (history.stacks) block.frames = frames;
+    }
     if (state.segmentEvents.length > 0) this.#emitSegmentEvents();
     if (this.emitter.hears('allocated')) this.emitter.safeEmit('allocated', { ptr, requestedBytes: nbytes });
     return ptr;
@@ -496,16 +501,26 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
 
   // ---- free path ------------------------------------------------------------------------------------------
 
-  /** A block's caller and streams are done with it: it becomes inactive, in a quick list or its pool. */
-  #freeBlock(block: Block<H>): void {
+  /**
+   * A block's caller and streams are done with it: it becomes inactive, in a quick list or its pool. `frames`:
+   * the free_completed entry's frames when the free is not the caller's (events completed later), as PyTorch
+   * records the allocation's there.
+   *
+   * Note [History names the block]: as PyTorch's, every `free_requested` and `free_completed` entry names the freed
+   * block's own address and the size its `alloc` entry named, recorded before the block merges with free
+   * neighbours (a merge moves a block's address to its free neighbour's). A reader pairs each free with its alloc
+   * by address: PyTorch's viewer, `toTraceEvents` and any replay of the history.
+   */
+  #freeBlock(block: Block<H>, frames?: SnapshotFrame[] | null): void {
     const s = this.stats;
     const small = block.small;
     const size = block.size;
     const requested = block.requestedSize;
+    this.#state.history?.record('free_completed', block.address, requested, block.stream, frames);
     block.requestedSize = 0;
+    block.frames = null;
     s.countInactive(small, size, requested);
     if (block.segment.retired) {
-      this.#state.history?.record('free_completed', block.address, requested, block.stream);
       this.#release.releaseIfIdle(block.segment); // never pooled again (Note [Retired segments])
       return;
     }
@@ -516,7 +531,6 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
       this.#coalesceIntoPool(block);
       this.#quick.flush();
     } else if (!this.#quick.defer(block)) this.#coalesceIntoPool(block);
-    this.#state.history?.record('free_completed', block.address, requested, block.stream);
   }
 
   /** Inserts a free block into its pool after merging it with free pooled neighbours; counts inactive splits. */

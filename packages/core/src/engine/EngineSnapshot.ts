@@ -6,7 +6,8 @@
  * - Each entry's blocks tile exactly `[address, address + total_size)`, in address order, each in the state
  *   PyTorch names (active_allocated, active_pending_free, inactive).
  * - Entries are sorted by address; `device_traces[d]`, for the engine's device index d, holds the history
- *   recordHistory() asked for (the lists before it are empty), as PyTorch indexes traces by device.
+ *   recordHistory() asked for (the lists before it are empty), as PyTorch indexes traces by device. Taking a
+ *   snapshot then records a `snapshot` entry (address 0, the active bytes), which the next snapshot lists.
  * - `allocator_settings` lists the resolved options under PyTorch's names where it has them.
  */
 import type { MemorySnapshot, SnapshotBlock, SnapshotSegment, SnapshotTraceEntry } from '../contracts/MemorySnapshot.js';
@@ -25,7 +26,10 @@ export class EngineSnapshot<H> {
     // PyTorch's viewer reads the trace of device d at device_traces[d].
     const device = this.state.backend.device.index;
     const device_traces: SnapshotTraceEntry[][] = Array.from({ length: device + 1 }, () => []);
-    device_traces[device] = this.state.history?.entries() ?? [];
+    const history = this.state.history;
+    device_traces[device] = history?.entries() ?? [];
+    // As PyTorch's, a snapshot leaves a `snapshot` entry of the active bytes, after the trace it returns was read.
+    history?.record('snapshot', 0, segments.reduce((n, s) => n + s.active_size, 0), this.state.backend.defaultStream);
     return { segments, device_traces, allocator_settings: this.#settings(), external_annotations: [] };
   }
 
@@ -55,7 +59,7 @@ export class EngineSnapshot<H> {
       if (b.allocated) allocated += b.size;
       if (state !== 'inactive') active += b.size;
       requested += b.requestedSize;
-      blocks.push({ address: b.address, size: b.size, requested_size: b.requestedSize, state, frames: [] });
+      blocks.push({ address: b.address, size: b.size, requested_size: b.requestedSize, state, frames: b.frames === null ? [] : [...b.frames] });
     }
     return {
       device: this.state.backend.device.index,
@@ -68,7 +72,7 @@ export class EngineSnapshot<H> {
       segment_type: segment.small ? 'small' : 'large',
       segment_pool_id: [0, 0],
       is_expandable: segment.expandable,
-      frames: [],
+      frames: segment.frames === null ? [] : [...segment.frames],
       blocks,
     };
   }

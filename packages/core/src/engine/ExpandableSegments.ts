@@ -238,7 +238,11 @@ export class ExpandableSegments<H> {
     state.stats.reserved_bytes.add(segment.small, bytes);
     state.stats.num_device_alloc++;
     if (state.reservedBytes > this.#peakReservedBytes) this.#peakReservedBytes = state.reservedBytes;
-    state.history?.record('segment_map', address, bytes, segment.stream);
+    const history = state.history;
+    if (history !== null) {
+      const frames = history.record('segment_map', address, bytes, segment.stream);
+      if (history.stacks && segment.frames === null) segment.frames = frames;
+    }
     return true;
   }
 

@@ -64,7 +64,11 @@ export class FixedSegments<H> {
     segment.tail = block;
     state.segments.add(segment);
     this.#count(segment, bytes, 1);
-    state.history?.record('segment_alloc', memory.address, bytes, r.stream);
+    const history = state.history;
+    if (history !== null) {
+      const frames = history.record('segment_alloc', memory.address, bytes, r.stream);
+      if (history.stacks) segment.frames = frames;
+    }
     return block;
   }
 

@@ -12,15 +12,41 @@ export function monotonicMicros(): number {
   return Math.round((performance.timeOrigin + performance.now()) * 1000);
 }
 
-/** Parses `new Error().stack` into PyTorch-style frames, dropping Stowage's own engine frames. */
-export function captureFrames(skip: number): SnapshotFrame[] {
-  const lines = (new Error().stack ?? '').split('\n').slice(1 + skip);
+/**
+ * The URL prefix of this package's compiled files (`…/dist/`), to tell Stowage's own frames from the caller's;
+ * undefined where the module has no URL (bundled as a script).
+ */
+function ownPrefix(): string | undefined {
+  try {
+    return new URL('../', import.meta.url).href;
+  } catch {
+    return undefined;
+  }
+}
+const OWN_PREFIX = ownPrefix();
+/** Frames captured beyond `Error.stackTraceLimit`: about as many as Stowage's own above the caller's. */
+const STACK_EXTRA_FRAMES = 16;
+
+/**
+ * Parses `new Error().stack` into PyTorch-style frames, innermost first, without the leading frames inside
+ * Stowage's core (the engine and the pointer's deleter), so the first frame is the caller's. Where every frame
+ * is inside (a bundle that holds the caller too), keeps them all.
+ */
+export function captureFrames(): SnapshotFrame[] {
+  // Stowage's own frames come first and are dropped: deepen the stack so the caller's keep their depth.
+  const limit = Error.stackTraceLimit; // V8 only; undefined elsewhere
+  if (typeof limit === 'number') Error.stackTraceLimit = limit + STACK_EXTRA_FRAMES;
+  const stack = new Error().stack ?? '';
+  if (typeof limit === 'number') Error.stackTraceLimit = limit;
   const frames: SnapshotFrame[] = [];
-  for (const line of lines) {
+  for (const line of stack.split('\n').slice(1)) {
     const m = /^\s*at (?:(.*?) \()?(.*?):(\d+):\d+\)?$/.exec(line);
     if (m) frames.push({ name: m[1] ?? '<anonymous>', filename: m[2]!, line: Number(m[3]) });
   }
-  return frames;
+  const prefix = OWN_PREFIX;
+  if (prefix === undefined) return frames;
+  const first = frames.findIndex((f) => !f.filename.startsWith(prefix));
+  return first < 0 ? frames : frames.slice(first);
 }
 
 /**
@@ -38,14 +64,19 @@ export class History {
     this.stacks = options.stacks ?? false;
   }
 
-  record(action: SnapshotAction, addr: number, size: number, stream: number, extra?: { device_free?: number }): void {
+  /**
+   * Appends an entry. `frames` are the entry's frames when the caller has them (a free completed after its
+   * streams' events: the allocation's frames, as PyTorch records); otherwise, with `stacks`, the current stack.
+   * Returns the entry's frames, which the engine keeps on a live block or a segment for its snapshot.
+   */
+  record(action: SnapshotAction, addr: number, size: number, stream: number, frames?: SnapshotFrame[] | null, extra?: { device_free?: number }): SnapshotFrame[] {
     const entry: SnapshotTraceEntry = {
       action,
       addr,
       size,
       stream,
       time_us: monotonicMicros(),
-      frames: this.stacks ? captureFrames(3) : [],
+      frames: frames ?? (this.stacks ? captureFrames() : []),
       compile_context: 'N/A',
       user_metadata: '',
       ...extra,
@@ -55,6 +86,7 @@ export class History {
       this.#ring[this.#next] = entry;
       this.#next = (this.#next + 1) % this.maxEntries;
     }
+    return entry.frames;
   }
 
   entries(): SnapshotTraceEntry[] {

@@ -866,6 +866,67 @@ describe('CachingAllocator#snapshot', () => {
     expect(trace[2]!.device_free).to.equal(0);
     expect(trace[1]!.frames.some((f) => f.filename.includes('CachingAllocator.test'))).to.equal(true);
   });
+
+  it('records a snapshot entry of the active bytes after each snapshot, as PyTorch does, listed by the next one', () => {
+    const { allocator } = engine();
+    allocator.recordHistory();
+    allocator.allocate(1000);
+    expect(allocator.snapshot().device_traces[0]!.map((e) => e.action)).to.deep.equal(['segment_alloc', 'alloc']);
+    const last = allocator.snapshot().device_traces[0]!.at(-1)!;
+    expect(last).to.include({ action: 'snapshot', addr: 0, size: 1024 });
+  });
+
+  it("records each free at the freed block's own address and requested size, not at the block it merged into", () => {
+    for (const preset of ['pytorch', 'best'] as const) {
+      const { allocator } = engine({ preset });
+      allocator.recordHistory();
+      const ptrs = [allocator.allocate(256), allocator.allocate(256), allocator.allocate(256)];
+      for (const p of ptrs) allocator.free(p);
+      const frees = allocator.snapshot().device_traces[0]!.filter((e) => e.action !== 'alloc' && e.action !== 'segment_alloc' && e.action !== 'segment_map');
+      const expected = ptrs.flatMap((p) => ['free_requested', 'free_completed'].map((action) => ({ action, addr: p.address, size: 256 })));
+      expect(frees.map(({ action, addr, size }) => ({ action, addr, size })), preset).to.deep.equal(expected);
+    }
+  });
+
+  it("records a free completed after another stream's work with its block's address and its allocation's frames", () => {
+    const { allocator, backend } = engine({ preset: 'pytorch' }, { streams: 2 });
+    allocator.recordHistory({ stacks: true });
+    const neighbour = allocator.allocate(1000);
+    const used = allocator.allocate(1000);
+    allocator.recordStream(used, 1);
+    backend.holdStream(1);
+    allocator.free(used);
+    allocator.free(neighbour);
+    backend.completeStream(1);
+    allocator.allocate(100); // processes the completed event
+    const trace = allocator.snapshot().device_traces[0]!;
+    const alloc = trace.find((e) => e.action === 'alloc' && e.addr === used.address)!;
+    const completed = trace.find((e) => e.action === 'free_completed' && e.addr === used.address)!;
+    expect(completed.size).to.equal(1000);
+    expect(completed.frames).to.deep.equal(alloc.frames);
+  });
+
+  it('lists the frames of live blocks and of their segments when stacks were on, the caller first', () => {
+    const { allocator, backend } = engine({ preset: 'pytorch' }, { streams: 2 });
+    allocator.recordHistory({ stacks: true });
+    const live = allocator.allocate(1000);
+    const pending = allocator.allocate(1000);
+    const freed = allocator.allocate(1000);
+    allocator.recordStream(pending, 1);
+    backend.holdStream(1);
+    allocator.free(pending);
+    allocator.free(freed);
+    const segment = allocator.snapshot().segments[0]!;
+    const frames = (address: number) => segment.blocks.find((b) => b.address === address)!.frames;
+    expect(frames(live.address)[0]!.filename, 'an allocated block: its allocation, first frame the caller').to.include('CachingAllocator.test');
+    expect(frames(pending.address)[0]!.filename, 'a block pending free keeps its frames').to.include('CachingAllocator.test');
+    expect(segment.blocks.filter((b) => b.state === 'inactive').every((b) => b.frames.length === 0), 'free blocks have none').to.equal(true);
+    expect(segment.frames[0]!.filename, "the segment: the allocation that reserved it").to.include('CachingAllocator.test');
+    const { allocator: plain } = engine();
+    plain.recordHistory();
+    plain.allocate(1000);
+    expect(plain.snapshot().segments[0]!.blocks[0]!.frames, 'no stacks, no frames').to.deep.equal([]);
+  });
 });
 
 describe('CachingAllocator options', () => {
