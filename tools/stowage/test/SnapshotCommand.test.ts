@@ -37,7 +37,7 @@ describe('stowage snapshot', function () {
     const pickle = examplePickle();
     if (pickle === undefined) this.skip();
     const out = join(dir, 'example.pickle');
-    const run = runStowage(['snapshot', pickle, '--at', 'end', '-o', out]);
+    const run = runStowage(['snapshot', pickle, '--replay', '--at', 'end', '-o', out]);
     expect(run.status, run.stderr).to.equal(EXIT.ok);
     const script = [
       'import pickle, sys',

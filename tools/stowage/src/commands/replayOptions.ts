@@ -1,13 +1,17 @@
+import { basename } from 'node:path';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from '@stowage/core';
 import { ALLOCATOR_CONFIGS } from '../allocatorConfigs.js';
+import type { Progress } from '../Progress.js';
+import type { Input } from '../readInput.js';
+import { readInput } from '../readInput.js';
 
 /** The flags of the commands that replay a trace. */
 export interface ReplayFlags {
   readonly allocator: string;
   readonly capacity?: string;
   readonly limit?: string;
-  readonly device: string;
+  readonly device?: string;
   readonly streams?: boolean;
   readonly json?: boolean;
 }
@@ -18,12 +22,28 @@ export function withReplayOptions(command: Command): Command {
     .option('-a, --allocator <name>', `allocator configuration: ${ALLOCATOR_CONFIGS.map((c) => c.name).join(', ')}`, 'pytorch')
     .option('--capacity <bytes>', "device capacity, e.g. 80GiB (default: unbounded, or PyTorch's when the trace ran out of memory)")
     .option('--limit <bytes>', "the allocator's memory limit, e.g. 40GiB")
-    .option('--device <index>', "which device's trace of a snapshot", '0')
+    .option('--device <index>', "which device's trace (default: a snapshot's first device, all of a trace)")
     .option('--streams', "allocate on the trace's streams rather than all on one");
 }
 
-/** `--device` as an index. @throws InvalidArgumentError for anything but a non-negative integer */
-export function deviceIndex(value: string): number {
+/** `--device` as an index; undefined when not given. @throws InvalidArgumentError for anything but a non-negative integer */
+export function deviceIndex(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
   if (!/^\d+$/.test(value)) throw new InvalidArgumentError('--device', value, 'a device index (0, 1, …)');
   return Number(value);
+}
+
+/**
+ * Reads the input of a command (`-` for standard input) for `--device`, its reading, decompressing and parsing
+ * shown on `progress`.
+ * @throws as `readInput`
+ */
+export async function loadInput(path: string, flags: { readonly device?: string | undefined }, progress: Progress): Promise<Input> {
+  const label = path === '-' ? 'standard input' : basename(path);
+  return readInput(path, { device: deviceIndex(flags.device), onProgress: (phase, done, total) => progress.update(done, total, `${phase} ${label}`) });
+}
+
+/** True when `--json` was given (on the program, before the command). */
+export function isJson(command: Command): boolean {
+  return (command.optsWithGlobals() as { json?: boolean }).json === true;
 }
