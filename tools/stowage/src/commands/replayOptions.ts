@@ -1,10 +1,12 @@
 import { basename } from 'node:path';
 import type { Command } from 'commander';
+import type { MemorySnapshot } from '@stowage/core';
 import { InvalidArgumentError } from '@stowage/core';
-import { ALLOCATOR_CONFIGS } from '../allocatorConfigs.js';
+import { ALLOCATOR_CONFIGS, allocatorConfig } from '../allocatorConfigs.js';
 import type { Progress } from '../Progress.js';
 import type { Input } from '../readInput.js';
 import { readInput } from '../readInput.js';
+import { snapshotAt } from '../replayInput.js';
 
 /** The flags of the commands that replay a trace. */
 export interface ReplayFlags {
@@ -46,4 +48,31 @@ export async function loadInput(path: string, flags: { readonly device?: string 
 /** True when `--json` was given (on the program, before the command). */
 export function isJson(command: Command): boolean {
   return (command.optsWithGlobals() as { json?: boolean }).json === true;
+}
+
+/** A snapshot to look at, and what it is of. */
+export interface LoadedSnapshot {
+  readonly input: Input;
+  readonly snapshot: MemorySnapshot;
+  /** The device of `snapshot` to look at: `--device` when given, else undefined (all). A replay's is 0. */
+  readonly device: number | undefined;
+  /** What the snapshot is, for headings: the input's name, and the allocator when it was replayed. */
+  readonly source: string;
+}
+
+/**
+ * The snapshot of the input at `path`: a snapshot as it is; a trace replayed through `--allocator` to its end.
+ * @throws as `readInput`, and InvalidArgumentError for bad replay flags
+ */
+export async function loadSnapshot(path: string, flags: ReplayFlags, progress: Progress): Promise<LoadedSnapshot> {
+  const input = await loadInput(path, flags, progress);
+  if (input.snapshot !== undefined) return { input, snapshot: input.snapshot, device: deviceIndex(flags.device), source: input.name };
+  const config = allocatorConfig(flags.allocator);
+  const { snapshot } = snapshotAt(input, config, 'end', {
+    capacity: flags.capacity,
+    limit: flags.limit,
+    streams: flags.streams ?? false,
+    onProgress: (done, total) => progress.update(done, total, `replaying ${input.name}`),
+  });
+  return { input, snapshot, device: 0, source: `${input.name} replayed through ${config.name}` };
 }
