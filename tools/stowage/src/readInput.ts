@@ -83,17 +83,18 @@ const CHUNK_BYTES = 1 << 20;
 export async function readInput(path: string, options: ReadInputOptions = {}): Promise<Input> {
   const progress = options.onProgress ?? (() => {});
   const bytes = await readBytes(path, INPUT_FORMATS, options.stdin ?? process.stdin, progress);
+  const shown = path === '-' ? 'standard input' : path; // how messages name the input
   const name = path === '-' ? 'stdin' : basename(path).replace(/\.(jsonl\.gz|jsonl|csv|pickle|pkl|json|gz)$/i, '');
   let content: Uint8Array = bytes;
   if (bytes[0] === GZIP_MAGIC[0] && bytes[1] === GZIP_MAGIC[1]) {
     try {
       content = await gunzip(bytes, (done, total) => progress('decompressing', done, total));
     } catch (error) {
-      throw new UnknownFormatError(path, `it is a damaged gzip file (${(error as Error).message})`, INPUT_FORMATS, { cause: error });
+      throw new UnknownFormatError(shown, `it is a damaged gzip file (${(error as Error).message})`, INPUT_FORMATS, { cause: error });
     }
   }
-  const format = detectFormat(path, content);
-  const read = await readAs(path, format, async () => {
+  const format = detectFormat(shown, content);
+  const read = await readAs(shown, format, async () => {
     switch (format) {
       case 'snapshot-pickle':
         return { snapshot: readSnapshotPickle(content) };
@@ -102,21 +103,21 @@ export async function readInput(path: string, options: ReadInputOptions = {}): P
         return { snapshot: fromPytorchSnapshot(json as Parameters<typeof fromPytorchSnapshot>[0]), json };
       }
       case 'rmm-csv':
-        return { events: parseRmmCsvLog(text(content), path) };
+        return { events: parseRmmCsvLog(text(content), shown) };
       case 'trace-jsonl':
-        return { events: await parseTraceChunks(chunked(content, (done, total) => progress('parsing', done, total)), path === '-' ? 'standard input' : path) };
+        return { events: await parseTraceChunks(chunked(content, (done, total) => progress('parsing', done, total)), shown) };
     }
   });
   if (read.snapshot !== undefined) {
     const snapshot = read.snapshot;
     const devices = snapshotDevices(snapshot);
-    const device = pickDevice(path, options.device, devices) ?? devices[0] ?? 0;
+    const device = pickDevice(shown, options.device, devices) ?? devices[0] ?? 0;
     const recorded = read.json === undefined ? undefined : recordedTrace(read.json, device);
     return { path, name, format, device, devices, events: toTraceEvents(snapshot, { device }), snapshot, json: read.json, ...(recorded ? { recorded } : {}) };
   }
   const all = read.events!;
   const devices = [...new Set(all.map((e) => e.device ?? 0))].sort((a, b) => a - b);
-  const device = pickDevice(path, options.device, devices);
+  const device = pickDevice(shown, options.device, devices);
   const events = device === undefined || devices.length <= 1 ? all : all.filter((e) => (e.device ?? 0) === device);
   return { path, name, format, device: device ?? devices[0] ?? 0, devices, events };
 }
