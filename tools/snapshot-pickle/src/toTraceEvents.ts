@@ -10,6 +10,7 @@
  *   allocation holds at the end: it was live for the whole trace.
  * - `segment_*` and `oom` entries are kept with id -1 (replay skips them; they are PyTorch's own decisions);
  *   `snapshot` entries are left out. `timeUs` counts from the first entry's `time_us`; pre allocations have none.
+ * - Every event carries the device index it came from (`device`).
  */
 import type { MemorySnapshot } from '@stowage/core';
 import type { SnapshotTraceEntry } from '@stowage/core/plugin-kit';
@@ -38,7 +39,7 @@ export function toTraceEvents(snapshot: MemorySnapshot, options: TraceEventsOpti
   let nextId = 0;
   const origin = entries.find((e) => e.action !== 'snapshot')?.time_us ?? 0;
   for (const e of entries) {
-    const base = { size: e.size, stream: e.stream, addr: e.addr, timeUs: e.time_us - origin };
+    const base = { size: e.size, stream: e.stream, addr: e.addr, device, timeUs: e.time_us - origin };
     switch (e.action) {
       case 'alloc': {
         const id = nextId++;
@@ -51,7 +52,7 @@ export function toTraceEvents(snapshot: MemorySnapshot, options: TraceEventsOpti
         let id = live.get(e.addr);
         if (id === undefined) {
           id = nextId++;
-          pre.push({ action: 'alloc', id, size: e.size, stream: e.stream, addr: e.addr, pre: true, timeUs: null });
+          pre.push({ action: 'alloc', id, size: e.size, stream: e.stream, addr: e.addr, device, pre: true, timeUs: null });
           live.set(e.addr, id);
         }
         if (e.action === 'free_completed') live.delete(e.addr);
@@ -71,7 +72,7 @@ export function toTraceEvents(snapshot: MemorySnapshot, options: TraceEventsOpti
     if (segment.device !== device) continue;
     for (const b of segment.blocks) {
       if (b.state === 'inactive' || live.has(b.address)) continue;
-      pre.push({ action: 'alloc', id: nextId++, size: b.requested_size, stream: segment.stream, addr: b.address, pre: true, timeUs: null });
+      pre.push({ action: 'alloc', id: nextId++, size: b.requested_size, stream: segment.stream, addr: b.address, device, pre: true, timeUs: null });
     }
   }
   return [...pre, ...recorded];
@@ -79,12 +80,13 @@ export function toTraceEvents(snapshot: MemorySnapshot, options: TraceEventsOpti
 
 /**
  * Trace events as the JSON lines of `shared/traces` (`{"seq","action","addr","size","stream","device","t_us","id","pre"}`,
- * one per line, each line ending in a newline), which `readTrace` reads back as the same events.
+ * one per line, each line ending in a newline), which `readTrace` reads back as the same events. `device` is each
+ * event's own, else the argument.
  */
 export function formatTraceLines(events: readonly TraceEvent[], device = 0): string {
   let out = '';
   events.forEach((e, seq) => {
-    const line: Record<string, unknown> = { seq, action: e.action, addr: e.addr ?? null, size: e.size, stream: e.stream, device, t_us: e.timeUs ?? null, id: e.id < 0 ? null : e.id };
+    const line: Record<string, unknown> = { seq, action: e.action, addr: e.addr ?? null, size: e.size, stream: e.stream, device: e.device ?? device, t_us: e.timeUs ?? null, id: e.id < 0 ? null : e.id };
     if (e.pre) line.pre = true;
     if (e.deviceFree !== undefined) line.device_free = e.deviceFree;
     out += `${JSON.stringify(line)}\n`;

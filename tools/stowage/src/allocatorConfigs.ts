@@ -25,6 +25,11 @@ export interface DeviceOptions {
   readonly capacity?: string | undefined;
   /** The engine's memory limit (`'8GiB'`), or undefined for none. */
   readonly limit?: string | undefined;
+  /**
+   * Streams the device serves (ordinals 0 … streams-1): a replay with `--streams` needs one per distinct stream
+   * of the trace (`traceSummary(events).streams`). Default 1.
+   */
+  readonly streams?: number | undefined;
 }
 
 /**
@@ -47,7 +52,8 @@ export function allocatorConfig(name: string): AllocatorConfig {
 export function createReplayAllocator(config: AllocatorConfig, device: DeviceOptions = {}): CachingAllocator {
   const capacityBytes = device.capacity === undefined ? undefined : byteSize('--capacity', device.capacity);
   const memoryLimit = device.limit === undefined ? undefined : byteSize('--limit', device.limit);
-  const backend = new VirtualMemoryBackend(capacityBytes === undefined ? {} : { capacityBytes });
+  const streams = Math.max(1, device.streams ?? 1);
+  const backend = new VirtualMemoryBackend({ streams, ...(capacityBytes === undefined ? {} : { capacityBytes }) });
   return new CachingAllocator(backend, { ...config.options, ...(memoryLimit === undefined ? {} : { memoryLimit }) });
 }
 

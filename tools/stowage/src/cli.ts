@@ -2,9 +2,12 @@ import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import type { CliContext } from './CliContext.js';
 import { addBenchCommand } from './commands/benchCommand.js';
+import { addCompareCommand } from './commands/compareCommand.js';
 import { addDemoCommand } from './commands/demoCommand.js';
+import { addFlameGraphCommands } from './commands/flameGraphCommands.js';
 import { addReplayCommand } from './commands/replayCommand.js';
 import { addSnapshotCommand } from './commands/snapshotCommand.js';
+import { addStatsCommand } from './commands/statsCommand.js';
 import { addTraceCommand } from './commands/traceCommand.js';
 import { addVizCommand } from './commands/vizCommand.js';
 import { describeError, EXIT, exitCodeOf } from './exitCodes.js';
@@ -38,7 +41,7 @@ export async function runCli(args: readonly string[], io: CliIo = PROCESS_IO): P
 export function createProgram(context: CliContext, io: CliIo = PROCESS_IO): Command {
   const version = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version;
   const program = new Command('stowage')
-    .description('Stowage from the command line: the demo, trace replays, benches, snapshots, the memory page and Chrome traces.')
+    .description('Stowage from the command line: the demo, trace replays, benches, snapshots, the memory page, Chrome traces, and the summaries of PyTorch\'s _memory_viz (stats, segments, memory, compare, trace --list).')
     .version(version)
     .option('--json', 'print results as JSON (one document per line) for scripts; no progress bar')
     .showHelpAfterError('(run stowage --help, or stowage <command> --help, for usage)')
@@ -50,6 +53,9 @@ export function createProgram(context: CliContext, io: CliIo = PROCESS_IO): Comm
   addSnapshotCommand(program, context);
   addVizCommand(program, context);
   addTraceCommand(program, context);
+  addStatsCommand(program, context);
+  addFlameGraphCommands(program, context);
+  addCompareCommand(program, context);
   for (const command of program.commands) command.exitOverride().showHelpAfterError(`(run stowage ${command.name()} --help for usage)`);
   return program;
 }

@@ -1,5 +1,7 @@
 import type { StowageErrorCode } from '@stowage/core';
 import { isStowageError } from '@stowage/core';
+import { MissingDeviceError } from './MissingDeviceError.js';
+import { UnwritableOutputError } from './writeOutput.js';
 
 /** The command's exit codes. A child process's (demo, bench) passes through unchanged. */
 export const EXIT = {
@@ -8,7 +10,7 @@ export const EXIT = {
   failed: 1,
   /** A command line it does not understand: an unknown command, flag or allocator name, a bad value. */
   usage: 2,
-  /** An input file that is missing, or in no format it reads, or damaged. */
+  /** An input file that is missing, or in no format it reads, or damaged, or without the device asked for. */
   input: 3,
   /** The replay or run ran out of device memory. */
   outOfMemory: 4,
@@ -28,7 +30,7 @@ const HINTS: Partial<Record<StowageErrorCode, string>> = {
 /** The exit code for `error` (see {@link EXIT}). */
 export function exitCodeOf(error: unknown): number {
   if (!isStowageError(error)) return EXIT.failed;
-  if (INPUT_CODES.includes(error.code)) return EXIT.input;
+  if (INPUT_CODES.includes(error.code) || error instanceof MissingDeviceError) return EXIT.input;
   if (error.code === 'INVALID_ARGUMENT') return EXIT.usage;
   if (error.code === 'OUT_OF_MEMORY') return EXIT.outOfMemory;
   return EXIT.failed;
@@ -40,7 +42,7 @@ export function exitCodeOf(error: unknown): number {
  */
 export function describeError(error: unknown): string {
   if (isStowageError(error)) {
-    const hint = HINTS[error.code];
+    const hint = error instanceof UnwritableOutputError ? undefined : HINTS[error.code];
     return `stowage: ${error.message} [${error.code}]${hint === undefined ? '' : `\n${hint}`}`;
   }
   const text = error instanceof Error ? (error.stack ?? error.message) : String(error);

@@ -43,7 +43,7 @@ export interface PytorchFigures {
 }
 
 /** How to replay. */
-export interface ReplayRunOptions extends DeviceOptions {
+export interface ReplayRunOptions extends Omit<DeviceOptions, 'streams'> {
   /** Allocate on the trace's streams (as ordinals) rather than all on the default one. */
   readonly streams?: boolean;
   /** Called as the replay goes (see `replayTrace`'s `onProgress`). */
@@ -59,7 +59,7 @@ export interface ReplayRunOptions extends DeviceOptions {
 export function replayInput(input: Input, config: AllocatorConfig, options: ReplayRunOptions = {}): ReplayReport {
   const summary = traceSummary(input.events);
   const capacity = options.capacity ?? (summary.capacityAtOomBytes === undefined ? undefined : String(summary.capacityAtOomBytes));
-  const engine = createReplayAllocator(config, { capacity, limit: options.limit });
+  const engine = createReplayAllocator(config, { capacity, limit: options.limit, streams: options.streams ? summary.streams : 1 });
   try {
     const result = replayTrace(engine, input.events, { streams: options.streams ?? false, ...(options.onProgress ? { onProgress: options.onProgress } : {}) });
     const stats = engine.memoryStats();
@@ -134,7 +134,7 @@ export function momentIndex(events: readonly TraceEvent[], moment: SnapshotMomen
  */
 export function snapshotAt(input: Input, config: AllocatorConfig, moment: SnapshotMoment, options: ReplayRunOptions = {}): { snapshot: MemorySnapshot; index: number; engine: string } {
   const index = momentIndex(input.events, moment);
-  const engine: CachingAllocator = createReplayAllocator(config, options);
+  const engine: CachingAllocator = createReplayAllocator(config, { capacity: options.capacity, limit: options.limit, streams: options.streams ? traceSummary(input.events).streams : 1 });
   try {
     // Each event records one to three entries (a segment reserved or released beside it); releases of the cache
     // under pressure record one per segment. The margin keeps the whole replay in the history, up to a million

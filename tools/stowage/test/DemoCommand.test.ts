@@ -37,6 +37,12 @@ describe('stowage demo', function () {
     expect(readFileSync(join(dir, 'run.html'), 'utf8')).to.include('"page_out"');
   });
 
+  it('refuses a --record in a directory that does not exist before training, exit 2, one line', () => {
+    const run = runStowage(['demo', '--model', 'mlp', '--steps', '1', '--record', join('no-such-dir', 'run.json')]);
+    expectCleanFailure(run, EXIT.usage, /^stowage: --record must be a file in an existing, writable directory \(no directory .*no-such-dir\); got "no-such-dir\/run\.json"\. \[INVALID_ARGUMENT\]\n$/);
+    expect(run.stdout, 'the training loop ran').to.equal('');
+  });
+
   it('refuses a flag it does not know, exit 2', () => {
     expectCleanFailure(runStowage(['demo', '--fast']), EXIT.usage, /unknown option '--fast'/);
   });

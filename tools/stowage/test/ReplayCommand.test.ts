@@ -1,8 +1,8 @@
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { EXIT } from '@stowage/cli';
-import { examplePickle, expectCleanFailure, runStowage, scratchDir, writeSmallRmmLog, writeSmallTrace } from './runStowage.js';
+import { examplePickle, expectCleanFailure, realTrace, runStowage, scratchDir, writeSmallRmmLog, writeSmallTrace } from './runStowage.js';
 
 describe('stowage replay', function () {
   this.timeout(60_000);
@@ -47,6 +47,57 @@ describe('stowage replay', function () {
     const run = runStowage(['replay', trace, '--capacity', '4MiB']);
     expect(run.status, run.stderr).to.equal(EXIT.outOfMemory);
     expect(run.stdout).to.match(/out of memory\s+at operation 0/);
+  });
+
+  it("replays the multi-stream trace on its own streams with --streams, through each allocator", function () {
+    const trace = realTrace('llama7b_offload_inference_multistream.dev0');
+    if (trace === undefined) this.skip();
+    for (const allocator of ['pytorch', 'best']) {
+      const run = runStowage(['--json', 'replay', trace, '--streams', '-a', allocator]);
+      expect(run.status, run.stderr).to.equal(EXIT.ok);
+      const report = JSON.parse(run.stdout) as { allocs: number; frees: number; segments: number; oomAtOp: number | null; peakLiveBytes: number };
+      expect(report).to.include({ allocs: 3253, frees: 3053, oomAtOp: null });
+      expect(report.peakLiveBytes / 2 ** 30).to.be.closeTo(19.374, 0.001); // the traces README's peak live GiB
+      expect(report.segments).to.be.greaterThan(0);
+    }
+  });
+
+  it('reads standard input for -, gzipped or not', function () {
+    const run = runStowage(['--json', 'replay', '-'], { input: readFileSync(trace) });
+    expect(run.status, run.stderr).to.equal(EXIT.ok);
+    expect(JSON.parse(run.stdout)).to.include({ trace: 'stdin', allocs: 3, frees: 2, peakReservedBytes: 22 << 20 });
+    const real = realTrace('opt125m_zeroth_order_fedlearn_fromstart');
+    if (real === undefined) this.skip();
+    const fromFile = JSON.parse(runStowage(['--json', 'replay', real]).stdout) as Record<string, unknown>;
+    const fromStdin = runStowage(['--json', 'replay', '-'], { input: readFileSync(real) });
+    expect(fromStdin.status, fromStdin.stderr).to.equal(EXIT.ok);
+    expect(JSON.parse(fromStdin.stdout)).to.include({ events: fromFile.events, segments: fromFile.segments, peakReservedBytes: fromFile.peakReservedBytes });
+  });
+
+  it('refuses a --device the input lacks, naming the devices it has, exit 3', function () {
+    const pickle = examplePickle();
+    if (pickle === undefined) this.skip();
+    const run = runStowage(['replay', pickle, '--device', '3']);
+    expectCleanFailure(run, EXIT.input, /has nothing on device 3; it has device 0: give --device 0\. \[DEVICE_MISMATCH\]/);
+    expect(run.stdout).to.equal('');
+    const qwen = realTrace('qwen3_train_expandable_3gpu_oom.dev1');
+    expectCleanFailure(runStowage(['replay', qwen!, '--device', '0']), EXIT.input, /has nothing on device 0; it has device 1/);
+    expect(runStowage(['replay', qwen!, '--device', '1']).status).to.equal(EXIT.outOfMemory); // it ran out of memory under PyTorch too
+  });
+
+  it('refuses a truncated pickle as MALFORMED_PICKLE and one that imports code as UNSAFE_PICKLE, exit 3', function () {
+    const pickle = examplePickle();
+    if (pickle === undefined) this.skip();
+    const truncated = join(dir, 'truncated.pickle');
+    writeFileSync(truncated, readFileSync(pickle).subarray(0, 4096));
+    expectCleanFailure(runStowage(['replay', truncated]), EXIT.input, /truncated\.pickle: Cannot read the pickle at byte \d+: .*\[MALFORMED_PICKLE\]\nThe pickle is truncated or corrupt/);
+    // Protocol 4: STACK_GLOBAL of os.system, then a call; and the same in protocol 0 (GLOBAL), which has no PROTO.
+    const unsafe = join(dir, 'unsafe.pickle');
+    writeFileSync(unsafe, Buffer.concat([Buffer.from([0x80, 0x04, 0x8c, 0x02]), Buffer.from('os'), Buffer.from([0x8c, 0x06]), Buffer.from('system'), Buffer.from([0x93, 0x8c, 0x02]), Buffer.from('ls'), Buffer.from([0x85, 0x52, 0x2e])]));
+    expectCleanFailure(runStowage(['replay', unsafe]), EXIT.input, /unsafe\.pickle: Refused the pickle at byte \d+: STACK_GLOBAL of os\.system .*\[UNSAFE_PICKLE\]/);
+    const unsafe0 = join(dir, 'unsafe0.pickle');
+    writeFileSync(unsafe0, "cos\nsystem\n(S'ls'\ntR.");
+    expectCleanFailure(runStowage(['replay', unsafe0]), EXIT.input, /GLOBAL of os\.system .*\[UNSAFE_PICKLE\]/);
   });
 
   it('refuses a missing file with what to give instead, exit 3, no stack trace', () => {

@@ -1,11 +1,11 @@
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import type { MemorySnapshot } from '@stowage/core';
 import { readSnapshotPickle } from '@stowage/snapshot-pickle';
 import { EXIT } from '@stowage/cli';
-import { examplePickle, expectCleanFailure, runStowage, scratchDir, writeSmallTrace } from './runStowage.js';
+import { examplePickle, expectCleanFailure, realTrace, runStowage, scratchDir, writeSmallTrace } from './runStowage.js';
 
 describe('stowage snapshot', function () {
   this.timeout(60_000);
@@ -37,7 +37,7 @@ describe('stowage snapshot', function () {
     const pickle = examplePickle();
     if (pickle === undefined) this.skip();
     const out = join(dir, 'example.pickle');
-    const run = runStowage(['snapshot', pickle, '--at', 'end', '-o', out]);
+    const run = runStowage(['snapshot', pickle, '--replay', '--at', 'end', '-o', out]);
     expect(run.status, run.stderr).to.equal(EXIT.ok);
     const script = [
       'import pickle, sys',
@@ -54,6 +54,63 @@ describe('stowage snapshot', function () {
       this.skip();
     }
     expect(output.trim()).to.equal('True True True True True');
+  });
+
+  it('converts a JSON snapshot to a pickle as it is, segment for segment, and replays it only with --replay', function () {
+    const trace = realTrace('opt125m_zeroth_order_fedlearn_fromstart');
+    if (trace === undefined) this.skip();
+    const json = join(dir, 'opt125m-peak.json');
+    expect(runStowage(['snapshot', trace, '-o', json]).status).to.equal(EXIT.ok);
+    const original = JSON.parse(readFileSync(json, 'utf8')) as MemorySnapshot;
+    expect(original.segments.length).to.be.greaterThan(1);
+    const pickle = join(dir, 'opt125m-peak.pickle');
+    const run = runStowage(['--json', 'snapshot', json, '-o', pickle]);
+    expect(run.status, run.stderr).to.equal(EXIT.ok);
+    expect(JSON.parse(run.stdout)).to.include({ replayed: false, segments: original.segments.length });
+    const converted = readSnapshotPickle(readFileSync(pickle));
+    expect(converted.segments).to.deep.equal(original.segments);
+    expect(converted.device_traces[0]).to.have.length(original.device_traces[0]!.length);
+    const replayed = runStowage(['--json', 'snapshot', json, '--replay', '--at', 'end', '-o', join(dir, 'replayed.json')]);
+    expect(replayed.status, replayed.stderr).to.equal(EXIT.ok);
+    expect(JSON.parse(replayed.stdout)).to.include({ replayed: true, allocator: 'pytorch' });
+    expectCleanFailure(runStowage(['snapshot', json, '--at', 'end', '-o', join(dir, 'x.json')]), EXIT.usage, /--at must be given with --replay: .* is a snapshot, converted as it is/);
+  });
+
+  it("converts a recording as it is: JSON keeps its LMS entries and keys, a pickle leaves them out and says how many", function () {
+    const trace = realTrace('opt125m_zeroth_order_fedlearn_fromstart');
+    if (trace === undefined) this.skip();
+    const json = join(dir, 'opt125m-100.json');
+    expect(runStowage(['snapshot', trace, '--at', '100', '-o', json]).status).to.equal(EXIT.ok);
+    // A recording (MemoryEventRecorder#toSnapshot) adds page_out / page_in entries and an lms_reclaimed key.
+    const recording = JSON.parse(readFileSync(json, 'utf8')) as MemorySnapshot & { lms_reclaimed?: unknown };
+    const entries = recording.device_traces[0]!;
+    const alloc = entries.find((e) => e.action === 'alloc')!;
+    (entries as unknown[]).push({ ...alloc, action: 'page_out' }, { ...alloc, action: 'page_in' });
+    recording.lms_reclaimed = [];
+    const path = join(dir, 'recording.json');
+    writeFileSync(path, JSON.stringify(recording));
+    const toPickle = runStowage(['--json', 'snapshot', path, '-o', join(dir, 'recording.pickle')]);
+    expect(toPickle.status, toPickle.stderr).to.equal(EXIT.ok);
+    expect(toPickle.stderr).to.match(/Left out 2 LMS and IPC trace entries/);
+    expect(JSON.parse(toPickle.stdout)).to.include({ leftOutEntries: 2, segments: recording.segments.length, entries: entries.length - 2 });
+    const toJson = runStowage(['snapshot', path, '-o', join(dir, 'recording-copy.json')]);
+    expect(toJson.status, toJson.stderr).to.equal(EXIT.ok);
+    expect(JSON.parse(readFileSync(join(dir, 'recording-copy.json'), 'utf8'))).to.deep.equal(recording);
+  });
+
+  it('replays the multi-stream trace on its streams with --streams', function () {
+    const trace = realTrace('llama7b_offload_inference_multistream.dev0');
+    if (trace === undefined) this.skip();
+    const out = join(dir, 'llama.json');
+    const run = runStowage(['--json', 'snapshot', trace, '--streams', '-a', 'best', '-o', out]);
+    expect(run.status, run.stderr).to.equal(EXIT.ok);
+    const snapshot = JSON.parse(readFileSync(out, 'utf8')) as MemorySnapshot;
+    expect(new Set(snapshot.device_traces[0]!.filter((e) => e.action === 'alloc').map((e) => e.stream)).size).to.equal(10); // the trace's 10 streams
+  });
+
+  it('refuses an output in a directory that does not exist before replaying, exit 2, one line', () => {
+    const run = runStowage(['snapshot', trace, '-o', join(dir, 'no', 'such', 'x.json')]);
+    expectCleanFailure(run, EXIT.usage, /^stowage: -o must be a file in an existing, writable directory \(no directory .*\); got .*\[INVALID_ARGUMENT\]\n$/);
   });
 
   it("refuses an --at past the trace's end, naming its length, exit 2", () => {

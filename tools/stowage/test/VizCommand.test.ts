@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
@@ -41,6 +41,14 @@ describe('stowage viz', function () {
   it('refuses a missing snapshot and a file of another format, exit 3, no stack trace', () => {
     expectCleanFailure(runStowage(['viz', join(dir, 'none.pickle'), '-o', join(dir, 'x.html')]), EXIT.input, /No file at .*none\.pickle/);
     expectCleanFailure(runStowage(['viz', fileURLToPath(import.meta.url), '-o', join(dir, 'x.html')]), EXIT.input, /\[UNKNOWN_FORMAT\]/);
+  });
+
+  it('refuses a --device the snapshot lacks, naming the devices it has, exit 3, writing nothing', function () {
+    const pickle = examplePickle();
+    if (pickle === undefined) this.skip();
+    const out = join(dir, 'device1.html');
+    expectCleanFailure(runStowage(['viz', pickle, '--device', '1', '-o', out]), EXIT.input, /has nothing on device 1; it has device 0: give --device 0\. \[DEVICE_MISMATCH\]/);
+    expect(existsSync(out)).to.equal(false);
   });
 
   it('refuses an output in a directory that does not exist, exit 2, no stack trace', () => {

@@ -20,8 +20,13 @@ export interface StowageRun {
 }
 
 /** Runs `node bin/stowage.js ...args` and waits for it; stdout and stderr are pipes (no terminal, so no bar). */
-export function runStowage(args: readonly string[], options: { cwd?: string; timeoutMs?: number } = {}): StowageRun {
-  const run = spawnSync(process.execPath, [BIN, ...args], { cwd: options.cwd ?? process.cwd(), encoding: 'utf8', timeout: options.timeoutMs ?? 60_000 });
+export function runStowage(args: readonly string[], options: { cwd?: string; timeoutMs?: number; input?: string | Uint8Array } = {}): StowageRun {
+  const run = spawnSync(process.execPath, [BIN, ...args], {
+    cwd: options.cwd ?? process.cwd(),
+    encoding: 'utf8',
+    timeout: options.timeoutMs ?? 60_000,
+    ...(options.input === undefined ? {} : { input: options.input }),
+  });
   return { status: run.status, stdout: run.stdout, stderr: run.stderr };
 }
 
@@ -74,6 +79,19 @@ export function writeSmallRmmLog(dir: string): string {
   return path;
 }
 
+/**
+ * A real trace of ../shared/traces (`pytorch/<name>.jsonl.gz`), or undefined (with the reason logged) when there is
+ * no trace root.
+ */
+export function realTrace(name: string): string | undefined {
+  const root = findTraceRoot();
+  if (root === undefined) {
+    console.log('    skipped: no shared/traces directory above the working directory (set STOWAGE_TRACES)');
+    return undefined;
+  }
+  return join(root, 'pytorch', `${name}.jsonl.gz`);
+}
+
 /** The PyTorch snapshot pickle of ../shared/traces/examples, or undefined (with the reason logged) when absent. */
 export function examplePickle(): string | undefined {
   const root = findTraceRoot();
@@ -82,4 +100,9 @@ export function examplePickle(): string | undefined {
     return undefined;
   }
   return join(root, 'examples', 'cs336_small_ctx256_b32_fwdbwd_windows.pickle');
+}
+
+/** The boxes of a flame graph SVG: name, bytes and depth of each `<g>`. */
+export function flameBoxes(svg: string): { name: string; bytes: number; depth: number }[] {
+  return [...svg.matchAll(/<g data-name="([^"]*)" data-bytes="(\d+)" data-depth="(\d+)">/g)].map((m) => ({ name: m[1]!, bytes: Number(m[2]), depth: Number(m[3]) }));
 }

@@ -37,6 +37,8 @@ export interface TraceEvent {
   readonly addr?: number;
   /** True for allocations live before recording began; they come first in the trace. */
   readonly pre?: boolean;
+  /** The device index the event happened on, when the trace records one (its lines' `device`). */
+  readonly device?: number;
   /** Microseconds since the first event; null or absent when the trace has no times. */
   readonly timeUs?: number | null;
   /** `oom` only: the bytes the device reported free when the allocation failed. */
@@ -63,6 +65,7 @@ export function checkTraceEvents(argument: string, events: unknown): readonly Tr
     if (!isCount(r.size)) throw new InvalidArgumentError(`${at}.size`, r.size, 'a non-negative safe integer');
     if (!isCount(r.stream)) throw new InvalidArgumentError(`${at}.stream`, r.stream, 'a non-negative safe integer');
     if (r.pre !== undefined && typeof r.pre !== 'boolean') throw new InvalidArgumentError(`${at}.pre`, r.pre, 'true or false');
+    if (r.device !== undefined && !isCount(r.device)) throw new InvalidArgumentError(`${at}.device`, r.device, 'a non-negative safe integer (a device index)');
     if (r.deviceFree !== undefined && !isCount(r.deviceFree)) throw new InvalidArgumentError(`${at}.deviceFree`, r.deviceFree, 'a non-negative safe integer');
   }
   return events as readonly TraceEvent[];

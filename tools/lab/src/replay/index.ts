@@ -4,7 +4,7 @@ export { findTraceRoot, TRACE_ROOT_ENV } from './findTraceRoot.js';
 export type { TraceFile, TraceKind } from './listTraces.js';
 export { listTraces } from './listTraces.js';
 export { parseRmmCsvLog, readRmmCsv } from './readRmmCsv.js';
-export { readTrace } from './readTrace.js';
+export { parseTraceChunks, readTrace } from './readTrace.js';
 export { readTraceFile } from './readTraceFile.js';
 export type { ReplayOptions, ReplayResult } from './replayTrace.js';
 export { replayTrace } from './replayTrace.js';

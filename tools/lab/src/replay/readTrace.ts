@@ -13,7 +13,7 @@ const QUOTE_CHARS = 120;
 /**
  * Reads a trace in the JSON-lines format of `shared/traces` (one event object per line, recorded order), gzipped
  * when the path ends in `.gz`. Streams the file line by line; blank lines are skipped. Fields: `action`, `id`
- * (null or absent for `segment_*` and `oom`, read as -1), `size`, `stream` (default 0), `addr`, `pre`, `t_us`;
+ * (null or absent for `segment_*` and `oom`, read as -1), `size`, `stream` (default 0), `addr`, `pre`, `device`, `t_us`;
  * others are ignored.
  * @throws InvalidArgumentError naming the file and line when a line is not a trace event, or the file is not gzip;
  * for a `path` that is not a non-empty string (as a rejection)
@@ -21,24 +21,11 @@ const QUOTE_CHARS = 120;
  */
 export async function readTrace(path: string): Promise<TraceEvent[]> {
   checkString('path', path, 'the path of a trace file (a non-empty string)');
-  const events: TraceEvent[] = [];
-  let line = 0;
-  // The callback form of pipeline destroys every stage on error, and the loop below sees the error (a read or
-  // gunzip failure) or, when it throws itself, destroys the stages.
+  // The callback form of pipeline destroys every stage on error, and parseTraceChunks sees the error (a read or
+  // gunzip failure) or, when it throws itself, the loop's exit destroys the stages.
   const source: Readable = path.endsWith('.gz') ? pipeline(createReadStream(path), createGunzip(), () => {}) : createReadStream(path);
-  const decoder = new TextDecoder();
-  let rest = '';
   try {
-    for await (const chunk of source as AsyncIterable<Buffer>) {
-      rest += decoder.decode(chunk, { stream: true });
-      const lines = rest.split('\n');
-      rest = lines.pop()!;
-      for (const text of lines) {
-        line++;
-        const event = parseTraceLine(text, path, line);
-        if (event) events.push(event);
-      }
-    }
+    return await parseTraceChunks(source as AsyncIterable<Buffer>, path);
   } catch (error) {
     const code = (error as { code?: unknown }).code;
     if (typeof code === 'string' && code.startsWith('Z_')) {
@@ -46,8 +33,33 @@ export async function readTrace(path: string): Promise<TraceEvent[]> {
     }
     throw error;
   }
+}
+
+/**
+ * Parses a trace in the JSON-lines format of `shared/traces` from its (decompressed) bytes, given in chunks that
+ * may split lines and characters anywhere: what {@link readTrace} does once it has opened the file, for bytes
+ * that come from elsewhere (standard input, a buffer already read).
+ * @param source names the input in error messages (a path, `standard input`)
+ * @throws InvalidArgumentError naming `source` and the line when a line is not a trace event
+ * @throws whatever iterating `chunks` throws
+ */
+export async function parseTraceChunks(chunks: AsyncIterable<Uint8Array> | Iterable<Uint8Array>, source: string): Promise<TraceEvent[]> {
+  const events: TraceEvent[] = [];
+  let line = 0;
+  const decoder = new TextDecoder();
+  let rest = '';
+  for await (const chunk of chunks) {
+    rest += decoder.decode(chunk, { stream: true });
+    const lines = rest.split('\n');
+    rest = lines.pop()!;
+    for (const text of lines) {
+      line++;
+      const event = parseTraceLine(text, source, line);
+      if (event) events.push(event);
+    }
+  }
   rest += decoder.decode();
-  const event = parseTraceLine(rest, path, line + 1);
+  const event = parseTraceLine(rest, source, line + 1);
   if (event) events.push(event);
   return events;
 }
@@ -85,6 +97,10 @@ function parseTraceLine(text: string, path: string, line: number): TraceEvent | 
     event.addr = r.addr;
   }
   if (r.pre === true) event.pre = true;
+  if (r.device !== null && r.device !== undefined) {
+    if (!isByteCount(r.device)) throw new InvalidArgumentError(`device on ${where}`, r.device, 'a non-negative safe integer (a device index) or null');
+    event.device = r.device;
+  }
   if (typeof r.device_free === 'number') event.deviceFree = r.device_free;
   if (r.t_us !== undefined) {
     if (r.t_us !== null && typeof r.t_us !== 'number') throw new InvalidArgumentError(`t_us on ${where}`, r.t_us, 'a number or null');

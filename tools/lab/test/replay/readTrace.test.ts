@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { InvalidArgumentError } from '@stowage/core';
-import { readTrace } from '@stowage/lab/replay';
+import { parseTraceChunks, readTrace } from '@stowage/lab/replay';
 
 describe('readTrace', () => {
   it('rejects a path that is not a non-empty string with InvalidArgumentError, not a TypeError', async () => {
@@ -38,12 +38,12 @@ describe('readTrace', () => {
       '{"seq":5,"action":"oom","addr":0,"size":4096,"stream":0,"device":0,"t_us":20,"device_free":0}',
     ]);
     expect(await readTrace(path)).to.deep.equal([
-      { action: 'alloc', id: 0, size: 10240, stream: 0, addr: 140605707517952, pre: true, timeUs: null },
-      { action: 'segment_alloc', id: -1, size: 2097152, stream: 0, addr: 140605707000000, timeUs: 5 },
-      { action: 'alloc', id: 1, size: 512, stream: 7, timeUs: 9 },
-      { action: 'free_requested', id: 1, size: 512, stream: 7, timeUs: 12 },
-      { action: 'free_completed', id: 1, size: 512, stream: 7, timeUs: 13 },
-      { action: 'oom', id: -1, size: 4096, stream: 0, addr: 0, timeUs: 20, deviceFree: 0 },
+      { action: 'alloc', id: 0, size: 10240, stream: 0, addr: 140605707517952, pre: true, device: 0, timeUs: null },
+      { action: 'segment_alloc', id: -1, size: 2097152, stream: 0, addr: 140605707000000, device: 0, timeUs: 5 },
+      { action: 'alloc', id: 1, size: 512, stream: 7, device: 0, timeUs: 9 },
+      { action: 'free_requested', id: 1, size: 512, stream: 7, device: 0, timeUs: 12 },
+      { action: 'free_completed', id: 1, size: 512, stream: 7, device: 0, timeUs: 13 },
+      { action: 'oom', id: -1, size: 4096, stream: 0, addr: 0, device: 0, timeUs: 20, deviceFree: 0 },
     ]);
   });
 
@@ -91,5 +91,29 @@ describe('readTrace', () => {
     );
     expect(error).to.be.instanceOf(InvalidArgumentError);
     expect((error as Error).message).to.contain(path);
+  });
+});
+
+describe('parseTraceChunks', () => {
+  it('parses JSON lines split anywhere between chunks, a multi-byte character included, as readTrace does', async () => {
+    const text = '{"action":"alloc","id":0,"size":16,"stream":0,"device":1}\n{"action":"free_requested","id":0,"size":16,"stream":0,"note":"é"}\n';
+    const bytes = new TextEncoder().encode(text);
+    const chunks = [bytes.subarray(0, 7), bytes.subarray(7, bytes.indexOf(0xc3) + 1), bytes.subarray(bytes.indexOf(0xc3) + 1)];
+    expect(await parseTraceChunks(chunks, 'standard input')).to.deep.equal([
+      { action: 'alloc', id: 0, size: 16, stream: 0, device: 1 },
+      { action: 'free_requested', id: 0, size: 16, stream: 0 },
+    ]);
+  });
+
+  it('names the source and line of a bad line', async () => {
+    const chunks = [new TextEncoder().encode('{"action":"alloc","id":0,"size":16}\n{"action":"alloc","id":1,"size":-1}\n')];
+    let error: unknown;
+    try {
+      await parseTraceChunks(chunks, 'standard input');
+    } catch (e) {
+      error = e;
+    }
+    expect(error).to.be.instanceOf(InvalidArgumentError);
+    expect((error as Error).message).to.match(/size on line 2 of standard input/);
   });
 });

@@ -6,6 +6,7 @@ import type { CliContext } from '../CliContext.js';
 import { findRepoRoot } from '../findRepoRoot.js';
 import { MissingFileError } from '../MissingFileError.js';
 import { runNode } from '../runNode.js';
+import { checkOutputPath } from '../writeOutput.js';
 
 /** The flags of the training example that `stowage demo` passes on. */
 const TRAIN_FLAGS = ['model', 'fraction', 'policy', 'steps', 'device', 'record'] as const;
@@ -27,6 +28,7 @@ export function addDemoCommand(program: Command, context: CliContext): void {
     .option('--skip-train', 'run only the composition demo')
     .option('--skip-composition', 'run only the training loop')
     .action(async (options: Partial<Record<(typeof TRAIN_FLAGS)[number], string>> & { skipTrain?: boolean; skipComposition?: boolean }) => {
+      checkOutputPath('--record', options.record);
       const root = findRepoRoot();
       const train = builtEntry(root, 'examples/train/dist/main.js');
       const demo = builtEntry(root, 'examples/demo/dist/main.js');

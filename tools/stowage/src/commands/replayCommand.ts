@@ -5,11 +5,11 @@ import type { CliContext } from '../CliContext.js';
 import { EXIT } from '../exitCodes.js';
 import { formatTable } from '../formatTable.js';
 import { Progress } from '../Progress.js';
-import { INPUT_FORMATS, readInput } from '../readInput.js';
+import { INPUT_FORMATS } from '../readInput.js';
 import type { PytorchFigures, ReplayReport } from '../replayInput.js';
 import { pytorchFigures, replayInput } from '../replayInput.js';
 import type { ReplayFlags } from './replayOptions.js';
-import { deviceIndex, withReplayOptions } from './replayOptions.js';
+import { isJson, loadInput, withReplayOptions } from './replayOptions.js';
 
 /**
  * `stowage replay <trace>`: replays a trace through an allocator configuration on a virtual device and prints a
@@ -23,11 +23,11 @@ export function addReplayCommand(program: Command, context: CliContext): void {
       .description('replay a trace through an allocator configuration; a summary beside PyTorch\'s figures')
       .argument('<trace>', INPUT_FORMATS),
   ).action(async (path: string, flags: ReplayFlags, command: Command) => {
-    const json = (command.optsWithGlobals() as { json?: boolean }).json === true;
+    const json = isJson(command);
     const config = allocatorConfig(flags.allocator);
-    const input = await readInput(path, deviceIndex(flags.device));
-    using progress = new Progress(`replaying ${input.name}`, !json);
-    const report = replayInput(input, config, { capacity: flags.capacity, limit: flags.limit, streams: flags.streams ?? false, onProgress: (done, total) => progress.update(done, total) });
+    using progress = new Progress(`reading ${path}`, !json);
+    const input = await loadInput(path, flags, progress);
+    const report = replayInput(input, config, { capacity: flags.capacity, limit: flags.limit, streams: flags.streams ?? false, onProgress: (done, total) => progress.update(done, total, `replaying ${input.name}`) });
     progress.stop();
     const pytorch = pytorchFigures(input) ?? null;
     if (json) context.out(`${JSON.stringify({ ...report, pytorch })}\n`);

@@ -1,13 +1,19 @@
+import { basename } from 'node:path';
 import type { Command } from 'commander';
+import type { MemorySnapshot } from '@stowage/core';
 import { InvalidArgumentError } from '@stowage/core';
-import { ALLOCATOR_CONFIGS } from '../allocatorConfigs.js';
+import { ALLOCATOR_CONFIGS, allocatorConfig } from '../allocatorConfigs.js';
+import type { Progress } from '../Progress.js';
+import type { Input } from '../readInput.js';
+import { readInput } from '../readInput.js';
+import { snapshotAt } from '../replayInput.js';
 
 /** The flags of the commands that replay a trace. */
 export interface ReplayFlags {
   readonly allocator: string;
   readonly capacity?: string;
   readonly limit?: string;
-  readonly device: string;
+  readonly device?: string;
   readonly streams?: boolean;
   readonly json?: boolean;
 }
@@ -18,12 +24,55 @@ export function withReplayOptions(command: Command): Command {
     .option('-a, --allocator <name>', `allocator configuration: ${ALLOCATOR_CONFIGS.map((c) => c.name).join(', ')}`, 'pytorch')
     .option('--capacity <bytes>', "device capacity, e.g. 80GiB (default: unbounded, or PyTorch's when the trace ran out of memory)")
     .option('--limit <bytes>', "the allocator's memory limit, e.g. 40GiB")
-    .option('--device <index>', "which device's trace of a snapshot", '0')
+    .option('--device <index>', "which device's trace (default: a snapshot's first device, all of a trace)")
     .option('--streams', "allocate on the trace's streams rather than all on one");
 }
 
-/** `--device` as an index. @throws InvalidArgumentError for anything but a non-negative integer */
-export function deviceIndex(value: string): number {
+/** `--device` as an index; undefined when not given. @throws InvalidArgumentError for anything but a non-negative integer */
+export function deviceIndex(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
   if (!/^\d+$/.test(value)) throw new InvalidArgumentError('--device', value, 'a device index (0, 1, …)');
   return Number(value);
+}
+
+/**
+ * Reads the input of a command (`-` for standard input) for `--device`, its reading, decompressing and parsing
+ * shown on `progress`.
+ * @throws as `readInput`
+ */
+export async function loadInput(path: string, flags: { readonly device?: string | undefined }, progress: Progress): Promise<Input> {
+  const label = path === '-' ? 'standard input' : basename(path);
+  return readInput(path, { device: deviceIndex(flags.device), onProgress: (phase, done, total) => progress.update(done, total, `${phase} ${label}`) });
+}
+
+/** True when `--json` was given (on the program, before the command). */
+export function isJson(command: Command): boolean {
+  return (command.optsWithGlobals() as { json?: boolean }).json === true;
+}
+
+/** A snapshot to look at, and what it is of. */
+export interface LoadedSnapshot {
+  readonly input: Input;
+  readonly snapshot: MemorySnapshot;
+  /** The device of `snapshot` to look at: `--device` when given, else undefined (all). A replay's is 0. */
+  readonly device: number | undefined;
+  /** What the snapshot is, for headings: the input's name, and the allocator when it was replayed. */
+  readonly source: string;
+}
+
+/**
+ * The snapshot of the input at `path`: a snapshot as it is; a trace replayed through `--allocator` to its end.
+ * @throws as `readInput`, and InvalidArgumentError for bad replay flags
+ */
+export async function loadSnapshot(path: string, flags: ReplayFlags, progress: Progress): Promise<LoadedSnapshot> {
+  const input = await loadInput(path, flags, progress);
+  if (input.snapshot !== undefined) return { input, snapshot: input.snapshot, device: deviceIndex(flags.device), source: input.name };
+  const config = allocatorConfig(flags.allocator);
+  const { snapshot } = snapshotAt(input, config, 'end', {
+    capacity: flags.capacity,
+    limit: flags.limit,
+    streams: flags.streams ?? false,
+    onProgress: (done, total) => progress.update(done, total, `replaying ${input.name}`),
+  });
+  return { input, snapshot, device: 0, source: `${input.name} replayed through ${config.name}` };
 }

@@ -3,12 +3,11 @@ import type { MemorySnapshot } from '@stowage/core';
 import { allocatorConfig } from '../allocatorConfigs.js';
 import type { CliContext } from '../CliContext.js';
 import { Progress } from '../Progress.js';
-import { readInput } from '../readInput.js';
 import { snapshotAt } from '../replayInput.js';
 import { buildVizPage } from '../viz/buildVizPage.js';
 import { writeOutput } from '../writeOutput.js';
 import type { ReplayFlags } from './replayOptions.js';
-import { deviceIndex, withReplayOptions } from './replayOptions.js';
+import { loadInput, withReplayOptions } from './replayOptions.js';
 
 /**
  * `stowage viz <snapshot> -o memory.html`: the visualizer page of a snapshot (a PyTorch pickle or a Stowage JSON
@@ -23,17 +22,18 @@ export function addVizCommand(program: Command, context: CliContext): void {
       .option('-o, --output <file>', 'the HTML file to write', 'memory.html'),
   ).action(async (path: string, flags: ReplayFlags & { output: string }, command: Command) => {
     const json = (command.optsWithGlobals() as { json?: boolean }).json === true;
-    const device = deviceIndex(flags.device);
-    const input = await readInput(path, device);
+    using progress = new Progress(`reading ${path}`, !json);
+    const input = await loadInput(path, flags, progress); // exits 3 for a --device the input lacks
+    const device = input.device;
     let snapshot: MemorySnapshot;
     let source = input.path;
     if (input.snapshot !== undefined) snapshot = input.snapshot;
     else {
       const config = allocatorConfig(flags.allocator);
-      using progress = new Progress(`replaying ${input.name}`, !json);
-      snapshot = snapshotAt(input, config, 'end', { capacity: flags.capacity, limit: flags.limit, streams: flags.streams ?? false, onProgress: (d, t) => progress.update(d, t) }).snapshot;
+      snapshot = snapshotAt(input, config, 'end', { capacity: flags.capacity, limit: flags.limit, streams: flags.streams ?? false, onProgress: (d, t) => progress.update(d, t, `replaying ${input.name}`) }).snapshot;
       source = `${input.path} replayed through ${config.name}`;
     }
+    progress.stop();
     const page = buildVizPage(snapshot, { title: `Memory: ${input.name}`, source, device: input.snapshot === undefined ? 0 : device, ...(input.recorded ? { trace: input.recorded } : {}) });
     writeOutput(context, flags.output, page);
     if (flags.output === '-') return;
