@@ -13,10 +13,12 @@ import type { VizData } from './VizData.js';
  * - The panel holding the timeline, legend and slider sticks to the top of the window, and the details box to its
  *   bottom, so that both stay in view however far the segment map is scrolled.
  * - Segment map at the slider's moment: one row per segment, its width in proportion to its bytes (the largest
- *   segment the trace ever holds spans the row; none is narrower than 2 px), each block coloured by state, the
+ *   segment the trace ever holds spans the row; none is narrower than 2 px), each block coloured by state (a live block at least 1 px wide, drawn over free ones), the
  *   segment's address and size right-aligned beside its row. The last moment is the snapshot itself; an earlier
  *   one undoes the trace's entries back to it (Note [Walking back]).
  * - Hover on a block or a mark shows its details; a click on a mark or on the plot moves the slider there.
+ * - Ctrl and the wheel zoom the map's bars about the pointer (shift and the wheel pan, a double click resets), so
+ *   that a block far narrower than a pixel at full view can be seen and hovered, as in PyTorch's viewer.
  *
  * Drawn elements carry `data-kind` (`segment`, `segment-label`, `block`, `marker`, `lane`, `tick`), blocks
  * `data-state`, `data-address`, `data-size`, and marks `data-marker`, `data-count`, `data-first-entry`,
@@ -179,6 +181,9 @@ export function drawMemoryPage(data: VizData, root: HTMLElement): void {
   let plotWidth = 0;
   let x = (_i: number): number => AXIS_WIDTH;
   let cursor: SVGLineElement | undefined;
+  let zoom = 1; // Note [Map zoom]
+  let pan = 0;
+  let bars = { left: 0, space: 1 };
   const moveTo = (m: number): void => {
     slider.value = String(Math.max(0, Math.min(n, Math.round(m))));
     drawAt(Number(slider.value));
@@ -402,20 +407,36 @@ export function drawMemoryPage(data: VizData, root: HTMLElement): void {
     map.setAttribute('data-bar-left', String(barLeft));
     map.setAttribute('data-bar-space', String(barSpace));
     map.setAttribute('data-scale-bytes', String(scale));
+    map.setAttribute('data-zoom', String(zoom));
+    bars = { left: barLeft, space: barSpace };
+    pan = Math.max(0, Math.min(pan, barSpace * (zoom - 1)));
+    // Note [Map zoom]: bars are drawn at `zoom` times their width, `pan` px of that scrolled off the left, clipped to
+    // the bar space; the labels stay put.
+    const clip = el('clipPath', { id: 'bar-space' }, el('defs', {}, map));
+    el('rect', { x: barLeft, y: 0, width: barSpace + RIGHT_PAD, height: segments.length * ROW_HEIGHT + 4 }, clip);
+    const barGroup = el('g', { 'clip-path': 'url(#bar-space)' }, map);
+    const bx = (px: number): number => barLeft + px * zoom - pan;
+    const visible = (left: number, w: number): boolean => left + w >= barLeft && left <= barLeft + barSpace + RIGHT_PAD;
     segments.forEach((s, row) => {
       const top = row * ROW_HEIGHT + 2;
-      const rowWidth = Math.max(MIN_ROW_WIDTH, (s.size / scale) * barSpace);
+      const rowWidth = (s.size / scale) * barSpace;
       el('text', { x: barLeft - 6, y: top + ROW_HEIGHT - 4, 'font-size': 10, 'text-anchor': 'end', 'data-kind': 'segment-label', 'data-address': s.address }, map).textContent = labels[row]!;
-      const seg = el('rect', { x: barLeft, y: top, width: rowWidth, height: ROW_HEIGHT - 3, fill: '#f3f4f6', stroke: '#9ca3af', 'stroke-width': 0.5, 'data-kind': 'segment', 'data-address': s.address, 'data-size': s.size, 'data-stream': s.stream }, map);
+      const seg = el('rect', { x: bx(0), y: top, width: Math.max(MIN_ROW_WIDTH, rowWidth * zoom), height: ROW_HEIGHT - 3, fill: '#f3f4f6', stroke: '#9ca3af', 'stroke-width': 0.5, 'data-kind': 'segment', 'data-address': s.address, 'data-size': s.size, 'data-stream': s.stream }, map);
+      barGroup.appendChild(seg);
       el('title', {}, seg).textContent = `segment ${hex(s.address)}: ${bytes(s.size)} (${s.pool}), stream ${s.stream}`;
-      for (const b of s.blocks) {
+      // Free blocks first, live ones over them: a live block narrower than a pixel still shows, and can be hovered.
+      const live = (b: Block): boolean => b.state !== 'cached';
+      for (const b of [...s.blocks.filter((b) => !live(b)), ...s.blocks.filter(live)]) {
         let state = b.state;
         if (state === 'cached' && reclaimed.some((r) => r.address < b.address + b.size && b.address < r.address + r.size)) state = 'reclaimed';
         const inLimbo = b.limbo || (state !== 'cached' && limbo.has(b.address));
+        const left = bx(((b.address - s.address) / s.size) * rowWidth);
+        const w = Math.max(live(b) ? 1 : 0.5, (b.size / s.size) * rowWidth * zoom - 0.5);
+        if (!visible(left, w)) continue;
         const rect = el('rect', {
-          x: barLeft + ((b.address - s.address) / s.size) * rowWidth,
+          x: left,
           y: top + 1,
-          width: Math.max(0.5, (b.size / s.size) * rowWidth - 0.5),
+          width: w,
           height: ROW_HEIGHT - 5,
           fill: COLORS[state] ?? '#000',
           stroke: inLimbo ? LIMBO_COLOR : 'none',
@@ -427,7 +448,7 @@ export function drawMemoryPage(data: VizData, root: HTMLElement): void {
           'data-requested': b.requested,
           'data-stream': b.stream,
           'data-limbo': String(inLimbo),
-        }, map);
+        }, barGroup);
         const frames = data.frameTable[b.frames] ?? '';
         const text = `block ${hex(b.address)} in segment ${hex(s.address)}\nstate: ${state}${inLimbo ? ' (IPC limbo)' : ''}\nsize: ${bytes(b.size)} (${b.size} bytes)\nrequested: ${bytes(b.requested)} (${b.requested} bytes)\nstream: ${b.stream}\nframes:${frames === '' ? ' none recorded' : `\n${frames}`}`;
         el('title', {}, rect).textContent = text;
@@ -451,6 +472,34 @@ export function drawMemoryPage(data: VizData, root: HTMLElement): void {
   }
 
   slider.addEventListener('input', () => drawAt(Number(slider.value)));
+  // Ctrl (or ⌘) and the wheel zoom the map's bars about the pointer, up to 2^20 times; shift and the wheel pan
+  // them; a double click goes back to the whole. A plain wheel scrolls the page.
+  let redraw = false;
+  const redrawSoon = (): void => {
+    if (redraw) return;
+    redraw = true;
+    requestAnimationFrame(() => {
+      redraw = false;
+      drawAt(Number(slider.value));
+    });
+  };
+  map.addEventListener('wheel', (e) => {
+    const px = e.clientX - map.getBoundingClientRect().left - bars.left;
+    if (e.ctrlKey || e.metaKey) {
+      const next = Math.min(2 ** 20, Math.max(1, zoom * (e.deltaY < 0 ? 2 : 0.5)));
+      pan = ((px + pan) / zoom) * next - px;
+      zoom = next;
+    } else if (e.shiftKey) pan += e.deltaY + e.deltaX;
+    else return;
+    e.preventDefault();
+    pan = Math.max(0, Math.min(pan, bars.space * (zoom - 1)));
+    redrawSoon();
+  }, { passive: false });
+  map.addEventListener('dblclick', () => {
+    zoom = 1;
+    pan = 0;
+    redrawSoon();
+  });
   layout();
   // Draw again when the width changes (a resized window, a scroll bar that came or went), once per frame at most.
   let pending = false;
