@@ -211,10 +211,12 @@ describe('stowage viz', function () {
       expect(await page.locator('[data-kind=block]').count()).to.equal(blocks.length);
       const pending = blocks.find((b) => b.state === 'active_pending_free') ?? blocks.find((b) => b.state === 'inactive')!;
       expect(await page.locator(`[data-kind=block][data-address="${pending.address}"]`).getAttribute('data-state')).to.equal(pending.state === 'inactive' ? 'cached' : 'pending-free');
+      // PyTorch's entries carry the program's times: the page has a time axis.
+      expect((await tickLabels(page, 'time')).length).to.be.above(2);
       await page.screenshot({ path: join(SCREENSHOTS, 'pytorch-example.png') });
     });
 
-    it("draws the opt125m trace at the window's width: rows in proportion to their segments' bytes, labels beside them, axes in bytes, entries and time", async function () {
+    it("draws the opt125m trace at the window's width: rows in proportion to their segments' bytes, labels beside them, axes in bytes and entries", async function () {
       const real = sharedTrace('opt125m_zeroth_order_fedlearn_fromstart');
       if (real === undefined) this.skip();
       const html = join(dir, 'opt125m.html');
@@ -234,9 +236,6 @@ describe('stowage viz', function () {
       expect(entryTicks[0]).to.equal('0');
       expect(entryTicks.map(Number)).to.deep.equal([...entryTicks.map(Number)].sort((a, b) => a - b));
       expect(Number(entryTicks.at(-1))).to.be.at.most(23105);
-      const timeTicks = await tickLabels(page, 'time');
-      expect(timeTicks).to.have.length(entryTicks.length);
-      for (const t of timeTicks) expect(t).to.match(/^\d+(\.\d+)? (µs|ms|s)$/);
       await page.screenshot({ path: join(SCREENSHOTS, 'opt125m_zeroth_order_fedlearn_fromstart.png') });
       // A narrower window: the page draws again at the new width, rows still in proportion.
       await page.setViewportSize({ width: 900, height: 900 });
@@ -270,7 +269,7 @@ describe('stowage viz', function () {
       await page.screenshot({ path: join(SCREENSHOTS, 'cs336_2p7b_ctx256_fullstep_fp32-scrolled.png') });
     });
 
-    it("draws the demo's recording with its LMS marks in lanes of their own: aggregated, hoverable, in the legend in their own colours", async () => {
+    it("draws the demo's recording with its LMS marks in lanes of their own (aggregated, hoverable, in the legend in their own colours) and a time axis", async () => {
       const recording = join(dir, 'demo.json');
       const demo = runStowage(['demo', '--skip-composition', '--record', recording], { timeoutMs: 110_000 });
       expect(demo.status, demo.stderr).to.equal(EXIT.ok);
@@ -312,6 +311,12 @@ describe('stowage viz', function () {
       await page.keyboard.press('End');
       expect(await page.getAttribute('#segments', 'data-moment')).to.equal(String(entries.length));
       expectLabelsBesideBars(await mapGeometry(page));
+      // A recording's entries carry the program's times: a time axis under the entries axis, from 0 up.
+      const entryTicks = await tickLabels(page, 'entries');
+      const timeTicks = await tickLabels(page, 'time');
+      expect(timeTicks).to.have.length(entryTicks.length).and.to.have.length.above(4);
+      expect(timeTicks[0]).to.match(/^0 (µs|ms|s)$/);
+      for (const t of timeTicks) expect(t).to.match(/^\d+(\.\d+)? (µs|ms|s)$/);
       await page.screenshot({ path: join(SCREENSHOTS, 'demo-record.png') });
     });
 
@@ -341,6 +346,11 @@ describe('stowage viz', function () {
       expect(await page.locator(`[data-kind=block][data-address="${seg}"]`).getAttribute('data-state')).to.equal('reclaimed');
       expect(await page.locator(`[data-kind=block][data-address="${seg + 4096}"]`).getAttribute('data-limbo')).to.equal('true');
       await page.screenshot({ path: join(SCREENSHOTS, 'lms-ipc-marks.png') });
+      // Told that the times are not the program's (a replay's clock), the page keeps the entries axis only.
+      writeFileSync(html, buildVizPage(snapshot as unknown as MemorySnapshot, { timed: false }));
+      const untimed = await open(html);
+      expect(await untimed.locator('#timeline [data-axis=entries] [data-kind=tick]').count()).to.be.above(0);
+      expect(await untimed.locator('#timeline [data-axis=time]').count()).to.equal(0);
     });
   });
 });

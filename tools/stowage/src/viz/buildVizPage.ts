@@ -17,6 +17,11 @@ export interface VizPageOptions {
    * with LMS and IPC events among the allocator's. It must end where the snapshot was taken.
    */
   readonly trace?: readonly AllocatorEventRecord[];
+  /**
+   * Whether the entries' times are the program's own, for the time axis. Default true; false for the snapshot of
+   * a replay, whose entries carry the replay's clock (the page then shows entries only).
+   */
+  readonly timed?: boolean;
 }
 
 const STATES: Record<string, VizBlock['state']> = { active_allocated: 'allocated', active_pending_free: 'pending-free', inactive: 'cached' };
@@ -101,7 +106,7 @@ export function toVizData(snapshot: MemorySnapshot, options: VizPageOptions = {}
     source: options.source ?? 'snapshot',
     device,
     segments,
-    trace: { action, actionNames, addr: entries.map((e) => e.addr ?? 0), size: entries.map((e) => e.size), stream: entries.map((e) => e.stream), frames: entries.map((e) => intern(e.frames ?? [])), timeUs: relativeTimes(entries.map((e) => e.time)) },
+    trace: { action, actionNames, addr: entries.map((e) => e.addr ?? 0), size: entries.map((e) => e.size), stream: entries.map((e) => e.stream), frames: entries.map((e) => intern(e.frames ?? [])), timeUs: options.timed === false ? null : relativeTimes(entries.map((e) => e.time)) },
     frameTable,
   };
 }
