@@ -6,16 +6,18 @@ import type { VizData } from './VizData.js';
  *
  * - The page takes the width of `root` (the window's, less the body's margin) and draws again when it changes.
  * - Timeline: allocated and reserved bytes after each trace entry (x: entry index), from the snapshot's final
- *   figures walked back through the trace, with a bytes axis and an entries axis (and a time axis when every entry
- *   has a time). Each column of pixels draws the least and the most of its entries, so no peak or dip is lost.
+ *   figures walked back through the trace, drawn as steps, with a bytes axis and an entries axis (and a time axis
+ *   when every entry has a time). Each column of pixels draws the least and the most of its entries, so no peak or
+ *   dip is lost.
  * - LMS, IPC and out-of-memory entries go in lanes of their own under the plot, one lane per action (Note [Mark
  *   lanes]); each lane is in the legend with its colour.
  * - The panel holding the timeline, legend and slider sticks to the top of the window, and the details box to its
  *   bottom, so that both stay in view however far the segment map is scrolled.
  * - Segment map at the slider's moment: one row per segment, its width in proportion to its bytes (the largest
- *   segment the trace ever holds spans the row; none is narrower than 2 px), each block coloured by state (a live block at least 1 px wide, drawn over free ones), the
- *   segment's address and size right-aligned beside its row. The last moment is the snapshot itself; an earlier
- *   one undoes the trace's entries back to it (Note [Walking back]).
+ *   segment the trace ever holds spans the row; none is narrower than 2 px), each block coloured by state (a live
+ *   block at least 1 px wide, drawn over free ones), the segment's address and size right-aligned beside its row.
+ *   The last moment is the snapshot itself; an earlier one undoes the trace's entries back to it (Note [Walking
+ *   back]).
  * - Hover on a block or a mark shows its details; a click on a mark or on the plot moves the slider there.
  * - Ctrl and the wheel zoom the map's bars about the pointer (shift and the wheel pan, a double click resets), so
  *   that a block far narrower than a pixel at full view can be seen and hovered, as in PyTorch's viewer.
@@ -214,19 +216,22 @@ export function drawMemoryPage(data: VizData, root: HTMLElement): void {
     }
     el('line', { x1: AXIS_WIDTH, x2: AXIS_WIDTH, y1: TOP_PAD, y2: TOP_PAD + plotHeight, stroke: '#9ca3af' }, bytesAxis);
 
-    // Series: each pixel column draws its entries' least and most, in the order they came.
+    // Series: a step line (a moment's value holds until the next entry); each pixel column draws its entries' least
+    // and most, in the order they came.
     const bucket = Math.max(1, Math.ceil((n + 1) / Math.max(1, plotWidth)));
     const series = (values: Float64Array, name: string, color: string, peak: number): void => {
       const points: string[] = [];
       for (let start = 0; start <= n; start += bucket) {
+        const end = Math.min(n + 1, start + bucket);
         let lo = start;
         let hi = start;
-        for (let i = start; i < Math.min(n + 1, start + bucket); i++) {
+        for (let i = start; i < end; i++) {
           if (values[i]! < values[lo]!) lo = i;
           if (values[i]! > values[hi]!) hi = i;
         }
         const px = x(start).toFixed(1);
-        for (const i of lo <= hi ? [lo, hi] : [hi, lo]) points.push(`${px},${y(values[i]!).toFixed(1)}`);
+        for (const i of [start, ...(lo <= hi ? [lo, hi] : [hi, lo]), end - 1]) points.push(`${px},${y(values[i]!).toFixed(1)}`);
+        points.push(`${x(Math.min(n, end)).toFixed(1)},${y(values[end - 1]!).toFixed(1)}`);
       }
       el('polyline', { points: points.join(' '), fill: 'none', stroke: color, 'stroke-width': 1.5, 'data-series': name, 'data-peak': peak }, timeline);
     };
