@@ -47,4 +47,6 @@ export interface VizTrace {
   readonly stream: readonly number[];
   /** Index into `frameTable`. */
   readonly frames: readonly number[];
+  /** Microseconds since the first entry, or null when some entry carries no time. */
+  readonly timeUs: readonly number[] | null;
 }

@@ -17,6 +17,11 @@ export interface VizPageOptions {
    * with LMS and IPC events among the allocator's. It must end where the snapshot was taken.
    */
   readonly trace?: readonly AllocatorEventRecord[];
+  /**
+   * Whether the entries' times are the program's own, for the time axis. Default true; false for the snapshot of
+   * a replay, whose entries carry the replay's clock (the page then shows entries only).
+   */
+  readonly timed?: boolean;
 }
 
 const STATES: Record<string, VizBlock['state']> = { active_allocated: 'allocated', active_pending_free: 'pending-free', inactive: 'cached' };
@@ -38,9 +43,12 @@ export function buildVizPage(snapshot: MemorySnapshot, options: VizPageOptions =
 <style>
 body { font: 13px system-ui, sans-serif; margin: 16px; color: #111827; }
 h1 { font-size: 18px; margin: 0 0 4px; }
-#details { background: #f9fafb; border: 1px solid #e5e7eb; padding: 6px; min-height: 5em; max-height: 14em; overflow: auto; width: 940px; }
-#legend span { display: inline-block; padding-left: 4px; }
-#controls { margin: 8px 0; }
+#panel { position: sticky; top: 0; z-index: 1; background: #fff; padding-bottom: 4px; border-bottom: 1px solid #e5e7eb; }
+#legend span { display: inline-block; padding-left: 4px; margin-right: 12px; }
+#controls { margin: 4px 0 0; display: flex; align-items: center; }
+#moment { margin: 0; }
+#details { position: sticky; bottom: 0; background: #f9fafb; border: 1px solid #e5e7eb; margin: 0; padding: 6px; min-height: 4em; max-height: 9em; overflow: auto; }
+svg { display: block; }
 svg text { font-family: ui-monospace, monospace; fill: #374151; }
 </style>
 </head>
@@ -81,8 +89,8 @@ export function toVizData(snapshot: MemorySnapshot, options: VizPageOptions = {}
       pool: s.segment_type,
       blocks: s.blocks.map((b) => ({ address: b.address, size: b.size, requested: b.requested_size, state: STATES[b.state] ?? 'cached', frames: intern(b.frames) })),
     }));
-  const entries: readonly { action: string; addr?: number | undefined; size: number; stream: number; frames?: readonly SnapshotFrame[] }[] =
-    options.trace ?? (snapshot.device_traces[device] ?? []).filter((e) => e.action !== 'snapshot');
+  const entries: readonly { action: string; addr?: number | undefined; size: number; stream: number; frames?: readonly SnapshotFrame[]; time?: number | null | undefined }[] =
+    options.trace?.map((e) => ({ ...e, time: e.timeUs })) ?? (snapshot.device_traces[device] ?? []).filter((e) => e.action !== 'snapshot').map((e) => ({ ...e, time: e.time_us }));
   const actionNames: string[] = [];
   const actionIndex = new Map<string, number>();
   const action = entries.map((e) => {
@@ -98,9 +106,16 @@ export function toVizData(snapshot: MemorySnapshot, options: VizPageOptions = {}
     source: options.source ?? 'snapshot',
     device,
     segments,
-    trace: { action, actionNames, addr: entries.map((e) => e.addr ?? 0), size: entries.map((e) => e.size), stream: entries.map((e) => e.stream), frames: entries.map((e) => intern(e.frames ?? [])) },
+    trace: { action, actionNames, addr: entries.map((e) => e.addr ?? 0), size: entries.map((e) => e.size), stream: entries.map((e) => e.stream), frames: entries.map((e) => intern(e.frames ?? [])), timeUs: options.timed === false ? null : relativeTimes(entries.map((e) => e.time)) },
     frameTable,
   };
+}
+
+/** Each time less the first, or null when a time is missing (a page's time axis needs them all). */
+function relativeTimes(times: readonly (number | null | undefined)[]): number[] | null {
+  if (!times.every((t): t is number => typeof t === 'number' && Number.isFinite(t))) return null;
+  const start = times[0] ?? 0;
+  return times.map((t) => t - start);
 }
 
 function escapeHtml(text: string): string {
