@@ -2,6 +2,7 @@ import type { DataPtr } from '../storage/DataPtr.js';
 import type { MemoryBlock } from '../contracts/MemoryBlock.js';
 import type { StreamId } from '../contracts/MemoryBackend.js';
 import { BlockPool } from './BlockPool.js';
+import { PageRuns } from './PageRuns.js';
 import type { BlockPlacement } from '../contracts/BlockPlacement.js';
 
 /** One segment from the backend (or one expandable address range) and the blocks that tile it. */
@@ -18,6 +19,10 @@ export class Segment<H = unknown> {
   readonly gaps: BlockPool<H>;
   /** Out of service (Note [Retired segments] in CachingAllocator.ts): its free blocks are in no pool. */
   retired = false;
+  /** Bytes per page of an expandable segment (Note [Expandable segments]); 0 when fixed. */
+  pageBytes = 0;
+  /** The backend allocations mapped in an expandable segment (Note [Page runs]); null when fixed. */
+  readonly runs: PageRuns | null;
 
   constructor(
     readonly memory: MemoryBlock<H>,
@@ -28,6 +33,7 @@ export class Segment<H = unknown> {
     readonly expandable: boolean,
   ) {
     this.mappedBytes = expandable ? 0 : memory.byteLength;
+    this.runs = expandable ? new PageRuns() : null;
     this.extentBytes = this.mappedBytes;
     this.gaps = new BlockPool<H>(false);
   }

@@ -432,7 +432,7 @@ describe('CachingAllocator#events', () => {
   });
 
   it('emits segmentReserved for a new expandable segment once a snapshot accounts for its bytes', () => {
-    const { allocator } = engine({ preset: 'pytorch', expandableSegments: true });
+    const { allocator } = engine({ preset: 'pytorch', expandableSegments: true, segmentPageBytes: 2 * MiB });
     const seen: [snapshotBytes: number, reservedBytes: number][] = [];
     allocator.events.on('segmentReserved', () => {
       const snapshotBytes = allocator.snapshot().segments.reduce((n, s) => n + s.total_size, 0);
