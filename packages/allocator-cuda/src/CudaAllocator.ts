@@ -22,8 +22,9 @@ const MiB = 2 ** 20;
  *   cuMemMap, cuMemSetAccess) where PyTorch makes two per page and one more. The driver maps and unmaps an
  *   allocation only whole, so a run goes back to the device only once all of it is free.
  * - Free memory is unmapped only under pressure (emptyCache, trim, the out-of-memory chain), as PyTorch does: with
- *   runs of 20 MiB pages, unmapping free runs before each new peak (`fragmentationLimit`) saves at most 0.01 % of
- *   the peak on these traces, raises it on some (the memory unmapped is mapped again elsewhere) and costs calls.
+ *   runs of 20 MiB pages, unmapping free runs before each new peak (`fragmentationLimit: 0.005`) lowers the peak by
+ *   up to 0.5 % on the small traces, raises it by up to 0.07 % on others (what it unmapped is mapped again
+ *   elsewhere), and makes more calls than PyTorch on one trace (1.05 ×).
  * Explicit options win over each default.
  */
 export const CUDA_ENGINE_DEFAULTS = {

@@ -7,9 +7,9 @@
  * - To serve a request: remap the smallest gap that, with the free neighbours the request may take, is large
  *   enough (mapping only the pages it needs), else map pages at the end, extending a free last block.
  * - Under a fragmentation limit, growing to a new peak first unmaps the free pages of every expandable segment.
- * - Under memory pressure (emptyCache, trim, the out-of-memory chain) the whole pages inside every free block are
- *   unmapped, leaving the partial pages at either end mapped and a gap in the middle; adjacent gaps merge, a
- *   trailing gap leaves the prefix, and an empty segment returns its address range.
+ * - Under memory pressure (emptyCache, trim, the out-of-memory chain) the whole pages (or runs, Note [Page runs])
+ *   inside every free block are unmapped, leaving the partial ones at either end mapped and a gap in the middle;
+ *   adjacent gaps merge, a trailing gap leaves the prefix, and an empty segment returns its address range.
  * - Each map or unmap call counts once: reserved bytes, num_device_alloc/free, a trace entry and a segment event.
  */
 import { Block, Segment } from './Block.js';
@@ -60,6 +60,16 @@ function expandableKey(kind: number, stream: number, small: boolean): string {
  * than RESERVED_PEAK_SLACK above the most ever mapped (#atNewPeak). Only then: a loop that allocates the same
  * shapes every step would otherwise unmap at every step's peak and map again later; this way the pages a
  * first step unmapped are mapped again once, placement settles within the slack, and later steps map nothing.
+ *
+ * Pages are the segment's own (`segmentPageBytes`: one size per pool, PyTorch's 2 and 20 MiB in the pytorch preset,
+ * the backend's granularity in the best preset); growth and unmapping are in whole pages.
+ *
+ * Note [Page runs]: a backend allocation is mapped and unmapped only whole (CUDA maps a physical allocation only
+ * whole and only from its start). By default each page is one allocation, as PyTorch maps them: a growth of n pages
+ * is n allocations, and any free page can go back. With `pageRuns`, a growth is one allocation (a run) of all its
+ * pages: fewer backend calls (CUDA: three per growth instead of two per page and one), but a run goes back only once
+ * all of it is free. `segment.runs` records the allocations mapped, and unmapping a free block gives back the runs
+ * lying wholly inside it (for pages of one allocation each, its whole pages).
  *
  * Invariants: `#bySlot` holds one live, unretired expandable segment per (kind, stream, pool) that has one, and
  * each such segment of `state.segments` is listed; a segment's mappedBytes == the sizes of its mapped blocks;
