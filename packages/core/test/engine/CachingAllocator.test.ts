@@ -862,6 +862,15 @@ describe('resolveCachingOptions', () => {
     expect(make({ roundupPower2Divisions: [0, 2 ** 32 + 2 ** 31] })).to.throw(InvalidArgumentError, /roundupPower2Divisions/);
   });
 
+  it('rejects a segmentPageBytes that is not a byte count or { small, large } of them, and a pageRuns that is not a boolean', () => {
+    expect(make({ segmentPageBytes: 0 })).to.throw(InvalidArgumentError, /segmentPageBytes/);
+    expect(make({ segmentPageBytes: 'huge' })).to.throw(InvalidArgumentError, /segmentPageBytes/);
+    expect(make({ segmentPageBytes: { small: '2MiB' } })).to.throw(InvalidArgumentError, /segmentPageBytes/);
+    expect(make({ segmentPageBytes: { small: '2MiB', large: '20MiB', huge: 1 } })).to.throw(InvalidArgumentError, /segmentPageBytes\.huge/);
+    expect(make({ pageRuns: 'yes' })).to.throw(InvalidArgumentError, /pageRuns/);
+    expect(make({ segmentPageBytes: { small: '2MiB', large: 20 * MiB }, pageRuns: true })).not.to.throw();
+  });
+
   it('rejects roundupPower2Divisions that are neither a number nor a list with InvalidArgumentError, not a TypeError', () => {
     expect(make({ roundupPower2Divisions: true })).to.throw(InvalidArgumentError, /roundupPower2Divisions/);
     expect(make({ roundupPower2Divisions: { 0: 4 } })).to.throw(InvalidArgumentError, /roundupPower2Divisions/);
