@@ -34,6 +34,9 @@ const PYTORCH_PAGE_BYTES = { small: 2 * 2 ** 20, large: 20 * 2 ** 20 } as const;
  * grows less often. The engine does the same in both presets: the pytorch preset's mappings are then PyTorch's (the
  * trace-parity test checks them on traces recorded with expandable segments), and on the must-match traces the rule
  * changes the best preset's peak reserved bytes by -0.1 to +0.1 % (`pnpm bench:cuda` measures the CUDA default).
+ * One difference from PyTorch remains: to remap unmapped space, PyTorch takes the lowest-address gap that fits (with
+ * its free neighbours) and the engine the smallest one (#findGap). Gaps exist only after unmapping under pressure,
+ * which none of the recorded traces does before its end.
  */
 function growableBytes<H>(b: Block<H>): number {
   if (b.next !== null) return b.next.mapped ? b.size : b.size + b.next.size;
