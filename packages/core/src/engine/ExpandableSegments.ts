@@ -35,8 +35,9 @@ const PYTORCH_PAGE_BYTES = { small: 2 * 2 ** 20, large: 20 * 2 ** 20 } as const;
  * trace-parity test checks them on traces recorded with expandable segments), and on the must-match traces the rule
  * changes the best preset's peak reserved bytes by -0.1 to +0.1 % (`pnpm bench:cuda` measures the CUDA default).
  * One difference from PyTorch remains: to remap unmapped space, PyTorch takes the lowest-address gap that fits (with
- * its free neighbours) and the engine the smallest one (#findGap). Gaps exist only after unmapping under pressure,
- * which none of the recorded traces does before its end.
+ * its free neighbours) and the engine the smallest one (#findGap). Gaps exist only after unmapping under pressure:
+ * of the recorded traces only qwen3_train_expandable_3gpu_oom.dev1 unmaps, just before its out-of-memory error, and
+ * remaps no gap after.
  */
 function growableBytes<H>(b: Block<H>): number {
   if (b.next !== null) return b.next.mapped ? b.size : b.size + b.next.size;
