@@ -1,7 +1,7 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { CachingAllocatorOptions, Plugin } from '@stowage/core';
 import type { DeviceAllocatorOptions, DeviceAllocatorSpec } from '@stowage/core/plugin-kit';
-import { BackendUnavailableError, BlockInspector, IpcExporter, Pager, InvalidArgumentError, parseBytes } from '@stowage/core';
+import { BackendUnavailableError, BlockInspector, IpcExporter, Pager, InvalidArgumentError } from '@stowage/core';
 import { AllocatorFactory, checkBoolean, createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core/plugin-kit';
 import { CudaMemoryBackend } from './backend/CudaMemoryBackend.js';
 import { CudaStreams } from './backend/CudaStreams.js';
@@ -31,15 +31,9 @@ export interface CudaOptions extends DeviceAllocatorOptions {
    * or nothing is shared (on the stand-in libcuda it then needs no file descriptor per 2 MiB page).
    */
   readonly shareableSegments?: boolean;
-  /**
-   * Bytes per page of expandable segments, as a number or text (`'20MiB'`): each page is one physical allocation,
-   * mapped and returned whole; a power-of-two multiple of the driver's granularity. Default the granularity (2 MiB):
-   * memory returns in the smallest pieces, at the most driver calls (`pnpm bench:cuda` measures both).
-   */
-  readonly segmentPageBytes?: number | string;
 }
 
-type CudaDeviceOption = 'libcuda' | 'allocConf' | 'shareableSegments' | 'segmentPageBytes';
+type CudaDeviceOption = 'libcuda' | 'allocConf' | 'shareableSegments';
 
 /** The configuration string's engine options, under the caller's; warns about keys the engine does not act on. */
 function confEngineOptions(text: string | undefined): { readonly conf: AllocatorConf; readonly engine: CachingAllocatorOptions } {
@@ -53,9 +47,8 @@ function confEngineOptions(text: string | undefined): { readonly conf: Allocator
 /** The option keys of the CUDA plugin, for checking options before the driver is loaded. */
 const CUDA_OPTIONS = {
   deviceType: 'cuda',
-  deviceOptions: ['libcuda', 'allocConf', 'shareableSegments', 'segmentPageBytes'] as readonly CudaDeviceOption[],
+  deviceOptions: ['libcuda', 'allocConf', 'shareableSegments'] as readonly CudaDeviceOption[],
   checkDeviceOptions: (own: Pick<CudaOptions, CudaDeviceOption>) => {
-    if (own.segmentPageBytes !== undefined) pageBytesOf(own.segmentPageBytes);
     checkBoolean('options.shareableSegments', own.shareableSegments);
     if (own.allocConf !== undefined && typeof own.allocConf !== 'string') {
       throw new InvalidArgumentError('options.allocConf', own.allocConf, "a configuration string such as 'expandable_segments:True,max_split_size_mb:128'");
@@ -69,15 +62,6 @@ const CUDA_OPTIONS = {
     }
   },
 } as const;
-
-/** @throws InvalidArgumentError for a page size that is not a power-of-two byte count of at least 2 MiB */
-function pageBytesOf(value: number | string): number {
-  const bytes = typeof value === 'number' || typeof value === 'string' ? parseBytes(value) : undefined;
-  if (bytes === undefined || bytes < 2 * 2 ** 20 || (bytes & (bytes - 1)) !== 0) {
-    throw new InvalidArgumentError('options.segmentPageBytes', value, "a power of two of at least 2 MiB, as bytes or text such as '16MiB'");
-  }
-  return bytes;
-}
 
 /** A loaded and initialised driver, and how many devices it has. */
 export interface OpenedCudaDriver {
@@ -123,7 +107,6 @@ function cudaDevice(opened: OpenedCudaDriver, allocConf: string | undefined): De
         device,
         streams,
         ...(own.shareableSegments === undefined ? {} : { shareableSegments: own.shareableSegments }),
-        ...(own.segmentPageBytes === undefined ? {} : { segmentPageBytes: pageBytesOf(own.segmentPageBytes) }),
       });
       try {
         return new CudaAllocator(backend, { ...configured.engine, ...engine }, { allocConf: configured.conf.text });

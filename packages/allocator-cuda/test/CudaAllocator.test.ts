@@ -69,24 +69,43 @@ describe('CudaAllocator', function () {
       expect(allocator.backend.memoryInfo().freeBytes).to.equal(free0);
     });
 
-    it('maps pages of segmentPageBytes, one physical allocation each, and refuses a size that is not a power-of-two multiple of the granularity', () => {
-      using allocator = make({ segmentPageBytes: '16MiB' });
-      expect(allocator.backend.pageMapping!.pageBytes).to.equal(16 * MiB);
+    it('maps each growth as one physical allocation of whole pages, 20 MiB in the large pool, in three driver calls', () => {
+      using allocator = make();
       const driver = allocator.backend.driver;
       const calls = driver.callCount;
-      const ptr = allocator.allocate(20 * MiB);
-      expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(32 * MiB);
+      const ptr = allocator.allocate(30 * MiB);
+      expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(40 * MiB);
+      // cuCtxSetCurrent + cuMemAddressReserve, then cuCtxSetCurrent, cuMemCreate, cuMemMap and cuMemSetAccess
+      expect(driver.callCount - calls).to.equal(2 + 1 + 3);
+      allocator.free(ptr);
+      const small = allocator.allocate(4096);
+      expect(allocator.memoryStats()['reserved_bytes.small_pool.current'], 'a 2 MiB page in the small pool').to.equal(2 * MiB);
+      allocator.free(small);
+      allocator.emptyCache();
+      expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(0);
+    });
+
+    it("maps PyTorch's pages one physical allocation each in the pytorch preset, and pages of segmentPageBytes rounded to the granularity", () => {
+      using allocator = make({ preset: 'pytorch', expandableSegments: true });
+      const driver = allocator.backend.driver;
+      const calls = driver.callCount;
+      const ptr = allocator.allocate(30 * MiB);
+      expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(40 * MiB);
       // cuCtxSetCurrent + cuMemAddressReserve, then cuCtxSetCurrent, per page cuMemCreate and cuMemMap, one cuMemSetAccess
       expect(driver.callCount - calls).to.equal(2 + 1 + 2 * 2 + 1);
       allocator.free(ptr);
-      expect(() => cuda({ segmentPageBytes: '20MiB' })).to.throw(InvalidArgumentError, /options\.segmentPageBytes/);
-      expect(() => cuda({ segmentPageBytes: 1 << 20 })).to.throw(InvalidArgumentError, /at least 2 MiB/);
+      using sized = make({ segmentPageBytes: '15MiB' });
+      const one = sized.allocate(MiB);
+      expect(sized.memoryStats()['reserved_bytes.all.current'], '15 MiB rounds up to 16 MiB').to.equal(16 * MiB);
+      sized.free(one);
+      expect(() => cuda({ segmentPageBytes: 'big' })).to.throw(InvalidArgumentError, /options\.segmentPageBytes/);
+      expect(() => cuda({ segmentPageBytes: { small: '2MiB', larg: '20MiB' } as never })).to.throw(InvalidArgumentError, /options\.segmentPageBytes\.larg/);
     });
 
     it('gives back every page when the device runs out partway through growing a segment, and reports OutOfMemoryError', function () {
       const hooks = needHooks(this, lib);
       hooks.setCapacity(16 * MiB);
-      using allocator = make();
+      using allocator = make({ segmentPageBytes: '2MiB', pageRuns: false });
       const held = allocator.allocate(10 * MiB);
       expect(() => allocator.allocate(10 * MiB)).to.throw(OutOfMemoryError);
       expect(allocator.memoryStats()['reserved_bytes.all.current']).to.equal(10 * MiB);
@@ -97,9 +116,28 @@ describe('CudaAllocator', function () {
       allocator.free(held);
     });
 
+    it('unmaps a run of pages only whole: emptyCache gives back the runs that are all free and keeps the one a live block is in', function () {
+      using allocator = make({ segmentPageBytes: '2MiB' });
+      const free0 = allocator.backend.memoryInfo().freeBytes;
+      const a = allocator.allocate(6 * MiB); // run [0, 6)
+      const b = allocator.allocate(6 * MiB); // run [6, 12)
+      const c = allocator.allocate(4 * MiB); // run [12, 16)
+      allocator.free(a);
+      allocator.free(c);
+      const d = allocator.allocate(2 * MiB); // the start of a's run
+      allocator.emptyCache();
+      expect(allocator.memoryStats()['reserved_bytes.all.current'], "a's run (d lives in it) and b's run stay").to.equal(12 * MiB);
+      expect(free0 - allocator.backend.memoryInfo().freeBytes).to.equal(12 * MiB);
+      allocator.engine.assertInvariants();
+      allocator.free(b);
+      allocator.free(d);
+      allocator.emptyCache();
+      expect(allocator.backend.memoryInfo().freeBytes).to.equal(free0);
+    });
+
     it('turns a driver error while mapping into a CudaError, leaking no page', function () {
       const hooks = needHooks(this, lib);
-      using allocator = make();
+      using allocator = make({ segmentPageBytes: '2MiB', pageRuns: false });
       const free0 = allocator.backend.memoryInfo().freeBytes;
       hooks.injectError('cuMemMap', CudaResult.UNKNOWN, 1); // the second page of the growth
       expect(() => allocator.allocate(6 * MiB)).to.throw(CudaError, /cuMemMap/);

@@ -77,19 +77,36 @@ describe('CUDA IPC export', function () {
   });
 
   it('sends a block of an expandable segment as the descriptors of the pages under it, mapped by the receiver into a range of just those pages', async () => {
-    using allocator = make();
-    const { ptr, spacer } = sharedBlock(allocator, 3 * MiB);
+    using allocator = make({ preset: 'pytorch', expandableSegments: true });
+    const { ptr, spacer } = sharedBlock(allocator, 30 * MiB, 15 * MiB + 512);
     const exported = allocator.exportIpc(ptr);
     expect(exported.kind).to.equal('shareable');
     if (exported.kind !== 'shareable') return;
-    const page = allocator.backend.pageMapping!.pageBytes;
-    expect(exported.pageBytes).to.equal(page);
-    // The block starts 3.5 MiB + 512 into the segment: in its second page, running into its fourth.
-    expect(exported.offset).to.equal((3 * MiB + 512) % page);
-    expect(exported.fds.length).to.equal(Math.ceil((exported.offset + 3 * MiB) / page));
+    expect(exported.pageBytes, "PyTorch's large-pool page").to.equal(20 * MiB);
+    expect(exported.allocationBytes, 'every allocation one page').to.equal(undefined);
+    // The block starts 15 MiB + 512 into the segment: in its first page, running into its third.
+    expect(exported.offset).to.equal(15 * MiB + 512);
+    expect(exported.fds.length).to.equal(3);
     const result = await openInChild(lib.path, exported, 1, 3);
     expect(result).to.deep.equal({ ok: true, matched: true, pointerOwned: false });
-    expect(Buffer.from(await allocator.readBytes(ptr)).equals(Buffer.from(patternBytes(3 * MiB, 3)))).to.equal(true);
+    expect(Buffer.from(await allocator.readBytes(ptr)).equals(Buffer.from(patternBytes(30 * MiB, 3)))).to.equal(true);
+    allocator.free(ptr);
+    allocator.free(spacer);
+  });
+
+  it('sends a block lying across runs of pages as the descriptors of its runs and their sizes, each mapped whole by the receiver', async () => {
+    using allocator = make();
+    // The spacer's growth is one 20 MiB run; the block takes its free 2 MiB and a 40 MiB run mapped for the rest.
+    const { ptr, spacer } = sharedBlock(allocator, 30 * MiB, 18 * MiB);
+    const exported = allocator.exportIpc(ptr);
+    expect(exported.kind).to.equal('shareable');
+    if (exported.kind !== 'shareable') return;
+    expect(exported.allocationBytes).to.deep.equal([20 * MiB, 40 * MiB]);
+    expect(exported.pageBytes, 'the largest allocation').to.equal(40 * MiB);
+    expect(exported.offset).to.equal(18 * MiB);
+    const result = await openInChild(lib.path, exported, 1, 3);
+    expect(result).to.deep.equal({ ok: true, matched: true, pointerOwned: false });
+    expect(Buffer.from(await allocator.readBytes(ptr)).equals(Buffer.from(patternBytes(30 * MiB, 3)))).to.equal(true);
     allocator.free(ptr);
     allocator.free(spacer);
   });
@@ -146,6 +163,8 @@ describe('CUDA IPC export', function () {
     expect(() => allocator.exportIpc(allocator.allocate(0))).to.throw(InvalidArgumentError);
     expect(() => allocator.openIpc({ kind: 'legacy', device: 0, handle: new Uint8Array(3), offset: 0, byteLength: 1 })).to.throw(InvalidArgumentError);
     expect(() => allocator.openIpc({ kind: 'shareable', device: 0, pageBytes: 2 * MiB, fds: [], offset: 0, byteLength: 1 })).to.throw(InvalidArgumentError);
+    expect(() => allocator.openIpc({ kind: 'shareable', device: 0, pageBytes: 4 * MiB, fds: [5, 6], allocationBytes: [4 * MiB], offset: 0, byteLength: 1 }), 'one size per descriptor').to.throw(InvalidArgumentError);
+    expect(() => allocator.openIpc({ kind: 'shareable', device: 0, pageBytes: 4 * MiB, fds: [5, 6], allocationBytes: [4 * MiB, 2 * MiB], offset: 4 * MiB, byteLength: 3 * MiB }), 'a range past its allocations').to.throw(InvalidArgumentError);
     allocator.free(ptr);
     other.free(foreign);
   });

@@ -4,6 +4,7 @@ import type { CachingAllocatorOptions } from '@stowage/core';
 import { findTraceRoot, listTraces, readPytorchReference, readTraceFile, replayTrace } from '@stowage/lab/replay';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 import { createCudaAllocator } from '@stowage/allocator-cuda';
+import { cudaEngineOptions } from '@stowage/allocator-cuda/driver';
 import { testLibcuda } from '@stowage/allocator-cuda/testing';
 
 const GiB = 2 ** 30;
@@ -32,6 +33,8 @@ describe('CudaAllocator parity with the engine on recorded traces', function () 
   const root = findTraceRoot();
   const reference = root ? readPytorchReference(root) : new Map();
   const traces = root ? listTraces(root).filter((t) => reference.get(t.name)?.mustMatch) : [];
+  /** Traces recorded with PyTorch's expandable segments (core's TraceParity test holds the engine to them). */
+  const expandable = root ? listTraces(root).filter((t) => reference.has(t.name) && t.name.includes('expandable')) : [];
   const why = typeof lib === 'string' ? lib : !root || traces.length === 0 ? '../shared/traces (or $STOWAGE_TRACES) with its README reference table was not found' : null;
   if (why !== null) {
     it('replays the must-match traces (skipped)', function () {
@@ -52,11 +55,14 @@ describe('CudaAllocator parity with the engine on recorded traces', function () 
   });
   after(() => hooks?.setCapacity(GiB));
 
-  /** `device`: the CUDA plugin's own options (unshareable pages: the stand-in then needs no descriptor per page). */
+  /**
+   * `options` on the stand-in and, with the CUDA plugin's defaults under them, on the virtual backend. `device`: the
+   * CUDA plugin's own options (unshareable pages: the stand-in then needs no descriptor per page).
+   */
   async function replayBoth(name: string, options: CachingAllocatorOptions, device: { shareableSegments?: boolean } = {}) {
-    const trace = traces.find((t) => t.name === name)!;
+    const trace = [...traces, ...expandable].find((t) => t.name === name)!;
     const events = await readTraceFile(trace);
-    using virtual = new CachingAllocator(new VirtualMemoryBackend({ storeData: false }), options);
+    using virtual = new CachingAllocator(new VirtualMemoryBackend({ storeData: false }), cudaEngineOptions(options, true));
     const expected = replayTrace(virtual, events);
     using cuda = createCudaAllocator({ libcuda: path, ...device, ...options });
     expect(cuda.backend.pageMapping !== undefined, 'the stand-in offers the virtual memory calls').to.equal(true);
@@ -66,8 +72,8 @@ describe('CudaAllocator parity with the engine on recorded traces', function () 
   }
 
   for (const trace of traces) {
-    it(`maps and unmaps expandable segments on the virtual memory calls as the engine does on the virtual backend, on ${trace.name} (best preset)`, async () => {
-      const { expected, actual } = await replayBoth(trace.name, { preset: 'best' }, { shareableSegments: false });
+    it(`maps and unmaps expandable segments on the virtual memory calls as the engine does on the virtual backend, on ${trace.name} (the default)`, async () => {
+      const { expected, actual } = await replayBoth(trace.name, {}, { shareableSegments: false });
       expect(actual).to.deep.equal(expected);
     });
 
@@ -77,6 +83,13 @@ describe('CudaAllocator parity with the engine on recorded traces', function () 
       const ref = reference.get(trace.name)!;
       expect(actual.segments, 'PyTorch\'s segment count').to.equal(ref.segments);
       expect((actual.peakReservedBytes! / GiB).toFixed(3), 'PyTorch\'s peak reserved GiB').to.equal(ref.peakReservedGiB.toFixed(3));
+    });
+  }
+
+  for (const trace of expandable) {
+    it(`maps PyTorch's expandable segments on the virtual memory calls as the engine does on the virtual backend, on ${trace.name} (pytorch preset, expandable segments)`, async () => {
+      const { expected, actual } = await replayBoth(trace.name, { preset: 'pytorch', expandableSegments: true }, { shareableSegments: false });
+      expect(actual).to.deep.equal(expected);
     });
   }
 });

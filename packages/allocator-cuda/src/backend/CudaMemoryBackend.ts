@@ -20,8 +20,6 @@ export interface CudaMemoryBackendOptions {
   readonly pageMapping?: boolean;
   /** Expandable segments' pages are exportable to other processes (see CudaPageMappingOptions). Default true. */
   readonly shareableSegments?: boolean;
-  /** Bytes per page of expandable segments (see CudaPageMappingOptions.pageBytes). Default the driver's granularity. */
-  readonly segmentPageBytes?: number;
 }
 
 /** An event of the engine's: a pooled driver event recorded on a stream; `cu` goes back to the pool once complete. */
@@ -82,7 +80,7 @@ export class CudaMemoryBackend implements MemoryBackend<bigint> {
       this.enter();
       this.capacityBytes = this.driver.deviceTotalBytes(this.cuDevice);
       const vmm = options.pageMapping ?? this.driver.deviceAttribute(this.cuDevice, CudaDeviceAttribute.VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED) === 1;
-      this.cudaPageMapping = vmm ? new CudaPageMapping(this, { shareable: options.shareableSegments ?? true, ...(options.segmentPageBytes === undefined ? {} : { pageBytes: options.segmentPageBytes }) }) : undefined;
+      this.cudaPageMapping = vmm ? new CudaPageMapping(this, { shareable: options.shareableSegments ?? true }) : undefined;
       this.pageMapping = this.cudaPageMapping;
     } catch (error) {
       this.driver.releasePrimaryContext(this.cuDevice);

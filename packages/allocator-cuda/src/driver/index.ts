@@ -6,6 +6,7 @@ export type { CudaErrorDetails } from './CudaError.js';
 export type { CudaMemoryBackendOptions } from '../backend/CudaMemoryBackend.js';
 export { CudaStreams } from '../backend/CudaStreams.js';
 export type { CudaAllocatorSettings } from '../CudaAllocator.js';
+export { CUDA_ENGINE_DEFAULTS, cudaEngineOptions } from '../CudaAllocator.js';
 export type { AllocatorConfValues, NotAppliedKey } from '../config/AllocatorConfValues.js';
 export { ALLOCATOR_CONF_VARIABLES, DEFAULT_ALLOCATOR_CONF_VALUES, ROUNDUP_POWER2_INTERVALS } from '../config/AllocatorConf.js';
 export type { AllocatorConfKey } from '../config/AllocatorConfKey.js';

@@ -28,13 +28,21 @@ export interface CudaLegacyIpcExport {
 export interface CudaShareableIpcExport {
   readonly kind: 'shareable';
   readonly device: number;
-  /** Bytes per physical allocation (the mapping granularity). */
+  /**
+   * Bytes of the largest physical allocation under the block: of every one, unless `allocationBytes` is given (so an
+   * export's range lies within `fds.length * pageBytes` either way).
+   */
   readonly pageBytes: number;
   /**
    * One descriptor per physical allocation under the block, first to last, from cuMemExportToShareableHandle: the
    * exporter owns them until it sends them (then closes its copies); the importer's `openIpc` closes what it is given.
    */
   readonly fds: readonly number[];
+  /**
+   * Bytes of each allocation of `fds`, where they differ (expandable segments grown in runs, Note [Page runs] in
+   * core's ExpandableSegments.ts); absent: `pageBytes` each.
+   */
+  readonly allocationBytes?: readonly number[];
   /** The block's offset in its first physical allocation. */
   readonly offset: number;
   readonly byteLength: number;
@@ -54,11 +62,12 @@ interface OpenedIpc {
  * counts the pointers into each, closing the segment when the last is released.
  *
  * Note [Sharing expandable segments]: an expandable segment is one address range over many physical allocations
- * (one per page), which legacy IPC cannot name (pytorch/pytorch#130330). The block's pages are exported as POSIX
- * file descriptors (cuMemExportToShareableHandle); the importer reserves an address range of exactly those pages in
- * its own address space (not a multiple of device memory, pytorch/pytorch#186218), imports each descriptor
- * (cuMemImportFromShareableHandle), maps it at its place and grants access. Releasing the pointer unmaps the pages,
- * releases the imported allocations and frees the range; the exporter's memory stays its own.
+ * (one per page, or one per run of pages), which legacy IPC cannot name (pytorch/pytorch#130330). The allocations
+ * under the block are exported as POSIX file descriptors (cuMemExportToShareableHandle), with their sizes where they
+ * differ; the importer reserves an address range of exactly those allocations in its own address space (not a
+ * multiple of device memory, pytorch/pytorch#186218), imports each descriptor (cuMemImportFromShareableHandle), maps
+ * it whole at its place (the driver maps an allocation only whole) and grants access. Releasing the pointer unmaps
+ * them, releases the imported allocations and frees the range; the exporter's memory stays its own.
  */
 export class CudaIpc {
   readonly #backend: CudaMemoryBackend;
@@ -85,10 +94,7 @@ export class CudaIpc {
           "a pointer whose memory other processes can open: this allocator's expandable segments were made with shareableSegments: false (make it with cuda({ shareableSegments: true }), the default, or copy the bytes into a fixed segment)",
         );
       }
-      const page = mapping.pageBytes;
-      const first = Math.floor(ptr.byteOffset / page);
-      const last = Math.floor((ptr.byteOffset + Math.max(1, ptr.byteLength) - 1) / page);
-      const handles = mapping.pagesOf(base, first, last - first + 1);
+      const { start, handles, bytes } = mapping.allocationsUnder(base, ptr.byteOffset, ptr.byteLength);
       const fds: number[] = [];
       try {
         for (const handle of handles) fds.push(backend.driver.memExportToShareableHandle(handle));
@@ -96,7 +102,9 @@ export class CudaIpc {
         for (const fd of fds) closeSync(fd);
         throw error;
       }
-      return { kind: 'shareable', device, pageBytes: page, fds, offset: ptr.byteOffset - first * page, byteLength: ptr.byteLength };
+      const pageBytes = Math.max(...bytes);
+      const uniform = bytes.every((b) => b === pageBytes);
+      return { kind: 'shareable', device, pageBytes, fds, ...(uniform ? {} : { allocationBytes: bytes }), offset: ptr.byteOffset - start, byteLength: ptr.byteLength };
     }
     return { kind: 'legacy', device, handle: backend.driver.ipcGetMemHandle(base), offset: ptr.byteOffset, byteLength: ptr.byteLength };
   }
@@ -144,19 +152,20 @@ export class CudaIpc {
 
   #openShareable(exported: CudaShareableIpcExport): { address: bigint; context: OpenedIpc } {
     const { driver, cuDevice } = this.#backend;
-    const page = exported.pageBytes;
-    const bytes = exported.fds.length * page;
-    const base = driver.memAddressReserve(bytes, page);
+    const sizes = exported.allocationBytes ?? exported.fds.map(() => exported.pageBytes);
+    const starts = sizes.map((_, i) => sizes.slice(0, i).reduce((sum, b) => sum + b, 0));
+    const bytes = sizes.reduce((sum, b) => sum + b, 0);
+    const base = driver.memAddressReserve(bytes); // the granularity's alignment: a page need not be a power of two
     const handles: CudaMemHandle[] = [];
     let mapped = 0;
     const undo = (): void => {
-      for (let i = 0; i < mapped; i++) driver.memUnmap(base + BigInt(i * page), page);
+      for (let i = 0; i < mapped; i++) driver.memUnmap(base + BigInt(starts[i]!), sizes[i]!);
       for (const handle of handles) driver.memRelease(handle);
       driver.memAddressFree(base, bytes);
     };
     try {
       for (const fd of exported.fds) handles.push(driver.memImportFromShareableHandle(fd));
-      for (; mapped < handles.length; mapped++) driver.memMap(base + BigInt(mapped * page), page, handles[mapped]!, 0);
+      for (; mapped < handles.length; mapped++) driver.memMap(base + BigInt(starts[mapped]!), sizes[mapped]!, handles[mapped]!, 0);
       driver.memSetAccess(base, bytes, cuDevice);
     } catch (error) {
       undo();
@@ -179,11 +188,13 @@ function checkExport(exported: unknown): asserts exported is CudaIpcExport {
   const sized = whole(e.offset) && whole(e.byteLength);
   if (sized && e.kind === 'legacy' && e.handle instanceof Uint8Array && e.handle.byteLength === 64) return;
   if (sized && e.kind === 'shareable' && Array.isArray(e.fds) && e.fds.length > 0 && e.fds.every(whole) && whole(e.pageBytes) && e.pageBytes > 0) {
-    if ((e.offset as number) + (e.byteLength as number) <= e.fds.length * e.pageBytes) return;
+    const sizes = e.allocationBytes === undefined ? e.fds.map(() => e.pageBytes as number) : e.allocationBytes;
+    const fits = Array.isArray(sizes) && sizes.length === e.fds.length && sizes.every((b) => whole(b) && b > 0 && b <= (e.pageBytes as number));
+    if (fits && (e.offset as number) + (e.byteLength as number) <= (sizes as number[]).reduce((sum, b) => sum + b, 0)) return;
   }
   throw new InvalidArgumentError(
     'exported',
     exported,
-    "a CudaIpcExport from exportIpc: { kind: 'legacy', handle (64 bytes), offset, byteLength } or { kind: 'shareable', fds, pageBytes, offset, byteLength } whose range lies within its pages",
+    "a CudaIpcExport from exportIpc: { kind: 'legacy', handle (64 bytes), offset, byteLength } or { kind: 'shareable', fds, pageBytes, allocationBytes?, offset, byteLength } whose range lies within its allocations",
   );
 }

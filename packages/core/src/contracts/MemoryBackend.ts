@@ -96,17 +96,26 @@ export interface MemoryBackend<H = unknown> {
 export const MemoryBackend: Token<MemoryBackend> = Symbol('stowage.MemoryBackend');
 
 /**
- * Reserve a virtual address range once, then map and unmap physical pages inside it. Offsets and lengths are
- * multiples of `pageBytes`. Only mapped pages count against the device's capacity.
+ * Reserve a virtual address range once, then map and unmap physical memory inside it. Each range has its page size,
+ * chosen when it is reserved (a multiple of the mapping's granularity `pageBytes`): offsets and lengths in the range
+ * are multiples of it, and each physical allocation covers one or more pages, mapped and unmapped whole. Only mapped
+ * pages count against the device's capacity.
  */
 export interface PageMapping<H = unknown> {
-  /** Mapping granularity in bytes (2 MiB for CUDA). A power of two. */
+  /** Mapping granularity in bytes (2 MiB for CUDA): the smallest page a range may have. A power of two. */
   readonly pageBytes: number;
-  /** Reserves `byteLength` bytes of address space, none mapped; null when no range is left. */
-  reserve(byteLength: number): MemoryBlock<H> | null;
-  /** Maps pages at `[offset, offset + byteLength)` of `range`; false (nothing mapped) when memory is short. */
-  map(range: MemoryBlock<H>, offset: number, byteLength: number): boolean;
-  /** Unmaps pages previously mapped; their memory returns to the device. */
+  /**
+   * Reserves `byteLength` bytes of address space, none mapped, whose pages are `pageBytes` each (default the
+   * granularity; a multiple of it, which the caller checked); null when no range is left.
+   */
+  reserve(byteLength: number, pageBytes?: number): MemoryBlock<H> | null;
+  /**
+   * Maps pages at `[offset, offset + byteLength)` of `range` as physical allocations of `allocationBytes` each (a
+   * multiple of the range's page size dividing `byteLength`; default one page) and makes them accessible at once;
+   * false (nothing mapped) when memory is short. An allocation is mapped and unmapped only whole.
+   */
+  map(range: MemoryBlock<H>, offset: number, byteLength: number, allocationBytes?: number): boolean;
+  /** Unmaps whole allocations previously mapped, `[offset, offset + byteLength)`; their memory returns to the device. */
   unmap(range: MemoryBlock<H>, offset: number, byteLength: number): void;
   /** Returns an address range with no pages mapped. */
   release(range: MemoryBlock<H>): void;

@@ -2,6 +2,7 @@ import type { DataPtr } from '../storage/DataPtr.js';
 import type { MemoryBlock } from '../contracts/MemoryBlock.js';
 import type { StreamId } from '../contracts/MemoryBackend.js';
 import { BlockPool } from './BlockPool.js';
+import { PageRuns } from './PageRuns.js';
 import type { BlockPlacement } from '../contracts/BlockPlacement.js';
 import type { SnapshotFrame } from '../contracts/MemorySnapshot.js';
 
@@ -21,6 +22,10 @@ export class Segment<H = unknown> {
   retired = false;
   /** Where it was reserved (first mapped), when history with stacks was on; PyTorch's context_when_segment_allocated. */
   frames: SnapshotFrame[] | null = null;
+  /** Bytes per page of an expandable segment (Note [Expandable segments]); 0 when fixed. */
+  pageBytes = 0;
+  /** The backend allocations mapped in an expandable segment (Note [Page runs]); null when fixed. */
+  readonly runs: PageRuns | null;
 
   constructor(
     readonly memory: MemoryBlock<H>,
@@ -31,6 +36,7 @@ export class Segment<H = unknown> {
     readonly expandable: boolean,
   ) {
     this.mappedBytes = expandable ? 0 : memory.byteLength;
+    this.runs = expandable ? new PageRuns() : null;
     this.extentBytes = this.mappedBytes;
     this.gaps = new BlockPool<H>(false);
   }

@@ -345,8 +345,9 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
     }
     const pool = r.pool;
     if (this.options.garbageCollectionThreshold > 0) pool.searchCount++;
-    const block = pool.lowerBound(r.stream, r.size);
+    let block = pool.lowerBound(r.stream, r.size);
     if (block === undefined) return undefined;
+    if (block.segment.expandable) block = this.#expandable.bestFit(pool, block, r.size);
     if (!maySplitFor(block.size, r.size, this.options.maxSplitSize)) return undefined;
     if (!this.options.splitBlocks && !block.segment.expandable && this.#shouldSplit(block, r.size)) return undefined;
     pool.remove(block);

@@ -49,6 +49,20 @@ export interface CachingAllocatorOptions {
    */
   readonly fragmentationLimit?: number;
   /**
+   * With expandable segments: bytes per page, each one physical allocation of the backend, mapped and unmapped whole
+   * (Note [Expandable segments] in ExpandableSegments.ts). One size for every segment, or one for segments of the
+   * small pool and one for the large pool; bytes or text (`'20MiB'`), rounded up to a multiple of the backend's
+   * mapping granularity. Larger pages make fewer backend calls and give memory back in larger pieces. Default: the
+   * granularity in the best preset; PyTorch's 2 MiB (small pool) and 20 MiB (large pool) in the pytorch preset.
+   */
+  readonly segmentPageBytes?: number | string | { readonly small: number | string; readonly large: number | string };
+  /**
+   * With expandable segments: map the pages of each growth as one backend allocation (a run), instead of one per
+   * page; a run is unmapped only whole, once every byte of it is free (Note [Page runs] in ExpandableSegments.ts).
+   * Default off (the CUDA plugin turns it on).
+   */
+  readonly pageRuns?: boolean;
+  /**
    * Segment size for a request that no cached block fits: `(roundedBytes, reservedBytes, segment) => bytes` (at
    * least roundedBytes; `reservedBytes` is every kind's, `segment` names the kind the segment is for and what that
    * kind has reserved). Default: PyTorch's sizing (2 MiB, 20 MiB or the request rounded to 2 MiB). Devices whose
@@ -93,6 +107,9 @@ export interface ResolvedCachingOptions {
   readonly memoryLimit: number | { readonly fraction: number } | undefined;
   readonly expandableSegments: boolean;
   readonly fragmentationLimit: number;
+  /** Page bytes of expandable segments per pool; undefined: the preset's (ExpandableSegments resolves it). */
+  readonly segmentPageBytes: { readonly small: number; readonly large: number } | undefined;
+  readonly pageRuns: boolean;
   readonly deferCoalescing: boolean;
   readonly segmentSize: SegmentSizeRule | undefined;
   readonly unifiedPools: boolean;
@@ -109,6 +126,8 @@ export const CACHING_OPTION_KEYS: readonly (keyof CachingAllocatorOptions)[] = [
   'memoryLimit',
   'expandableSegments',
   'fragmentationLimit',
+  'segmentPageBytes',
+  'pageRuns',
   'segmentSize',
   'unifiedPools',
   'deferCoalescing',
@@ -171,6 +190,8 @@ export function resolveCachingOptions(given: CachingAllocatorOptions | undefined
     memoryLimit,
     expandableSegments: expandableSegments ?? preset === 'best',
     fragmentationLimit: checkFragmentationLimit(options.fragmentationLimit ?? (preset === 'best' ? 0.005 : Number.POSITIVE_INFINITY)),
+    segmentPageBytes: checkSegmentPageBytes(options.segmentPageBytes),
+    pageRuns: checkBoolean('options.pageRuns', options.pageRuns) ?? false,
     deferCoalescing: deferCoalescing ?? preset === 'best',
     segmentSize: checkOptionalFunction('options.segmentSize', options.segmentSize),
     unifiedPools: unifiedPools ?? preset === 'best',
@@ -186,4 +207,20 @@ function checkOptionalFunction<F extends (...args: never[]) => unknown>(argument
 function checkFragmentationLimit(value: unknown): number {
   if (typeof value !== 'number' || !(value >= 0)) throw new InvalidArgumentError('options.fragmentationLimit', value, 'a fraction >= 0, or Infinity to disable');
   return value;
+}
+
+function checkSegmentPageBytes(value: CachingAllocatorOptions['segmentPageBytes']): ResolvedCachingOptions['segmentPageBytes'] {
+  if (value === undefined) return undefined;
+  const expected = "a page size in bytes of at least 1, as a number or text such as '20MiB', or { small, large } of them";
+  const bytes = (v: unknown): number => {
+    const parsed = typeof v === 'number' || typeof v === 'string' ? parseBytes(v) : undefined;
+    if (parsed === undefined || parsed < 1) throw new InvalidArgumentError('options.segmentPageBytes', value, expected);
+    return parsed;
+  };
+  if (typeof value === 'object' && value !== null) {
+    checkOptions('options.segmentPageBytes', value, ['small', 'large']);
+    return { small: bytes(value.small), large: bytes(value.large) };
+  }
+  const both = bytes(value);
+  return { small: both, large: both };
 }

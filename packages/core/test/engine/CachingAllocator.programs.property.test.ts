@@ -296,14 +296,14 @@ interface Config {
 
 const CAPACITY = 160 * MiB;
 const configs: Config[] = [
-  { name: 'expandable, pytorch preset, max split 32 MiB, fragmentation limit', engine: { preset: 'pytorch', expandableSegments: true, maxSplitSize: 32 * MiB, fragmentationLimit: 0.005 }, device: { streams: STREAMS, capacityBytes: CAPACITY }, reclaim: true },
+  { name: 'expandable, pytorch preset, max split 32 MiB, fragmentation limit', engine: { preset: 'pytorch', expandableSegments: true, segmentPageBytes: 2 * MiB, maxSplitSize: 32 * MiB, fragmentationLimit: 0.005 }, device: { streams: STREAMS, capacityBytes: CAPACITY }, reclaim: true },
   { name: 'best preset (quick lists, unified pools, expandable), max split 32 MiB', engine: { preset: 'best', maxSplitSize: 32 * MiB }, device: { streams: STREAMS, capacityBytes: CAPACITY }, reclaim: true },
   { name: 'best preset, 64 KiB pages, two segment kinds', engine: { preset: 'best' }, device: { streams: STREAMS, capacityBytes: CAPACITY, pageBytes: 64 * KiB, kinds: true }, reclaim: true },
   { name: 'best preset, deferred free (WebGPU-like), two segment kinds', engine: { preset: 'best', maxSplitSize: 24 * MiB }, device: { streams: STREAMS, capacityBytes: CAPACITY, kinds: true, deferredFree: true }, reclaim: true },
   { name: 'non-expandable pytorch preset, max split 24 MiB, garbage collection under a limit', engine: { preset: 'pytorch', maxSplitSize: 24 * MiB, memoryLimit: 128 * MiB, garbageCollectionThreshold: 0.6 }, device: { streams: STREAMS, capacityBytes: CAPACITY, pageBytes: 0 }, reclaim: true },
   { name: 'non-expandable best preset (unified pools, quick lists), max split 24 MiB', engine: { preset: 'best', expandableSegments: false, maxSplitSize: 24 * MiB }, device: { streams: STREAMS, capacityBytes: CAPACITY, kinds: true }, reclaim: true },
-  { name: 'expandable pytorch preset with a memory limit, two kinds', engine: { preset: 'pytorch', expandableSegments: true, maxSplitSize: 24 * MiB, fragmentationLimit: 0.1, memoryLimit: 120 * MiB }, device: { streams: STREAMS, capacityBytes: CAPACITY, kinds: true }, reclaim: true },
-  { name: 'expandable pytorch preset with quick lists and power-of-two divisions', engine: { preset: 'pytorch', expandableSegments: true, deferCoalescing: true, maxSplitSize: 32 * MiB, fragmentationLimit: 0.005, roundupPower2Divisions: 4 }, device: { streams: STREAMS, capacityBytes: CAPACITY }, reclaim: true },
+  { name: 'expandable pytorch preset with a memory limit, two kinds', engine: { preset: 'pytorch', expandableSegments: true, segmentPageBytes: 2 * MiB, maxSplitSize: 24 * MiB, fragmentationLimit: 0.1, memoryLimit: 120 * MiB }, device: { streams: STREAMS, capacityBytes: CAPACITY, kinds: true }, reclaim: true },
+  { name: 'expandable pytorch preset with quick lists and power-of-two divisions', engine: { preset: 'pytorch', expandableSegments: true, segmentPageBytes: 2 * MiB, deferCoalescing: true, maxSplitSize: 32 * MiB, fragmentationLimit: 0.005, roundupPower2Divisions: 4 }, device: { streams: STREAMS, capacityBytes: CAPACITY }, reclaim: true },
   { name: 'growing segments (WebGPU sizing), quick lists, deferred free, two kinds', engine: { preset: 'best', expandableSegments: false, segmentSize: (n, reserved) => Math.max(n, 4 * MiB, Math.ceil(reserved / 4 / (2 * MiB)) * 2 * MiB) }, device: { streams: STREAMS, capacityBytes: CAPACITY, kinds: true, deferredFree: true }, reclaim: true },
 ];
 

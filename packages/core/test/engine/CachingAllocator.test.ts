@@ -468,7 +468,7 @@ describe('CachingAllocator#events', () => {
   });
 
   it('emits segmentReserved for a new expandable segment once a snapshot accounts for its bytes', () => {
-    const { allocator } = engine({ preset: 'pytorch', expandableSegments: true });
+    const { allocator } = engine({ preset: 'pytorch', expandableSegments: true, segmentPageBytes: 2 * MiB });
     const seen: [snapshotBytes: number, reservedBytes: number][] = [];
     allocator.events.on('segmentReserved', () => {
       const snapshotBytes = allocator.snapshot().segments.reduce((n, s) => n + s.total_size, 0);
@@ -957,6 +957,15 @@ describe('resolveCachingOptions', () => {
     // 3 * 2^32 and 2^32 + 2^31 pass a 32-bit `d & (d - 1)` test.
     expect(make({ roundupPower2Divisions: 3 * 2 ** 32 })).to.throw(InvalidArgumentError, /roundupPower2Divisions/);
     expect(make({ roundupPower2Divisions: [0, 2 ** 32 + 2 ** 31] })).to.throw(InvalidArgumentError, /roundupPower2Divisions/);
+  });
+
+  it('rejects a segmentPageBytes that is not a byte count or { small, large } of them, and a pageRuns that is not a boolean', () => {
+    expect(make({ segmentPageBytes: 0 })).to.throw(InvalidArgumentError, /segmentPageBytes/);
+    expect(make({ segmentPageBytes: 'huge' })).to.throw(InvalidArgumentError, /segmentPageBytes/);
+    expect(make({ segmentPageBytes: { small: '2MiB' } })).to.throw(InvalidArgumentError, /segmentPageBytes/);
+    expect(make({ segmentPageBytes: { small: '2MiB', large: '20MiB', huge: 1 } })).to.throw(InvalidArgumentError, /segmentPageBytes\.huge/);
+    expect(make({ pageRuns: 'yes' })).to.throw(InvalidArgumentError, /pageRuns/);
+    expect(make({ segmentPageBytes: { small: '2MiB', large: 20 * MiB }, pageRuns: true })).not.to.throw();
   });
 
   it('rejects roundupPower2Divisions that are neither a number nor a list with InvalidArgumentError, not a TypeError', () => {

@@ -5,7 +5,7 @@ import { VirtualMemoryBackend } from '@stowage/core/testing';
 
 describe('CachingAllocator#snapshot', () => {
   it('starts the first entry of an expandable segment at its first mapped block when the segment begins with a gap', () => {
-    const { allocator } = engine({ preset: 'pytorch', expandableSegments: true });
+    const { allocator } = engine({ preset: 'pytorch', expandableSegments: true, segmentPageBytes: 2 * MiB });
     const [a, b, c, d, e] = [1, 2, 3, 4, 5].map(() => allocator.allocate(4 * MiB)) as [DataPtr, DataPtr, DataPtr, DataPtr, DataPtr];
     allocator.free(a);
     allocator.free(c);

@@ -32,6 +32,7 @@ function recordingEngine(options: { fragmentationLimit?: number; capacityBytes?:
   const allocator = new CachingAllocator(backend, {
     preset: options.preset ?? 'pytorch',
     expandableSegments: true,
+    segmentPageBytes: 2 * MiB, // the mechanisms these tests drive, at the granularity
     maxSplitSize: 32 * MiB,
     ...(options.fragmentationLimit === undefined ? {} : { fragmentationLimit: options.fragmentationLimit }),
   });
@@ -60,7 +61,7 @@ function recordingEngine(options: { fragmentationLimit?: number; capacityBytes?:
 
 describe('CachingAllocator#emptyCache (expandable segments)', () => {
   it('unmaps only whole pages inside a free block whose front partial page is larger than its back one', () => {
-    const { allocator, backend } = engine({ preset: 'pytorch', expandableSegments: true });
+    const { allocator, backend } = engine({ preset: 'pytorch', expandableSegments: true, segmentPageBytes: 2 * MiB });
     const page = backend.pageMapping!.pageBytes;
     const spy = spyPages(backend.pageMapping!);
     const a = allocator.allocate(1.5 * MiB); // [0, 1.5)
@@ -84,7 +85,7 @@ describe('CachingAllocator#emptyCache (expandable segments)', () => {
   });
 
   it('unmaps whole pages when it returns an expandable segment with partial-page blocks', () => {
-    const { allocator, backend } = engine({ preset: 'pytorch', expandableSegments: true });
+    const { allocator, backend } = engine({ preset: 'pytorch', expandableSegments: true, segmentPageBytes: 2 * MiB });
     const page = backend.pageMapping!.pageBytes;
     const spy = spyPages(backend.pageMapping!);
     allocator.allocate(1.5 * MiB); // [0, 1.5) allocated, [1.5, 2) free
@@ -121,7 +122,7 @@ describe('CachingAllocator#emptyCache (expandable segments)', () => {
 
 describe('CachingAllocator#allocate (out-of-memory chain, expandable segments)', () => {
   it('releases the address range it reserved for a request larger than the range', () => {
-    const { allocator, backend } = engine({ preset: 'pytorch', expandableSegments: true }, { capacityBytes: 64 * MiB });
+    const { allocator, backend } = engine({ preset: 'pytorch', expandableSegments: true, segmentPageBytes: 2 * MiB }, { capacityBytes: 64 * MiB });
     const spy = spyPages(backend.pageMapping!);
     expect(() => allocator.allocate(1024 * MiB)).to.throw(OutOfMemoryError);
     expect(spy.releases, 'every range reserved for the failed request went back').to.equal(spy.reserves);
@@ -225,7 +226,7 @@ describe('CachingAllocator#allocate (fragmentation sweep at a new peak, with lis
 describe('CachingAllocator#allocate beside an oversize free block (max split size)', () => {
   /** An engine whose backend records every page-mapping call's byte count. */
   function mapRecordingEngine(): { allocator: CachingAllocator<number>; backend: VirtualMemoryBackend; mapped: number[] } {
-    const { allocator, backend } = engine({ preset: 'pytorch', expandableSegments: true, maxSplitSize: 32 * MiB });
+    const { allocator, backend } = engine({ preset: 'pytorch', expandableSegments: true, segmentPageBytes: 2 * MiB, maxSplitSize: 32 * MiB });
     const mapping = backend.pageMapping!;
     const map = mapping.map.bind(mapping);
     const mapped: number[] = [];
