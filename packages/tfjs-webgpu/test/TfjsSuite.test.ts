@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { CHROMIUM_PATH, deviceOrSkip, hasChromium } from '@stowage/lab/browser';
-import { TFJS_LIMITS } from './gpuSuite.js';
+import { TFJS_LIMITS } from '@stowage/lab/tfjs';
 import { runTfjsSuiteInChromium } from './tfjsSuite/BrowserSuite.js';
 import type { SuiteResult } from './tfjsSuite/SuiteResult.js';
 import { compareSuites, runTfjsSuite } from './tfjsSuite/TfjsSuite.js';

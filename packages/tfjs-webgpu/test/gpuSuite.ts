@@ -1,23 +1,9 @@
 import * as tf from '@tensorflow/tfjs-core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import type { NeededLimits } from '@stowage/lab/browser';
 import { deviceOrSkip } from '@stowage/lab/browser';
 import { installWebGpuGlobals } from '@stowage/tfjs-webgpu';
+import { TFJS_LIMITS } from '@stowage/lab/tfjs';
 import { registerTfjsGradients } from '@stowage/lab/tfjs/node';
-
-/**
- * What tfjs-backend-webgpu's kernels assume of a device: WebGPU's core defaults for compute (workgroups of 256
- * invocations along x, 16 KiB of workgroup memory, 8 storage buffers a stage). A device of the compatibility
- * feature level (Mesa's OpenGL ES) may have less; there tfjs's kernels fail validation ("Entry-point uses
- * workgroup_size(256, 1, 1) that exceeds the maximum allowed"), with stock tfjs as with Stowage's backend, so the
- * tests skip, naming the limit. (`openWebGpuDevice` asks for these where the adapter has them.)
- */
-export const TFJS_LIMITS: NeededLimits = {
-  maxComputeWorkgroupSizeX: 256,
-  maxComputeInvocationsPerWorkgroup: 256,
-  maxComputeWorkgroupStorageSize: 16384,
-  maxStorageBuffersPerShaderStage: 8,
-};
 
 /**
  * The hooks of a suite that runs tfjs on this machine's WebGPU device: before it, the device (or a skip saying why
