@@ -12,13 +12,14 @@
 // else. Dawn's warnings go into the reason the backend gave no adapter, which the BackendUnavailableError lists when
 // no backend gives one, and are not printed; every other line (an "Error: …" of Dawn's, a driver's own output) is
 // written back to stderr as it came. STOWAGE_DAWN_LOG=1 leaves stderr alone (Dawn's output as Dawn prints it).
-// Where koffi or libc cannot be loaded (not glibc Linux), nothing is captured. Node's modules and koffi are loaded
-// when a capture starts, never imported statically: this file is part of browser bundles, which must not import
-// them (koffi through `createRequire`, so that a bundler does not try to bundle it).
+// Where koffi or libc cannot be loaded (not glibc Linux), nothing is captured. A process that dies inside the
+// window (a crash in a driver) loses what was captured: STOWAGE_DAWN_LOG=1 is the way to see it. Node's modules and
+// koffi are loaded when a capture starts, never imported statically: this file is part of browser bundles, which
+// must not import them (koffi through `createRequire`, so that a bundler does not try to bundle it).
 // The capture covers JavaScript's own writes to stderr in the same window (Node writes them synchronously to files
 // and pipes); they are not Dawn's, so they are written back too, after the window.
 
-/** What a capture gave: Dawn's warnings (without their source paths), and the rest, written back to stderr. */
+/** What a capture gave: Dawn's warnings, without their source paths (the rest was written back to stderr). */
 export interface DawnLog {
   readonly warnings: readonly string[];
 }
