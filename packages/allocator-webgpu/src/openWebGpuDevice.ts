@@ -1,5 +1,6 @@
 import { BackendUnavailableError, InvalidArgumentError } from '@stowage/core';
 import { checkEnum, checkOptions } from '@stowage/core/plugin-kit';
+import { withDawnLogCaptured } from './DawnLog.js';
 
 export interface OpenWebGpuOptions {
   /** Use this device (the caller owns it). */
@@ -53,7 +54,9 @@ const SWIFTSHADER_ICD = '/usr/lib/chromium/vk_swiftshader_icd.json';
 
 /**
  * Opens a WebGPU device: the given one, `navigator.gpu` in a browser, or Dawn through the `webgpu` package in
- * Node, trying software paths when no hardware adapter exists. Requests the adapter's maximum buffer limits.
+ * Node, trying software paths when no hardware adapter exists. Requests the adapter's maximum buffer limits and
+ * WebGPU's core default limits where the adapter has them (Note [Limits a device asks for]). In Node, Dawn's
+ * warnings about the backends it tried go into the error, not to stderr (Note [Dawn's log while opening an adapter]).
  * @throws BackendUnavailableError naming what is missing when no adapter is found
  * @throws InvalidArgumentError (as a rejection) for options that are not an object, an unknown key (naming the
  * nearest known one) or a bad value (see {@link checkOpenWebGpuOptions})
@@ -107,25 +110,77 @@ async function tryBackend(
     env.EGL_PLATFORM ??= 'surfaceless';
     requestOptions = { ...requestOptions, featureLevel: 'compatibility' } as GPURequestAdapterOptions;
   }
-  let gpu: GPU;
-  try {
-    gpu = dawn.create(flags);
-  } catch (error) {
-    return { why: `${backend}: ${(error as Error).message}` };
+  const { value, log } = await withDawnLogCaptured(async (): Promise<{ context?: WebGpuContext; why: string }> => {
+    let gpu: GPU;
+    try {
+      gpu = dawn.create(flags);
+    } catch (error) {
+      return { why: `${backend}: ${(error as Error).message}` };
+    }
+    const adapter = await gpu.requestAdapter(requestOptions).catch(() => null);
+    if (!adapter) return { why: `${backend}: no adapter` };
+    const device = await requestDevice(adapter).catch((error: Error) => error);
+    if (device instanceof Error) return { why: `${backend}: ${describe(adapter)} refused a device: ${device.message}` };
+    return { context: { device, adapterInfo: `${backend}: ${describe(adapter)}`, keepAlive: gpu, owned: true }, why: '' };
+  });
+  if (value.context !== undefined || log.warnings.length === 0) return value;
+  return { why: `${value.why} (Dawn: ${log.warnings.join('; ')})` };
+}
+
+// Note [Limits a device asks for]
+// A device gets WebGPU's default limits unless it asks for more. On an adapter of the core feature level (Vulkan,
+// SwiftShader) those defaults are the core ones; on Mesa's OpenGL ES, which Dawn offers only at the compatibility
+// level, they are lower (128 invocations a workgroup, 4 storage buffers a stage), though the adapter itself allows
+// more (1024 and 16 on llvmpipe). Programs written for WebGPU assume the core defaults: tfjs's kernels use
+// workgroups of 256, and on that device fail validation ("Entry-point uses workgroup_size(256, 1, 1) that exceeds
+// the maximum allowed (128, 128, 64)"). So the device asks for every limit up to its core default, where the
+// adapter allows it, and for the adapter's whole buffer sizes (Stowage's segments). A limit the adapter has below
+// the core default stays the adapter's: a program that needs it can read `device.limits`.
+const CORE_DEFAULT_LIMITS: Readonly<Record<string, number>> = {
+  maxTextureDimension1D: 8192,
+  maxTextureDimension2D: 8192,
+  maxTextureDimension3D: 2048,
+  maxTextureArrayLayers: 256,
+  maxBindGroups: 4,
+  maxBindGroupsPlusVertexBuffers: 24,
+  maxBindingsPerBindGroup: 1000,
+  maxDynamicUniformBuffersPerPipelineLayout: 8,
+  maxDynamicStorageBuffersPerPipelineLayout: 4,
+  maxSampledTexturesPerShaderStage: 16,
+  maxSamplersPerShaderStage: 16,
+  maxStorageBuffersPerShaderStage: 8,
+  maxStorageTexturesPerShaderStage: 4,
+  maxUniformBuffersPerShaderStage: 12,
+  maxUniformBufferBindingSize: 65536,
+  maxVertexBuffers: 8,
+  maxVertexAttributes: 16,
+  maxVertexBufferArrayStride: 2048,
+  maxInterStageShaderVariables: 16,
+  maxColorAttachments: 8,
+  maxColorAttachmentBytesPerSample: 32,
+  maxComputeWorkgroupStorageSize: 16384,
+  maxComputeInvocationsPerWorkgroup: 256,
+  maxComputeWorkgroupSizeX: 256,
+  maxComputeWorkgroupSizeY: 256,
+  maxComputeWorkgroupSizeZ: 64,
+  maxComputeWorkgroupsPerDimension: 65535,
+};
+
+/** The limits a device asks its adapter for (Note [Limits a device asks for]). */
+export function requiredLimitsOf(adapterLimits: GPUSupportedLimits): Record<string, number> {
+  const available = adapterLimits as unknown as Record<string, number | undefined>;
+  const required: Record<string, number> = {};
+  for (const [name, coreDefault] of Object.entries(CORE_DEFAULT_LIMITS)) {
+    const offered = available[name];
+    if (typeof offered === 'number') required[name] = Math.min(offered, coreDefault);
   }
-  const adapter = await gpu.requestAdapter(requestOptions).catch(() => null);
-  if (!adapter) return { why: `${backend}: no adapter` };
-  return { context: { device: await requestDevice(adapter), adapterInfo: `${backend}: ${describe(adapter)}`, keepAlive: gpu, owned: true }, why: '' };
+  required['maxBufferSize'] = adapterLimits.maxBufferSize;
+  required['maxStorageBufferBindingSize'] = adapterLimits.maxStorageBufferBindingSize;
+  return required;
 }
 
 async function requestDevice(adapter: GPUAdapter): Promise<GPUDevice> {
-  const limits = adapter.limits;
-  return adapter.requestDevice({
-    requiredLimits: {
-      maxBufferSize: limits.maxBufferSize,
-      maxStorageBufferBindingSize: limits.maxStorageBufferBindingSize,
-    },
-  });
+  return adapter.requestDevice({ requiredLimits: requiredLimitsOf(adapter.limits) });
 }
 
 function describe(adapter: GPUAdapter): string {

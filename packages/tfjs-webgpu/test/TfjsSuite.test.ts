@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { CHROMIUM_PATH, hasChromium, sharedDevice } from '@stowage/lab/browser';
+import { CHROMIUM_PATH, deviceOrSkip, hasChromium } from '@stowage/lab/browser';
+import { TFJS_LIMITS } from '@stowage/lab/tfjs';
 import { runTfjsSuiteInChromium } from './tfjsSuite/BrowserSuite.js';
 import type { SuiteResult } from './tfjsSuite/SuiteResult.js';
 import { compareSuites, runTfjsSuite } from './tfjsSuite/TfjsSuite.js';
@@ -38,11 +39,7 @@ describe("tfjs-core's test suite", function () {
   this.timeout(1_800_000);
 
   it('passes and fails the same specs on the Stowage backend as on tfjs\'s own WebGPU backend (CI subset)', async function () {
-    const device = await sharedDevice();
-    if (typeof device === 'string') {
-      console.log(`    skipped: no WebGPU adapter — ${device}`);
-      this.skip();
-    }
+    await deviceOrSkip(this, TFJS_LIMITS);
     expectSameSets(await runTfjsSuite('stock', { filter: CI_SUBSET }), await runTfjsSuite('stowage', { filter: CI_SUBSET }));
   });
 

@@ -9,5 +9,6 @@ export { runInChromium } from './runInChromium.js';
 export type { BrowserBundleServer } from './serveBrowserBundle.js';
 export { serveBrowserBundle } from './serveBrowserBundle.js';
 export { refuseSegments } from './refuseSegments.js';
-export { deviceOrSkip, ownDeviceOrSkip, sharedDevice } from './sharedDevice.js';
+export type { NeededLimits } from './sharedDevice.js';
+export { deviceOrSkip, missingLimits, ownDeviceOrSkip, sharedDevice } from './sharedDevice.js';
 export { DeviceMemoryCounter } from './DeviceMemoryCounter.js';

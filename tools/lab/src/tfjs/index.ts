@@ -9,3 +9,4 @@ export type { Model, ModelRun } from './models.js';
 export { convNet, mlp, MODELS, runModel, transformerBlock } from './models.js';
 export type { BackendKind } from './onBackend.js';
 export { onBackend } from './onBackend.js';
+export { TFJS_LIMITS } from './tfjsLimits.js';
