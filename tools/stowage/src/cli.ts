@@ -20,7 +20,7 @@ export interface CliIo {
   readonly err: (text: string) => void;
   /**
    * Writes binary output (a pickle given `-o -`); returns false, writing nothing, where binary output must not go
-   * (a terminal). Default: process.stdout unless it is a terminal; with `out` given and this not, `out` refuses it.
+   * (a terminal). Default: process.stdout unless it is a terminal; an `io` without it refuses binary output.
    */
   readonly outBytes?: (bytes: Uint8Array) => boolean;
   /** What an input of `-` reads. Default: process.stdin. */

@@ -33,9 +33,9 @@ export function addVizCommand(program: Command, context: CliContext): void {
     let source = input.path;
     if (input.snapshot !== undefined) snapshot = input.snapshot;
     else {
-      const replayed = snapshotAt(input, config, 'end', { capacity: flags.capacity, limit: flags.limit, streams: flags.streams ?? false, onProgress: (d, t) => progress.update(d, t, `replaying ${input.name}`) });
-      noteOutOfMemory(context, input, replayed);
-      snapshot = replayed.snapshot;
+      const replay = snapshotAt(input, config, 'end', { capacity: flags.capacity, limit: flags.limit, streams: flags.streams ?? false, onProgress: (d, t) => progress.update(d, t, `replaying ${input.name}`) });
+      noteOutOfMemory(context, input, replay);
+      snapshot = replay.snapshot;
       source = `${input.path} replayed through ${config.name}`;
     }
     progress.stop();
