@@ -189,6 +189,17 @@ describe('beladyMin', () => {
     expect(() => beladyMin({ tensors: [{ id: 'a', bytes: 1.5 }], ops: [] }, 64)).to.throw(InvalidArgumentError, /bytes must be a non-negative whole number/);
     expect(() => beladyMin({ tensors, ops: [] }, -1)).to.throw(InvalidArgumentError, /budgetBytes must be a non-negative whole number/);
   });
+
+  it('names its first argument, or the first bad part of it, when the trace is not an OfflineTrace', () => {
+    for (const trace of [null, undefined, 42, 'trace', []]) {
+      expect(() => beladyMin(trace as never, 64), String(trace)).to.throw(InvalidArgumentError, /^trace must be an OfflineTrace: \{ tensors/);
+    }
+    expect(() => beladyMin({ ops: [] } as never, 64)).to.throw(InvalidArgumentError, /^trace\.tensors must be an array/);
+    expect(() => beladyMin({ tensors: [], ops: {} } as never, 64)).to.throw(InvalidArgumentError, /^trace\.ops must be an array/);
+    expect(() => beladyMin({ tensors: [null], ops: [] } as never, 64)).to.throw(InvalidArgumentError, /^trace\.tensors\[0\] must be an object \{ id, bytes \}/);
+    expect(() => beladyMin({ tensors: [], ops: [7] } as never, 64)).to.throw(InvalidArgumentError, /^trace\.ops\[0\] must be an OfflineOp/);
+    expect(() => beladyMin({ tensors: [], ops: [{ pins: 'a' }] } as never, 64)).to.throw(InvalidArgumentError, /^trace\.ops\[0\]\.pins must be an array of tensor ids/);
+  });
 });
 
 describe('OfflineTraceRecorder', () => {

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { MissingFileError } from './MissingFileError.js';
+import { MissingFileError } from '@stowage/lab/replay';
 
 /**
  * The Stowage checkout this command belongs to: the nearest directory holding `pnpm-workspace.yaml` above this

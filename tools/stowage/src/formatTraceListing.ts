@@ -104,6 +104,9 @@ export function formatTraceListing(entries: readonly ListedEntry[], heading: str
       case 'page_in':
         line = `page in ${formatBytes(e.size)}${where(segments, known, e.addr)}${stream}`;
         break;
+      case 'snapshot':
+        line = `snapshot taken (${formatBytes(e.size)} active)`;
+        break;
       default:
         line = `${e.action} ${nameAt(e)} (${formatBytes(e.size)})${stream}`;
     }

@@ -5,10 +5,9 @@ import { createGunzip } from 'node:zlib';
 import type { MemorySnapshot } from '@stowage/core';
 import { InvalidArgumentError, isStowageError } from '@stowage/core';
 import type { TraceEvent } from '@stowage/lab/replay';
-import { parseRmmCsvLog, parseTraceChunks } from '@stowage/lab/replay';
+import { MissingFileError, parseRmmCsvLog, parseTraceChunks } from '@stowage/lab/replay';
 import { fromPytorchSnapshot, MalformedPickleError, readSnapshotPickle, toTraceEvents, UnsafePickleError } from '@stowage/snapshot-pickle';
 import { MissingDeviceError } from './MissingDeviceError.js';
-import { MissingFileError } from './MissingFileError.js';
 import { UnknownFormatError } from './UnknownFormatError.js';
 import { UnreadablePickleError } from './UnreadablePickleError.js';
 import type { AllocatorEventRecord } from './toChromeTrace.js';
@@ -78,7 +77,7 @@ const CHUNK_BYTES = 1 << 20;
  * error is its `cause`, and its message is quoted)
  * @throws UnreadablePickleError (`MALFORMED_PICKLE`, `UNSAFE_PICKLE`) for a pickle the reader refuses
  * @throws MissingDeviceError when `options.device` names a device the input has nothing on
- * @throws InvalidArgumentError for `-` when standard input is a terminal
+ * @throws InvalidArgumentError for `-` when standard input is a terminal, and for an empty path
  */
 export async function readInput(path: string, options: ReadInputOptions = {}): Promise<Input> {
   const progress = options.onProgress ?? (() => {});
@@ -192,6 +191,7 @@ async function readBytes(path: string, expected: string, stdin: NodeJS.ReadableS
     }
     return Buffer.concat(parts);
   }
+  if (path === '' || path.includes('\0')) throw new InvalidArgumentError('the input', path, 'a file path, or - for standard input');
   try {
     if ((await stat(path)).isDirectory()) throw new UnknownFormatError(path, 'it is a directory', expected);
     const file = await open(path, 'r');

@@ -37,7 +37,27 @@ export interface ReplayReport {
 export interface PytorchFigures {
   /** `traces README` (a cold-start table the trace root keeps) or `trace` (the trace's own segment events). */
   readonly source: 'traces README' | 'trace';
+  /**
+   * Segments PyTorch reserved; from the trace: its `segment_alloc` and `segment_map` events (an expandable
+   * segment's maps counted as the traces README counts them).
+   */
   readonly segments: number;
+  readonly peakReservedBytes: number;
+  readonly ratio: number;
+}
+
+/**
+ * The figures of a snapshot Stowage recorded (an engine's snapshot, or a `MemoryEventRecorder` recording): what the
+ * recording allocator did, counted from its trace's `segment_*` entries. Not PyTorch's.
+ */
+export interface RecordingFigures {
+  /** What recorded it: `stowage <preset>` for an engine's snapshot, `stowage` for another allocator's recording. */
+  readonly recordedBy: string;
+  /** Segments reserved (`segment_alloc` entries); an expandable segment's page maps are not segments. */
+  readonly segments: number;
+  /** Page ranges mapped into expandable segments (`segment_map` entries). */
+  readonly pageMaps: number;
+  /** Peak of the bytes reserved: segments and mapped pages, less those released. */
   readonly peakReservedBytes: number;
   readonly ratio: number;
 }
@@ -88,9 +108,11 @@ export function replayInput(input: Input, config: AllocatorConfig, options: Repl
 /**
  * PyTorch's figures for `input`: the traces README's cold-start row for a trace of that name when the trace root
  * (found from the file's directory) has one, else the trace's own `segment_*` events when it has them and no
- * allocation predates the recording; undefined otherwise.
+ * allocation predates the recording; undefined otherwise, and for a snapshot Stowage recorded (see
+ * {@link recordingFigures}).
  */
 export function pytorchFigures(input: Input): PytorchFigures | undefined {
+  if (recordedBy(input) !== undefined) return undefined;
   const summary = traceSummary(input.events);
   const root = findTraceRoot(dirname(input.path));
   const row = root === undefined ? undefined : readPytorchReference(root).get(input.name);
@@ -104,6 +126,35 @@ export function pytorchFigures(input: Input): PytorchFigures | undefined {
     peakReservedBytes: summary.peakReservedBytes,
     ratio: summary.peakLiveBytes > 0 ? summary.peakReservedBytes / summary.peakLiveBytes : 0,
   };
+}
+
+/**
+ * The recording allocator's figures for a snapshot Stowage recorded, from its trace's own `segment_*` entries
+ * (when it has them and no allocation predates the recording); undefined for any other input.
+ */
+export function recordingFigures(input: Input): RecordingFigures | undefined {
+  const by = recordedBy(input);
+  if (by === undefined) return undefined;
+  const summary = traceSummary(input.events);
+  if (summary.peakReservedBytes === undefined || summary.preAllocs > 0) return undefined;
+  return {
+    recordedBy: by,
+    segments: summary.segmentAllocs,
+    pageMaps: summary.segmentMaps,
+    peakReservedBytes: summary.peakReservedBytes,
+    ratio: summary.peakLiveBytes > 0 ? summary.peakReservedBytes / summary.peakLiveBytes : 0,
+  };
+}
+
+/**
+ * What recorded a snapshot input when Stowage did: `stowage <preset>` when its `allocator_settings` name the
+ * engine's preset (PyTorch's have no `preset`), `stowage` for a recording with LMS or IPC entries; else undefined.
+ */
+function recordedBy(input: Input): string | undefined {
+  if (input.snapshot === undefined) return undefined;
+  const preset = input.snapshot.allocator_settings?.preset;
+  if (typeof preset === 'string') return `stowage ${preset}`;
+  return input.recorded !== undefined ? 'stowage' : undefined;
 }
 
 /** Where `stowage snapshot` stops: an event index, the event at the peak of live bytes, or the last event. */
@@ -128,11 +179,22 @@ export function momentIndex(events: readonly TraceEvent[], moment: SnapshotMomen
   return moment;
 }
 
+/** A snapshot of a replay, and where the replay stopped. */
+export interface ReplaySnapshot {
+  readonly snapshot: MemorySnapshot;
+  /** The index of the last event replayed: the moment asked for, or the one before the allocation that failed. */
+  readonly index: number;
+  readonly engine: string;
+  /** Set when the replay ran out of memory before the moment asked for: the index of the event that failed. */
+  readonly outOfMemoryAt: number | null;
+}
+
 /**
  * The engine's snapshot right after event `moment` of `input`'s trace, replayed through `config` with history
- * recorded from the first event (so `device_traces[0]` holds the whole replay up to that moment).
+ * recorded from the first event (so `device_traces[0]` holds the whole replay up to that moment). When the replay
+ * runs out of memory before it, the snapshot is the engine's state there (`outOfMemoryAt`).
  */
-export function snapshotAt(input: Input, config: AllocatorConfig, moment: SnapshotMoment, options: ReplayRunOptions = {}): { snapshot: MemorySnapshot; index: number; engine: string } {
+export function snapshotAt(input: Input, config: AllocatorConfig, moment: SnapshotMoment, options: ReplayRunOptions = {}): ReplaySnapshot {
   const index = momentIndex(input.events, moment);
   const engine: CachingAllocator = createReplayAllocator(config, { capacity: options.capacity, limit: options.limit, streams: options.streams ? traceSummary(input.events).streams : 1 });
   try {
@@ -147,7 +209,8 @@ export function snapshotAt(input: Input, config: AllocatorConfig, moment: Snapsh
     });
     const snapshot = engine.snapshot();
     for (const ptr of result.live ?? []) engine.free(ptr);
-    return { snapshot, index, engine: config.name };
+    const failed = result.failedAt?.event ?? null;
+    return { snapshot, index: failed === null ? index : failed - 1, engine: config.name, outOfMemoryAt: failed };
   } finally {
     engine.dispose();
   }

@@ -36,7 +36,8 @@ const PID = 1;
 /**
  * Allocator events in the Trace Event Format: a `memory` counter track (allocated and reserved bytes after each
  * event), each allocation as an async slice from its alloc to its free on its stream's track (so overlapping
- * lifetimes stack), and segment, out-of-memory, LMS and IPC events as instants. Timestamps are the events'
+ * lifetimes stack), segment, out-of-memory, LMS and IPC events as instants on their stream's track, and the moments
+ * a snapshot was taken (`snapshot` entries) as instants across all tracks. Timestamps are the events'
  * microseconds when every event has one, else the event's index (one "microsecond" per event).
  * Allocated bytes leave at `free_completed` (at `free_requested` in a trace with no `free_completed`).
  */
@@ -92,6 +93,11 @@ export function toChromeTrace(events: readonly AllocatorEventRecord[], source: s
       case 'segment_unmap':
         reserved -= e.size;
         out.push(instant(e, ts, tid, 'segment'));
+        break;
+      case 'snapshot':
+        // A snapshot was taken here (its size: the active bytes then): one instant across every track.
+        counted = false;
+        out.push({ name: 'snapshot', ph: 'i', s: 'g', cat: 'snapshot', ts, pid: PID, tid, args: { activeBytes: e.size } });
         break;
       default:
         counted = false;

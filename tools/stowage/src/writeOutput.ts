@@ -16,6 +16,7 @@ export class UnwritableOutputError extends InvalidArgumentError {}
  */
 export function checkOutputPath(flag: string, path: string | undefined): void {
   if (path === undefined || path === '-') return;
+  if (path === '' || path.includes('\0')) throw new UnwritableOutputError(flag, path, 'a file path (- for standard output)');
   const full = resolve(path);
   const dir = dirname(full);
   let problem: string | undefined;
@@ -46,6 +47,5 @@ export function writeOutput(context: CliContext, path: string | undefined, conte
     return;
   }
   if (typeof content === 'string') context.out(content);
-  else if (process.stdout.isTTY) context.err('Not writing binary output to a terminal; give -o <file>.\n');
-  else process.stdout.write(content);
+  else if (!context.outBytes(content)) context.err('Not writing binary output to standard output here (a terminal); give -o <file>.\n');
 }

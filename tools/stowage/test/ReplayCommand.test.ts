@@ -2,6 +2,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import { EXIT } from '@stowage/cli';
+import { formatTraceLines } from '@stowage/snapshot-pickle';
 import { examplePickle, expectCleanFailure, realTrace, runStowage, scratchDir, writeSmallRmmLog, writeSmallTrace } from './runStowage.js';
 
 describe('stowage replay', function () {
@@ -43,10 +44,45 @@ describe('stowage replay', function () {
     expect(table.stdout).to.match(/pytorch \(traces README\)/).and.to.match(/13\.207 GiB/);
   });
 
+  it("sets a trace's own segment events beside the replay as PyTorch's, an expandable segment's maps counted as segments", () => {
+    const withSegments = join(dir, 'segments.jsonl');
+    writeFileSync(withSegments, formatTraceLines([
+      { action: 'segment_alloc', id: -1, size: 20 << 20, stream: 0, addr: 0x1000000 },
+      { action: 'alloc', id: 0, size: 3 << 20, stream: 0, addr: 0x1000000 },
+      { action: 'segment_map', id: -1, size: 2 << 20, stream: 0, addr: 0x7000000 },
+      { action: 'alloc', id: 1, size: 1 << 20, stream: 0, addr: 0x7000000 },
+      { action: 'free_requested', id: 0, size: 3 << 20, stream: 0, addr: 0x1000000 },
+      { action: 'free_completed', id: 0, size: 3 << 20, stream: 0, addr: 0x1000000 },
+    ]));
+    const run = runStowage(['--json', 'replay', withSegments]);
+    expect(run.status, run.stderr).to.equal(EXIT.ok);
+    const report = JSON.parse(run.stdout) as { pytorch: unknown; recording: unknown };
+    expect(report.pytorch).to.deep.include({ source: 'trace', segments: 2, peakReservedBytes: 22 << 20 });
+    expect(report.recording).to.equal(null);
+    expect(runStowage(['replay', withSegments]).stdout).to.match(/pytorch \(trace\)/).and.to.match(/segments created\s+\d+\s+2\n/);
+  });
+
+  it("sets a snapshot Stowage recorded beside the recording's own figures, not PyTorch's: its segment_alloc entries as segments, page maps apart", () => {
+    for (const [allocator, segments, pageMaps] of [['pytorch', 2, 0], ['best', 0, 1]] as const) {
+      const json = join(dir, `recorded-${allocator}.json`);
+      expect(runStowage(['snapshot', trace, '-a', allocator, '--at', 'end', '-o', json]).status).to.equal(EXIT.ok);
+      const run = runStowage(['--json', 'replay', json]);
+      expect(run.status, run.stderr).to.equal(EXIT.ok);
+      const report = JSON.parse(run.stdout) as { pytorch: unknown; recording: { recordedBy: string; segments: number; pageMaps: number } };
+      expect(report.pytorch, allocator).to.equal(null);
+      expect(report.recording, allocator).to.deep.include({ recordedBy: `stowage ${allocator}`, segments, pageMaps });
+      const table = runStowage(['replay', json]).stdout;
+      expect(table).to.include(`recording (stowage ${allocator})`).and.not.to.include('pytorch (trace)');
+      expect(table).to.match(new RegExp(`segments created\\s+\\d+\\s+${segments}\\n`));
+      if (pageMaps > 0) expect(table).to.match(new RegExp(`pages mapped \\(expandable\\)\\s+${pageMaps}\\n`)).and.to.include("an expandable segment's reservation is not in its trace");
+    }
+  });
+
   it('exits with 4 and says so when the replay runs out of device memory', () => {
     const run = runStowage(['replay', trace, '--capacity', '4MiB']);
     expect(run.status, run.stderr).to.equal(EXIT.outOfMemory);
     expect(run.stdout).to.match(/out of memory\s+at operation 0/);
+    expect(run.stderr).to.equal('stowage: the replay ran out of memory at operation 0 of 7 on a virtual device of 4.00 MiB; give a larger --capacity (or --limit) to replay it to its end.\n');
   });
 
   it("replays the multi-stream trace on its own streams with --streams, through each allocator", function () {

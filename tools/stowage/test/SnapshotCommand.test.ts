@@ -108,6 +108,17 @@ describe('stowage snapshot', function () {
     expect(new Set(snapshot.device_traces[0]!.filter((e) => e.action === 'alloc').map((e) => e.stream)).size).to.equal(10); // the trace's 10 streams
   });
 
+  it("writes the allocator's state where a replay ran out of memory, saying so, exit 4", () => {
+    // The second allocation (event 1, 1000 bytes) needs a 2 MiB segment beside the first's 20 MiB: 21 MiB does not hold both.
+    const out = join(dir, 'oom.json');
+    const run = runStowage(['--json', 'snapshot', trace, '--capacity', '21MiB', '--at', 'end', '-o', out]);
+    expect(run.status, run.stderr).to.equal(EXIT.outOfMemory);
+    expect(run.stderr).to.equal("stowage: the replay of small ran out of memory at event 1 of 7; the output shows the allocator's state when it failed. Give a larger --capacity (or --limit) to replay it to its end.\n");
+    expect(JSON.parse(run.stdout)).to.include({ event: 0, outOfMemoryAt: 1, segments: 1 });
+    const snapshot = JSON.parse(readFileSync(out, 'utf8')) as MemorySnapshot;
+    expect(snapshot.segments.map((s) => s.total_size)).to.deep.equal([20 << 20]);
+  });
+
   it('refuses an output in a directory that does not exist before replaying, exit 2, one line', () => {
     const run = runStowage(['snapshot', trace, '-o', join(dir, 'no', 'such', 'x.json')]);
     expectCleanFailure(run, EXIT.usage, /^stowage: -o must be a file in an existing, writable directory \(no directory .*\); got .*\[INVALID_ARGUMENT\]\n$/);

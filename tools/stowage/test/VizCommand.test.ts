@@ -130,8 +130,31 @@ describe('stowage viz', function () {
     expect(existsSync(out)).to.equal(false);
   });
 
-  it('refuses an output in a directory that does not exist, exit 2, no stack trace', () => {
-    expectCleanFailure(runStowage(['viz', trace, '-o', join(dir, 'no', 'such', 'dir', 'x.html')]), EXIT.usage, /-o must be a file in an existing, writable directory \(writing failed: ENOENT\)/);
+  it('refuses an output in a directory that does not exist before reading the input, exit 2, no stack trace', () => {
+    const out = join(dir, 'no', 'such', 'dir', 'x.html');
+    expectCleanFailure(runStowage(['viz', trace, '-o', out]), EXIT.usage, /-o must be a file in an existing, writable directory \(no directory .*dir\)/);
+    // Checked first: a missing input is not even looked for.
+    expectCleanFailure(runStowage(['viz', join(dir, 'none.jsonl'), '-o', out]), EXIT.usage, /-o must be a file in an existing, writable directory/);
+  });
+
+  it("gives the page of a trace it replays no time axis (its entries carry the replay's clock), and a snapshot's one", () => {
+    const replayed = join(dir, 'replayed.html');
+    expect(runStowage(['viz', trace, '-o', replayed]).status).to.equal(EXIT.ok);
+    expect(readFileSync(replayed, 'utf8')).to.include('"timeUs":null');
+    const json = join(dir, 'timed.json');
+    const entry = (action: string, addr: number, size: number, time_us: number) => ({ action, addr, size, stream: 0, time_us, frames: [], compile_context: 'N/A', user_metadata: '' });
+    const seg = 0x20000000;
+    writeFileSync(json, JSON.stringify({
+      segments: [{ device: 0, address: seg, total_size: 2 << 20, allocated_size: 4096, active_size: 4096, requested_size: 4096, stream: 0, segment_type: 'small', segment_pool_id: [0, 0], is_expandable: false, frames: [],
+        blocks: [{ address: seg, size: 4096, requested_size: 4096, state: 'active_allocated', frames: [] }, { address: seg + 4096, size: (2 << 20) - 4096, requested_size: 0, state: 'inactive', frames: [] }] }],
+      device_traces: [[entry('segment_alloc', seg, 2 << 20, 1000), entry('alloc', seg, 4096, 1500)]],
+      allocator_settings: {},
+      external_annotations: [],
+    }));
+    const timed = join(dir, 'timed.html');
+    const run = runStowage(['viz', json, '-o', timed]);
+    expect(run.status, run.stderr).to.equal(EXIT.ok);
+    expect(readFileSync(timed, 'utf8')).to.include('"timeUs":[0,500]');
   });
 
   describe('the page in headless Chromium', () => {

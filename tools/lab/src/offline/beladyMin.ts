@@ -45,11 +45,13 @@ export interface BeladyMinResult {
  *
  * @param budgetBytes the device bytes the trace's tensors may take at once: a non-negative whole number
  * @returns `fits: false` with nothing moved when an op pins more than `budgetBytes`
- * @throws InvalidArgumentError when the budget is not a non-negative whole number, or the trace breaks a rule of
+ * @throws InvalidArgumentError when `trace` is not an OfflineTrace (naming `trace` or its first bad part), the budget
+ *   is not a non-negative whole number, or the trace breaks a rule of
  *   `OfflineTrace`/`OfflineOp` (unknown or duplicate ids, sizes that are not whole bytes, a create or write that is
  *   not pinned, a tensor created twice or used before its creation, freed twice or used after its free)
  */
 export function beladyMin(trace: OfflineTrace, budgetBytes: number): BeladyMinResult {
+  checkTraceShape(trace);
   if (!isWholeBytes(budgetBytes)) throw new InvalidArgumentError('budgetBytes', budgetBytes, 'a non-negative whole number of bytes');
   const ops = indexTrace(trace);
   const overBudgetOp = ops.findIndex((op) => sumBytes(op.pins) > budgetBytes);
@@ -183,6 +185,28 @@ function isWholeBytes(value: number): boolean {
 }
 
 /** Resolves every id of the trace, records each tensor's uses, and checks the rules of `OfflineTrace`. */
+/**
+ * Checks the outline of `trace` (an object with arrays `tensors` and `ops`, each item an object) before anything reads
+ * it. @throws InvalidArgumentError naming the first part that is not
+ */
+function checkTraceShape(trace: OfflineTrace): void {
+  const expected = 'an OfflineTrace: { tensors: { id, bytes }[], ops: OfflineOp[] } (OfflineTraceRecorder#trace makes one)';
+  if (typeof trace !== 'object' || trace === null || Array.isArray(trace)) throw new InvalidArgumentError('trace', trace, expected);
+  for (const key of ['tensors', 'ops'] as const) {
+    const items: unknown = trace[key];
+    if (!Array.isArray(items)) throw new InvalidArgumentError(`trace.${key}`, items, `an array (${expected})`);
+    items.forEach((item, i) => {
+      if (typeof item !== 'object' || item === null) throw new InvalidArgumentError(`trace.${key}[${i}]`, item, key === 'tensors' ? 'an object { id, bytes }' : 'an OfflineOp object { pins, creates?, writes?, frees? }');
+    });
+  }
+  trace.ops.forEach((op, i) => {
+    for (const key of ['pins', 'creates', 'writes', 'frees'] as const) {
+      const ids: unknown = op[key];
+      if (ids !== undefined && !Array.isArray(ids)) throw new InvalidArgumentError(`trace.ops[${i}].${key}`, ids, 'an array of tensor ids, or absent');
+    }
+  });
+}
+
 function indexTrace(trace: OfflineTrace): IndexedOp[] {
   const byId = new Map<OfflineTensorId, TensorState>();
   trace.tensors.forEach(({ id, bytes }, order) => {

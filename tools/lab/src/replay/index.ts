@@ -3,6 +3,7 @@
 export { findTraceRoot, TRACE_ROOT_ENV } from './findTraceRoot.js';
 export type { TraceFile, TraceKind } from './listTraces.js';
 export { listTraces } from './listTraces.js';
+export { MissingFileError } from './MissingFileError.js';
 export { parseRmmCsvLog, readRmmCsv } from './readRmmCsv.js';
 export { parseTraceChunks, readTrace } from './readTrace.js';
 export { readTraceFile } from './readTraceFile.js';

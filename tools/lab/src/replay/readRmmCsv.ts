@@ -1,17 +1,28 @@
 import { readFile } from 'node:fs/promises';
 import { parseRmmCsvLines } from '@stowage/core/plugin-kit';
 import { InvalidArgumentError } from '@stowage/core';
-import type { TraceEvent } from './TraceEvent.js';
 import { checkString } from '@stowage/core/plugin-kit';
+import { checkInputFile, inputFileError } from './checkInputFile.js';
+import type { TraceEvent } from './TraceEvent.js';
 
 /**
  * Reads a replay log written by RMM's `logging_resource_adaptor` (see {@link parseRmmCsvLog}).
- * @throws InvalidArgumentError naming the file and line of a malformed row, or for a `path` that is not a non-empty string
- * @throws the file system's error when the file cannot be read
+ * @throws InvalidArgumentError naming the file and line of a malformed row, or for a `path` that is not a non-empty
+ * string, that is a directory or that this process may not read
+ * @throws MissingFileError (`FILE_NOT_FOUND`) when there is no file at `path`
+ * @throws the file system's error for any other failure to read the file
  */
 export async function readRmmCsv(path: string): Promise<TraceEvent[]> {
   checkString('path', path, 'the path of an RMM log (a non-empty string)');
-  return parseRmmCsvLog(await readFile(path, 'utf8'), path);
+  const expected = "an RMM log (the CSV of RMM's logging_resource_adaptor)";
+  await checkInputFile(path, expected);
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (error) {
+    throw inputFileError(path, expected, error);
+  }
+  return parseRmmCsvLog(text, path);
 }
 
 /**

@@ -4,8 +4,12 @@ import { pipeline } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { InvalidArgumentError } from '@stowage/core';
 import { checkString } from '@stowage/core/plugin-kit';
+import { checkInputFile, inputFileError } from './checkInputFile.js';
 import type { TraceEvent } from './TraceEvent.js';
 import { isTraceAction, TRACE_ACTIONS } from './TraceEvent.js';
+
+/** What readTrace reads, for messages. */
+const TRACE_FILE = 'a trace file (JSON lines, gzipped when the name ends in .gz)';
 
 /** Longest stretch of a bad line quoted in an error message. */
 const QUOTE_CHARS = 120;
@@ -16,11 +20,13 @@ const QUOTE_CHARS = 120;
  * (null or absent for `segment_*` and `oom`, read as -1), `size`, `stream` (default 0), `addr`, `pre`, `device`, `t_us`;
  * others are ignored.
  * @throws InvalidArgumentError naming the file and line when a line is not a trace event, or the file is not gzip;
- * for a `path` that is not a non-empty string (as a rejection)
- * @throws the file system's error when the file cannot be read
+ * for a `path` that is not a non-empty string, that is a directory or that this process may not read (as a rejection)
+ * @throws MissingFileError (`FILE_NOT_FOUND`) when there is no file at `path`
+ * @throws the file system's error for any other failure to read the file
  */
 export async function readTrace(path: string): Promise<TraceEvent[]> {
   checkString('path', path, 'the path of a trace file (a non-empty string)');
+  await checkInputFile(path, TRACE_FILE);
   // The callback form of pipeline destroys every stage on error, and parseTraceChunks sees the error (a read or
   // gunzip failure) or, when it throws itself, the loop's exit destroys the stages.
   const source: Readable = path.endsWith('.gz') ? pipeline(createReadStream(path), createGunzip(), () => {}) : createReadStream(path);
@@ -31,7 +37,7 @@ export async function readTrace(path: string): Promise<TraceEvent[]> {
     if (typeof code === 'string' && code.startsWith('Z_')) {
       throw new InvalidArgumentError(`the trace file ${path}`, (error as Error).message, 'gzip-compressed JSON lines', { cause: error });
     }
-    throw error;
+    throw inputFileError(path, TRACE_FILE, error);
   }
 }
 

@@ -48,10 +48,10 @@ export interface ReplayResult {
   /** Requested bytes live when the replay ended (before the final cleanup). */
   readonly finalLiveBytes: number;
   /**
-   * Set when the replay ended early: `op` is the index of the operation that failed or was not performed;
-   * `error` the allocator's `OutOfMemoryError` or a {@link ReplayStoppedError}.
+   * Set when the replay ended early: `op` is the index of the operation that failed or was not performed, `event`
+   * the index in `events` of its event; `error` the allocator's `OutOfMemoryError` or a {@link ReplayStoppedError}.
    */
-  readonly failedAt?: { readonly op: number; readonly error: Error };
+  readonly failedAt?: { readonly op: number; readonly event: number; readonly error: Error };
   /** With `keepLive`: the pointers still live, for the caller to free. */
   readonly live?: DataPtr[];
 }
@@ -120,7 +120,7 @@ export function replayTrace(allocator: Allocator, events: readonly TraceEvent[],
       if (stopWhen && ops >= nextCheck) {
         nextCheck = ops + STOP_CHECK_EVERY;
         if (stopWhen()) {
-          failedAt = { op: ops, error: new ReplayStoppedError(ops) };
+          failedAt = { op: ops, event: plan.eventIndex[i]!, error: new ReplayStoppedError(ops) };
           break;
         }
       }
@@ -142,7 +142,7 @@ export function replayTrace(allocator: Allocator, events: readonly TraceEvent[],
           }
         } catch (error) {
           if (!isOutOfMemoryError(error)) throw error;
-          failedAt = { op: ops, error };
+          failedAt = { op: ops, event: plan.eventIndex[i]!, error };
           break;
         }
         allocs++;

@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { InvalidArgumentError } from '@stowage/core';
-import { parseRmmCsvLog, readRmmCsv } from '@stowage/lab/replay';
+import { MissingFileError, parseRmmCsvLog, readRmmCsv } from '@stowage/lab/replay';
 
 const LOG = `Thread,Time,Action,Pointer,Size,Stream
 140202006702080,08:20:17.000010,allocate,0x7f8404000000,256,0x0
@@ -66,6 +66,21 @@ describe('readRmmCsv', () => {
       );
       expect(error).to.be.instanceOf(InvalidArgumentError);
       expect((error as Error).message).to.contain(`line 2 of ${bad}`);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('rejects a missing path with MissingFileError and a directory with InvalidArgumentError, each naming the path', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'stowage-rmm-'));
+    try {
+      const missing = join(dir, 'none.csv');
+      const error = await readRmmCsv(missing).then(() => undefined, (e: unknown) => e);
+      expect(error).to.be.instanceOf(MissingFileError);
+      expect((error as Error).message).to.match(/^No file at .*none\.csv; give the path of an RMM log/);
+      const directory = await readRmmCsv(dir).then(() => undefined, (e: unknown) => e);
+      expect(directory).to.be.instanceOf(InvalidArgumentError);
+      expect((directory as Error).message).to.match(/^path must be the path of an RMM log .*, not a directory/).and.to.contain(dir);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

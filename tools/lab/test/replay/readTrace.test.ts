@@ -1,10 +1,10 @@
 import { expect } from 'chai';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { InvalidArgumentError } from '@stowage/core';
-import { parseTraceChunks, readTrace } from '@stowage/lab/replay';
+import { MissingFileError, parseTraceChunks, readTrace } from '@stowage/lab/replay';
 
 describe('readTrace', () => {
   it('rejects a path that is not a non-empty string with InvalidArgumentError, not a TypeError', async () => {
@@ -79,6 +79,25 @@ describe('readTrace', () => {
       );
       expect(error, line).to.be.instanceOf(InvalidArgumentError);
       expect((error as Error).message).to.contain(where).and.to.contain(path);
+    }
+  });
+
+  it('rejects a missing path with MissingFileError (FILE_NOT_FOUND) saying what to give, not the raw ENOENT', async () => {
+    for (const path of [join(dir, 'none.jsonl.gz'), join(dir, 'none.jsonl'), join(dir, 'no', 'such', 'dir', 'x.jsonl')]) {
+      const error: unknown = await readTrace(path).then(() => undefined, (e: unknown) => e);
+      expect(error, path).to.be.instanceOf(MissingFileError);
+      expect((error as MissingFileError).code).to.equal('FILE_NOT_FOUND');
+      expect((error as Error).message).to.equal(`No file at ${path}; give the path of a trace file (JSON lines, gzipped when the name ends in .gz).`);
+    }
+  });
+
+  it('rejects a directory with InvalidArgumentError naming it, not the raw EISDIR', async () => {
+    for (const path of [dir, `${dir}.gz`]) {
+      if (path !== dir) mkdirSync(path);
+      const error: unknown = await readTrace(path).then(() => undefined, (e: unknown) => e);
+      expect(error, path).to.be.instanceOf(InvalidArgumentError);
+      expect((error as Error).message).to.equal(`path must be the path of a trace file (JSON lines, gzipped when the name ends in .gz), not a directory (listTraces lists the traces under a directory); got "${path}".`);
+      if (path !== dir) rmSync(path, { recursive: true });
     }
   });
 

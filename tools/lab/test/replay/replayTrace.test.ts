@@ -108,6 +108,13 @@ describe('replayTrace', () => {
     expect(backend.reservedBytes).to.equal(0);
   });
 
+  it("names the event of the operation that failed, past events that are not operations", () => {
+    const { allocator } = direct(1024);
+    const segment: TraceEvent = { action: 'segment_alloc', id: -1, size: 2048, stream: 0 };
+    const result = replayTrace(allocator, [segment, alloc(0, 600), segment, alloc(1, 600)]);
+    expect(result.failedAt).to.deep.include({ op: 1, event: 3 });
+  });
+
   it('stops when stopWhen returns true, checking every 256 operations', () => {
     const { allocator } = direct();
     const events = Array.from({ length: 1000 }, (_, id) => alloc(id, 1));

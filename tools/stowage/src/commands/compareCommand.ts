@@ -25,8 +25,8 @@ export function addCompareCommand(program: Command, context: CliContext): void {
     const json = isJson(command);
     checkOutputPath('-o', flags.output);
     using progress = new Progress(`reading ${beforePath}`, !json);
-    const before = await loadSnapshot(beforePath, flags, progress);
-    const after = await loadSnapshot(afterPath, flags, progress);
+    const before = await loadSnapshot(beforePath, flags, progress, context);
+    const after = await loadSnapshot(afterPath, flags, progress, context);
     progress.stop();
     const device = before.device ?? after.device;
     const comparison = compareSnapshots(before.snapshot, after.snapshot, device);

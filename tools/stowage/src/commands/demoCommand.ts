@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import { InvalidArgumentError as UsageError, Option } from 'commander';
 import type { CliContext } from '../CliContext.js';
 import { findRepoRoot } from '../findRepoRoot.js';
-import { MissingFileError } from '../MissingFileError.js';
+import { MissingFileError } from '@stowage/lab/replay';
 import { runNode } from '../runNode.js';
 import { checkOutputPath } from '../writeOutput.js';
 

@@ -30,7 +30,7 @@ export function addFlameGraphCommands(program: Command, context: CliContext): vo
       const json = isJson(command);
       checkOutputPath('-o', flags.output);
       using progress = new Progress(`reading ${path}`, !json);
-      const loaded = await loadSnapshot(path, flags, progress);
+      const loaded = await loadSnapshot(path, flags, progress, context);
       progress.stop();
       const stacks = segmentStacks(loaded.snapshot, { bySegment, device: loaded.device });
       const bytes = stacks.reduce((n, s) => n + s.bytes, 0);

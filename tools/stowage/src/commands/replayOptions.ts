@@ -3,9 +3,12 @@ import type { Command } from 'commander';
 import type { MemorySnapshot } from '@stowage/core';
 import { InvalidArgumentError } from '@stowage/core';
 import { ALLOCATOR_CONFIGS, allocatorConfig } from '../allocatorConfigs.js';
+import type { CliContext, CliStdin } from '../CliContext.js';
+import { EXIT } from '../exitCodes.js';
 import type { Progress } from '../Progress.js';
 import type { Input } from '../readInput.js';
 import { readInput } from '../readInput.js';
+import type { ReplaySnapshot } from '../replayInput.js';
 import { snapshotAt } from '../replayInput.js';
 
 /** The flags of the commands that replay a trace. */
@@ -37,12 +40,12 @@ export function deviceIndex(value: string | undefined): number | undefined {
 
 /**
  * Reads the input of a command (`-` for standard input) for `--device`, its reading, decompressing and parsing
- * shown on `progress`.
+ * shown on `progress`; `-` reads `stdin` (process.stdin by default).
  * @throws as `readInput`
  */
-export async function loadInput(path: string, flags: { readonly device?: string | undefined }, progress: Progress): Promise<Input> {
+export async function loadInput(path: string, flags: { readonly device?: string | undefined }, progress: Progress, stdin?: CliStdin): Promise<Input> {
   const label = path === '-' ? 'standard input' : basename(path);
-  return readInput(path, { device: deviceIndex(flags.device), onProgress: (phase, done, total) => progress.update(done, total, `${phase} ${label}`) });
+  return readInput(path, { device: deviceIndex(flags.device), onProgress: (phase, done, total) => progress.update(done, total, `${phase} ${label}`), ...(stdin ? { stdin } : {}) });
 }
 
 /** True when `--json` was given (on the program, before the command). */
@@ -64,15 +67,26 @@ export interface LoadedSnapshot {
  * The snapshot of the input at `path`: a snapshot as it is; a trace replayed through `--allocator` to its end.
  * @throws as `readInput`, and InvalidArgumentError for bad replay flags
  */
-export async function loadSnapshot(path: string, flags: ReplayFlags, progress: Progress): Promise<LoadedSnapshot> {
-  const input = await loadInput(path, flags, progress);
+export async function loadSnapshot(path: string, flags: ReplayFlags, progress: Progress, context: CliContext): Promise<LoadedSnapshot> {
+  const input = await loadInput(path, flags, progress, context.stdin);
   if (input.snapshot !== undefined) return { input, snapshot: input.snapshot, device: deviceIndex(flags.device), source: input.name };
   const config = allocatorConfig(flags.allocator);
-  const { snapshot } = snapshotAt(input, config, 'end', {
+  const replayed = snapshotAt(input, config, 'end', {
     capacity: flags.capacity,
     limit: flags.limit,
     streams: flags.streams ?? false,
     onProgress: (done, total) => progress.update(done, total, `replaying ${input.name}`),
   });
-  return { input, snapshot, device: 0, source: `${input.name} replayed through ${config.name}` };
+  noteOutOfMemory(context, input, replayed);
+  return { input, snapshot: replayed.snapshot, device: 0, source: `${input.name} replayed through ${config.name}` };
+}
+
+/**
+ * When `replayed` ran out of memory, says so on stderr (the output then shows the allocator's state at the failed
+ * allocation) and sets the exit code to 4, as `stowage replay` does.
+ */
+export function noteOutOfMemory(context: CliContext, input: Input, replayed: ReplaySnapshot): void {
+  if (replayed.outOfMemoryAt === null) return;
+  context.err(`stowage: the replay of ${input.name} ran out of memory at event ${replayed.outOfMemoryAt} of ${input.events.length}; the output shows the allocator's state when it failed. Give a larger --capacity (or --limit) to replay it to its end.\n`);
+  context.exitCode = EXIT.outOfMemory;
 }

@@ -10,7 +10,7 @@ import { hasRecordedActions, INPUT_FORMATS } from '../readInput.js';
 import { parseMoment, snapshotAt } from '../replayInput.js';
 import { checkOutputPath, writeOutput } from '../writeOutput.js';
 import type { ReplayFlags } from './replayOptions.js';
-import { isJson, loadInput, withReplayOptions } from './replayOptions.js';
+import { isJson, loadInput, noteOutOfMemory, withReplayOptions } from './replayOptions.js';
 
 /** The flags that only a replay uses: given for a snapshot without `--replay`, they are refused. */
 const REPLAY_ONLY_FLAGS = ['at', 'allocator', 'capacity', 'limit', 'streams'] as const;
@@ -40,7 +40,7 @@ export function addSnapshotCommand(program: Command, context: CliContext): void 
     const config = allocatorConfig(flags.allocator);
     checkOutputPath('-o', flags.output);
     using progress = new Progress(`reading ${path}`, !json);
-    const input = await loadInput(path, flags, progress);
+    const input = await loadInput(path, flags, progress, context.stdin);
     if (input.snapshot !== undefined && !flags.replay) {
       const given = REPLAY_ONLY_FLAGS.filter((flag) => command.getOptionValueSource(flag) === 'cli');
       if (given.length > 0) {
@@ -50,19 +50,22 @@ export function addSnapshotCommand(program: Command, context: CliContext): void 
       convertAsIs(context, input as Input & { snapshot: MemorySnapshot }, format, flags.output, json);
       return;
     }
-    const { snapshot, index } = snapshotAt(input, config, moment, {
+    const replayed = snapshotAt(input, config, moment, {
       capacity: flags.capacity,
       limit: flags.limit,
       streams: flags.streams ?? false,
       onProgress: (d, t) => progress.update(d, t, `replaying ${input.name}`),
     });
     progress.stop();
+    const { snapshot, index } = replayed;
+    noteOutOfMemory(context, input, replayed);
     writeOutput(context, flags.output, format === 'pickle' ? writeSnapshotPickle(snapshot) : `${JSON.stringify(snapshot)}\n`);
     if (flags.output === '-') return;
     const reserved = reservedBytes(snapshot);
-    const summary = { output: flags.output, format, trace: input.name, replayed: true, allocator: config.name, event: index, events: input.events.length, segments: snapshot.segments.length, reservedBytes: reserved };
+    const summary = { output: flags.output, format, trace: input.name, replayed: true, allocator: config.name, event: index, events: input.events.length, outOfMemoryAt: replayed.outOfMemoryAt, segments: snapshot.segments.length, reservedBytes: reserved };
+    const stoppedAt = replayed.outOfMemoryAt === null ? `after event ${index}` : `at event ${replayed.outOfMemoryAt} (out of memory)`;
     if (json) context.out(`${JSON.stringify(summary)}\n`);
-    else context.out(`Wrote ${flags.output} (${format}): ${config.name} after event ${index} of ${input.events.length} of ${input.name}, ${snapshot.segments.length} segments, ${formatBytes(reserved)} reserved.\n`);
+    else context.out(`Wrote ${flags.output} (${format}): ${config.name} ${stoppedAt} of ${input.events.length} of ${input.name}, ${snapshot.segments.length} segments, ${formatBytes(reserved)} reserved.\n`);
   });
 }
 

@@ -24,7 +24,7 @@ export function addStatsCommand(program: Command, context: CliContext): void {
     const pageBytes = parseBytes(flags.page);
     if (pageBytes === undefined || !Number.isSafeInteger(pageBytes) || pageBytes <= 0) throw new InvalidArgumentError('--page', flags.page, `a positive byte size such as '2MiB' (default ${DEFAULT_PAGE_BYTES >> 20}MiB)`);
     using progress = new Progress(`reading ${path}`, !json);
-    const loaded = await loadSnapshot(path, flags, progress);
+    const loaded = await loadSnapshot(path, flags, progress, context);
     progress.stop();
     const summary = summarizeSegments(loaded.snapshot, { device: loaded.device, pageBytes });
     if (json) context.out(`${JSON.stringify({ source: loaded.source, ...summary })}\n`);

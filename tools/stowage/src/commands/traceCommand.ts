@@ -13,7 +13,7 @@ import type { AllocatorEventRecord } from '../toChromeTrace.js';
 import { toChromeTrace } from '../toChromeTrace.js';
 import { checkOutputPath, writeOutput } from '../writeOutput.js';
 import type { ReplayFlags } from './replayOptions.js';
-import { isJson, loadInput, withReplayOptions } from './replayOptions.js';
+import { isJson, loadInput, noteOutOfMemory, withReplayOptions } from './replayOptions.js';
 
 /**
  * `stowage trace <input>`: a trace's allocator events as Stowage's JSON lines, or with `--chrome` in the Trace
@@ -35,7 +35,7 @@ export function addTraceCommand(program: Command, context: CliContext): void {
     if (flags.chrome && flags.list) throw new InvalidArgumentError('--list', true, 'left out with --chrome: give one of them');
     checkOutputPath('-o', flags.output);
     using progress = new Progress(`reading ${path}`, !json);
-    const input = await loadInput(path, flags, progress);
+    const input = await loadInput(path, flags, progress, context.stdin);
     let records: AllocatorEventRecord[] = input.recorded ?? input.events;
     let events = input.events;
     let source = input.name;
@@ -43,7 +43,9 @@ export function addTraceCommand(program: Command, context: CliContext): void {
     let listed: ListedEntry[] = input.recorded ?? (input.snapshot === undefined ? input.events : (input.snapshot.device_traces[input.device] ?? []).map(listedOf));
     if (flags.replay) {
       const config = allocatorConfig(flags.allocator);
-      const { snapshot } = snapshotAt(input, config, 'end', { capacity: flags.capacity, limit: flags.limit, streams: flags.streams ?? false, onProgress: (d, t) => progress.update(d, t, `replaying ${input.name}`) });
+      const replayed = snapshotAt(input, config, 'end', { capacity: flags.capacity, limit: flags.limit, streams: flags.streams ?? false, onProgress: (d, t) => progress.update(d, t, `replaying ${input.name}`) });
+      noteOutOfMemory(context, input, replayed);
+      const { snapshot } = replayed;
       const entries = snapshot.device_traces[0] ?? [];
       records = entries.map((e) => ({ action: e.action, addr: e.addr, size: e.size, stream: e.stream, timeUs: null }));
       events = toTraceEvents(snapshot);

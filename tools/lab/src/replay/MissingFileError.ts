@@ -1,9 +1,9 @@
 import { StowageError } from '@stowage/core';
 
-/** An input file named on the command line does not exist (or cannot be read). Nothing was written. */
+/** A file named by the caller (a trace, a log, a snapshot) does not exist. Nothing was read. */
 export class MissingFileError extends StowageError {
   /**
-   * @param path the path as the user gave it
+   * @param path the path as the caller gave it
    * @param expected what the file should have been, completing "give the path of …"
    */
   constructor(
