@@ -41,6 +41,8 @@ describe('LinkProfile', () => {
     expect(new SimulatedDevice().link).to.deep.equal({ bytesPerSecond: 32e9, latencyNs: 2000 });
     expect(new SimulatedDevice({ link: 'pcie5' }).link).to.deep.equal({ bytesPerSecond: 64e9, latencyNs: 2000 });
     expect(new SimulatedDevice({ link: 'c2c' }).link).to.deep.equal({ bytesPerSecond: 450e9, latencyNs: 1000 });
+    expect(new SimulatedDevice({ link: 'pcie3' }).link, 'PCIe 3.0 x16').to.deep.equal({ bytesPerSecond: 16e9, latencyNs: 2000 });
+    expect(new SimulatedDevice({ link: 'nvlink2' }).link, "NVLink 2.0 to a POWER9: the AC922's 150 GB/s both ways, halved").to.deep.equal({ bytesPerSecond: 75e9, latencyNs: 1000 });
     expect(new SimulatedDevice({ link: ONE_BYTE_PER_NS }).copyDurationNs(1000)).to.equal(1100);
   });
 
