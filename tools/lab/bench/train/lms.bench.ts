@@ -466,7 +466,9 @@ function summarize(rows: readonly RunRow[], loopRecords: readonly LoopRecord[], 
 }
 
 async function main(): Promise<void> {
-  const flags = parseBenchFlags(process.argv.slice(2), { quick: { type: 'boolean' }, published: { type: 'boolean' } }, USAGE);
+  // `pnpm bench:lms -- --published` hands the script the `--` itself: a leading one separates nothing here.
+  const argv = process.argv.slice(2);
+  const flags = parseBenchFlags(argv[0] === '--' ? argv.slice(1) : argv, { quick: { type: 'boolean' }, published: { type: 'boolean' } }, USAGE);
   if (flags.help) {
     process.stdout.write(`${USAGE}\n`);
     return;
