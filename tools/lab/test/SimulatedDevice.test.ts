@@ -4,7 +4,7 @@ import type { DataPtr } from '@stowage/core';
 import type { HostBuffer } from '@stowage/core/plugin-kit';
 import { CachingAllocator, cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, resolve, UseAfterReleaseError } from '@stowage/core';
 import { describeAllocatorContract, patternBytes } from '@stowage/core/testing';
-import type { EngineName, LinkProfile, TimelineEntry } from '@stowage/lab';
+import type { EngineName, LinkProfile, SimulatedHandle, TimelineEntry } from '@stowage/lab';
 import { LmsController, LmsAllocator, lms, pin } from '@stowage/lms';
 import { copyDurationNs, createSimulatedAllocator, LINK_PROFILES, SimulatedDevice, simulated, simulatedDeviceOf } from '@stowage/lab';
 
@@ -14,7 +14,7 @@ const MiB = 1 << 20;
 const ONE_BYTE_PER_NS: LinkProfile = { bytesPerSecond: 1e9, latencyNs: 100 };
 
 /** A device on the hand-checkable link and an allocator over it. */
-function setup(link: LinkProfile = ONE_BYTE_PER_NS): { device: SimulatedDevice; allocator: CachingAllocator<HostBuffer> } {
+function setup(link: LinkProfile = ONE_BYTE_PER_NS): { device: SimulatedDevice; allocator: CachingAllocator<SimulatedHandle> } {
   const device = new SimulatedDevice({ link });
   return { device, allocator: new CachingAllocator(device, {}) };
 }
@@ -41,6 +41,8 @@ describe('LinkProfile', () => {
     expect(new SimulatedDevice().link).to.deep.equal({ bytesPerSecond: 32e9, latencyNs: 2000 });
     expect(new SimulatedDevice({ link: 'pcie5' }).link).to.deep.equal({ bytesPerSecond: 64e9, latencyNs: 2000 });
     expect(new SimulatedDevice({ link: 'c2c' }).link).to.deep.equal({ bytesPerSecond: 450e9, latencyNs: 1000 });
+    expect(new SimulatedDevice({ link: 'pcie3' }).link, 'PCIe 3.0 x16').to.deep.equal({ bytesPerSecond: 16e9, latencyNs: 2000 });
+    expect(new SimulatedDevice({ link: 'nvlink2' }).link, "NVLink 2.0 to a POWER9: the AC922's 150 GB/s both ways, halved").to.deep.equal({ bytesPerSecond: 75e9, latencyNs: 1000 });
     expect(new SimulatedDevice({ link: ONE_BYTE_PER_NS }).copyDurationNs(1000)).to.equal(1100);
   });
 

@@ -39,6 +39,8 @@
 //                targets, and the real loop's: every run with speculation on fits, precision ≥ 0.95 and recall ≥ 0.98
 //                in every one, and on WebGPU less waiting with speculation than without in every pair.
 //   sim, sim-summary   the simulated-time rows after these (`speculationRows`): speculation.bench.ts documents them.
+//   published, published-summary   with --published, and only then: the published swapping systems' setups at
+//                full size (published/published.bench.ts documents them).
 //
 // Workloads: the two deep shapes the example's README marks in bold (mlp hidden 128 layers 16; transformer sequence
 // 64 model 64 hidden 256 blocks 6), whose largest op pins a small part of P, and the two default shapes, which pin
@@ -83,9 +85,12 @@ import type { LoopPolicy, LoopRecord, LoopTrace } from './LoopRecord.js';
 import { loopRecordsOf, summarizeLoop } from './LoopRecord.js';
 import { PageOutTrace } from './PageOutTrace.js';
 import { speculationRows } from './speculation.bench.js';
+import { publishedRows } from './published/published.bench.js';
 
-const USAGE = `Usage: node tools/lab/dist-bench/train/lms.bench.js [--quick]
-  --quick   the CPU rows and, on WebGPU, the deep mlp only (under a minute)
+const USAGE = `Usage: node tools/lab/dist-bench/train/lms.bench.js [--quick] [--published]
+  --quick       the CPU rows and, on WebGPU, the deep mlp only (under a minute); with --published, no searches
+  --published   only the published setups (published/published.bench.ts): each paper's model, GPU and link,
+                simulated at full size on an address-only device, beside the paper's figure
 JSON lines go to stdout; a progress bar goes to stderr when it is a terminal.`;
 
 /**
@@ -461,12 +466,24 @@ function summarize(rows: readonly RunRow[], loopRecords: readonly LoopRecord[], 
 }
 
 async function main(): Promise<void> {
-  const flags = parseBenchFlags(process.argv.slice(2), { quick: { type: 'boolean' } }, USAGE);
+  // `pnpm bench:lms -- --published` hands the script the `--` itself: a leading one separates nothing here.
+  const argv = process.argv.slice(2);
+  const flags = parseBenchFlags(argv[0] === '--' ? argv.slice(1) : argv, { quick: { type: 'boolean' }, published: { type: 'boolean' } }, USAGE);
   if (flags.help) {
     process.stdout.write(`${USAGE}\n`);
     return;
   }
   const quick = flags.quick ?? false;
+  if (flags.published ?? false) {
+    const reporter = new BenchReporter('lms bench: published setups', 0);
+    try {
+      reporter.emit({ scenario: 'environment', node: process.version, cpu: os.cpus()[0]?.model ?? 'unknown', cores: os.cpus().length, published: true, quick, date: new Date().toISOString() });
+      await publishedRows(reporter, { quick });
+    } finally {
+      reporter.stop();
+    }
+    return;
+  }
   const steps = quick ? QUICK_STEPS : STEPS;
   const dawn = await openDawn();
   const plans: DevicePlan[] = [{ device: 'cpu', gpu: undefined, workloads: [DEEP_MLP, DEEP_TRANSFORMER, DEFAULT_MLP, DEFAULT_TRANSFORMER], budgets: BUDGETS, steps: steps.cpu }];

@@ -4,7 +4,9 @@
  * on a device with a given host link, bit-exactly and deterministically, on any machine.
  *
  * - Memory is a wrapped CpuMemoryBackend (ArrayBuffer segments); every byte operation happens at once on the host,
- *   so results do not depend on the simulated schedule.
+ *   so results do not depend on the simulated schedule. With `addressOnly`, segments are address ranges that hold
+ *   only the bytes written through the device (AddressMemory.ts, Note [Address-only memory]): the same schedule,
+ *   without the bytes, for working sets larger than the machine's memory.
  * - Three engines: `compute` (kernels, device-to-device copies), `h2d` and `d2h` (copies over the link, one
  *   direction each). Each runs its operations one at a time, in the order they were enqueued.
  * - An operation starts at the latest of: the host's clock (`now`), its engine becoming free, and the end of
@@ -25,10 +27,12 @@
  * and the pager. A program that writes a segment's bytes some other way is outside the model.
  */
 import { EventEmitter } from 'eventemitter3';
-import type { AllocateOptions, Device, DeviceLike, MemoryBackend } from '@stowage/core';
+import type { AllocateOptions, Device, DeviceLike, MemoryBackend, Pager } from '@stowage/core';
 import type { BackendEvent, HostBuffer, MemoryBlock, SegmentOptions, StreamId } from '@stowage/core/plugin-kit';
 import { CpuMemoryBackend, DataPtr, formatDevice, InvalidArgumentError, parseDevice, UseAfterReleaseError } from '@stowage/core';
-import { checkCount, checkFunction, checkOptions, isSameDevice } from '@stowage/core/plugin-kit';
+import { checkBoolean, checkCount, checkFunction, checkOptions, isSameDevice } from '@stowage/core/plugin-kit';
+import type { AddressSegment } from './AddressMemory.js';
+import { AddressMemory } from './AddressMemory.js';
 import type { ByteRange } from './AccessHazards.js';
 import { AccessHazards, byteRange } from './AccessHazards.js';
 import type { LinkName, LinkProfile } from './LinkProfile.js';
@@ -108,6 +112,27 @@ export interface SimulatedDeviceOptions {
   readonly device?: DeviceLike;
   /** What the device can hold: `malloc` returns null past it. Unknown (unbounded) when absent. */
   readonly capacityBytes?: number;
+  /**
+   * Keep addresses and timing, not bytes (Note [Address-only memory] in AddressMemory.ts): segments hold no memory,
+   * only bytes written through the device are kept, and kernels' work is not. Default false.
+   */
+  readonly addressOnly?: boolean;
+}
+
+/** A segment's handle: an ArrayBuffer over host memory, or an AddressSegment with `addressOnly`. */
+export type SimulatedHandle = HostBuffer | AddressSegment;
+
+/** What SimulatedDevice uses of its memory: CpuMemoryBackend, or AddressMemory with `addressOnly`. */
+interface SimulatedMemory {
+  readonly alignment: number;
+  readonly capacityBytes: number | undefined;
+  readonly pager: Pager;
+  segmentKind(options: AllocateOptions): number;
+  malloc(byteLength: number, options?: SegmentOptions): MemoryBlock<SimulatedHandle> | null;
+  free(segment: MemoryBlock<SimulatedHandle>): void;
+  copy(dst: SimulatedHandle, dstOffset: number, src: SimulatedHandle, srcOffset: number, byteLength: number): void;
+  write(dst: SimulatedHandle, dstOffset: number, bytes: Uint8Array): void;
+  read(src: SimulatedHandle, srcOffset: number, byteLength: number): Promise<Uint8Array>;
 }
 
 const H100_HBM3_BYTES_PER_SECOND = 3.35e12;
@@ -134,7 +159,7 @@ interface SimulatedEvent extends BackendEvent {
  * engine.freeAtNs == the end of its last operation; every operation starts at or after the host's clock when it
  * was enqueued; makespanNs == the largest freeAtNs.
  */
-export class SimulatedDevice implements MemoryBackend<HostBuffer> {
+export class SimulatedDevice implements MemoryBackend<SimulatedHandle> {
   readonly device: Device;
   readonly alignment: number;
   readonly capacityBytes: number | undefined;
@@ -142,11 +167,13 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
   readonly link: LinkProfile;
   /** Device memory bandwidth, bytes per second. */
   readonly memoryBytesPerSecond: number;
+  /** True when the device keeps addresses and timing only (Note [Address-only memory] in AddressMemory.ts). */
+  readonly addressOnly: boolean;
   readonly pager: SimulatedPager;
   /** Operations as they are enqueued: subscribe only; the device emits. */
   readonly events: Pick<EventEmitter<SimulatedDeviceEvents>, 'on' | 'once' | 'off' | 'listenerCount'>;
   readonly #emitter = new EventEmitter<SimulatedDeviceEvents>();
-  readonly #memory: CpuMemoryBackend;
+  readonly #memory: SimulatedMemory;
   readonly #hazards = new AccessHazards();
   readonly #engines: Record<EngineName, EngineState>;
   readonly #timeline: TimelineEntry[] = [];
@@ -155,7 +182,7 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
 
   /** @throws InvalidArgumentError for an unknown key, link, device, or a bad bandwidth or capacity */
   constructor(given: SimulatedDeviceOptions = {}) {
-    const options = checkOptions('options', given, ['link', 'memoryBytesPerSecond', 'device', 'capacityBytes']);
+    const options = checkOptions('options', given, ['link', 'memoryBytesPerSecond', 'device', 'capacityBytes', 'addressOnly']);
     this.link = resolveLink(options.link ?? 'pcie4');
     const memoryBytesPerSecond = options.memoryBytesPerSecond ?? H100_HBM3_BYTES_PER_SECOND;
     if (!Number.isSafeInteger(memoryBytesPerSecond) || memoryBytesPerSecond <= 0) {
@@ -163,7 +190,9 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
     }
     this.memoryBytesPerSecond = memoryBytesPerSecond;
     this.device = parseDevice(options.device ?? { type: 'sim', index: 0 }, 'options.device');
-    this.#memory = new CpuMemoryBackend(options.capacityBytes === undefined ? {} : { capacityBytes: options.capacityBytes });
+    this.addressOnly = checkBoolean('options.addressOnly', options.addressOnly) ?? false;
+    const capacity = options.capacityBytes === undefined ? {} : { capacityBytes: options.capacityBytes };
+    this.#memory = this.addressOnly ? new AddressMemory(this.device, capacity) : (new CpuMemoryBackend(capacity) as SimulatedMemory);
     this.alignment = this.#memory.alignment;
     this.capacityBytes = this.#memory.capacityBytes;
     const engine = (): EngineState => ({ freeAtNs: 0, operations: 0, busyNs: 0, idleNs: 0, bytes: 0 });
@@ -270,24 +299,24 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
     return this.#memory.segmentKind(options);
   }
 
-  malloc(byteLength: number, options?: SegmentOptions): MemoryBlock<HostBuffer> | null {
+  malloc(byteLength: number, options?: SegmentOptions): MemoryBlock<SimulatedHandle> | null {
     return this.#memory.malloc(byteLength, options);
   }
 
-  free(segment: MemoryBlock<HostBuffer>): void {
+  free(segment: MemoryBlock<SimulatedHandle>): void {
     this.#hazards.forget(segment.handle);
     this.#memory.free(segment);
   }
 
   /** A device-to-device copy on the compute engine: reads and writes each byte at `memoryBytesPerSecond`. */
-  copy(dst: HostBuffer, dstOffset: number, src: HostBuffer, srcOffset: number, byteLength: number): void {
+  copy(dst: SimulatedHandle, dstOffset: number, src: SimulatedHandle, srcOffset: number, byteLength: number): void {
     this.#memory.copy(dst, dstOffset, src, srcOffset, byteLength);
     const durationNs = copyDurationNs({ bytesPerSecond: this.memoryBytesPerSecond, latencyNs: 0 }, 2 * byteLength);
     this.enqueue('compute', 'copy', durationNs, { reads: [byteRange(src, srcOffset, byteLength)], writes: [byteRange(dst, dstOffset, byteLength)] });
   }
 
   /** A host-to-device copy on the h2d engine (as `queue.writeBuffer` or `cudaMemcpyAsync`: in device order). */
-  write(dst: HostBuffer, dstOffset: number, bytes: Uint8Array): void {
+  write(dst: SimulatedHandle, dstOffset: number, bytes: Uint8Array): void {
     this.#memory.write(dst, dstOffset, bytes);
     const byteLength = bytes.byteLength;
     this.enqueue('h2d', 'write', this.copyDurationNs(byteLength), { writes: [byteRange(dst, dstOffset, byteLength)], bytes: byteLength });
@@ -297,7 +326,7 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
    * A device-to-host copy on the d2h engine. The bytes are read now and the promise resolves at once; the copy's
    * simulated end is the entry's (`timeline`), which a host that awaits the bytes should `hostWait` for.
    */
-  read(src: HostBuffer, srcOffset: number, byteLength: number): Promise<Uint8Array> {
+  read(src: SimulatedHandle, srcOffset: number, byteLength: number): Promise<Uint8Array> {
     const bytes = this.#memory.read(src, srcOffset, byteLength);
     this.enqueue('d2h', 'read', this.copyDurationNs(byteLength), { reads: [byteRange(src, srcOffset, byteLength)], bytes: byteLength });
     return bytes;
@@ -332,7 +361,7 @@ export class SimulatedDevice implements MemoryBackend<HostBuffer> {
       if (!(ptr instanceof DataPtr)) throw new InvalidArgumentError(at, ptr, 'a DataPtr');
       if (!isSameDevice(ptr.device, this.device)) throw new InvalidArgumentError(at, ptr, `a pointer of ${formatDevice(this.device)}`);
       if (ptr.isReleased) throw new UseAfterReleaseError(`${at}: the ${ptr.byteLength}-byte allocation at address 0x${ptr.address.toString(16)} on ${formatDevice(this.device)} was already released.`);
-      return byteRange(ptr.handle as HostBuffer, ptr.byteOffset, ptr.byteLength);
+      return byteRange(ptr.handle as SimulatedHandle, ptr.byteOffset, ptr.byteLength);
     });
   }
 }

@@ -1,7 +1,7 @@
 import type { DataPtr, Device, Pager } from '@stowage/core';
-import type { HostBuffer, PageOut } from '@stowage/core/plugin-kit';
+import type { PageOut } from '@stowage/core/plugin-kit';
 import { byteRange } from './AccessHazards.js';
-import type { SimulatedDevice, TimelineEntry } from './SimulatedDevice.js';
+import type { SimulatedDevice, SimulatedHandle, TimelineEntry } from './SimulatedDevice.js';
 
 /** A page-out of a SimulatedDevice: its bytes are on the host at once; `entry` says when the simulated copy ran. */
 export interface SimulatedPageOut extends PageOut {
@@ -10,8 +10,8 @@ export interface SimulatedPageOut extends PageOut {
 }
 
 /**
- * LMS paging on a SimulatedDevice: the pager of its host memory (core's CpuPager) moves the bytes at once, and each copy is enqueued on the link's
- * engine for its simulated time (Note [Paging in device order] in core's Pager).
+ * LMS paging on a SimulatedDevice: the pager of its memory (core's CpuPager, or an address-only device's, which
+ * keeps only written bytes) moves the bytes at once, and each copy is enqueued on the link's engine for its simulated time (Note [Paging in device order] in core's Pager).
  *
  * - `pageOut(src)` runs on the d2h engine after the kernels that write `src`'s bytes; later writers of those
  *   bytes (a reuse of the freed block) start after it.
@@ -45,7 +45,7 @@ export class SimulatedPager implements Pager {
     const out = this.#bytes.pageOut(src)!; // host memory: a host pager never refuses
     const bytes = out.bytes!;
     const device = this.#device;
-    const reads = [byteRange(src.handle as HostBuffer, src.byteOffset, src.byteLength)];
+    const reads = [byteRange(src.handle as SimulatedHandle, src.byteOffset, src.byteLength)];
     const entry = device.enqueue('d2h', 'pageOut', device.copyDurationNs(bytes.byteLength), { reads, bytes: bytes.byteLength });
     this.#onHostAtNs.set(bytes.buffer, entry.endNs);
     return { byteLength: bytes.byteLength, bytes, done: out.done, entry };
@@ -55,7 +55,7 @@ export class SimulatedPager implements Pager {
   pageIn(bytes: Uint8Array, dst: DataPtr): TimelineEntry {
     this.#bytes.pageIn(bytes, dst);
     const device = this.#device;
-    const writes = [byteRange(dst.handle as HostBuffer, dst.byteOffset, bytes.byteLength)];
+    const writes = [byteRange(dst.handle as SimulatedHandle, dst.byteOffset, bytes.byteLength)];
     const afterNs = this.#onHostAtNs.get(bytes.buffer) ?? 0;
     return device.enqueue('h2d', 'pageIn', device.copyDurationNs(bytes.byteLength), { writes, afterNs, bytes: bytes.byteLength });
   }

@@ -1,9 +1,10 @@
 import type { DependencyContainer } from 'tsyringe';
 import type { DeviceLike, Plugin, Runtime, Token } from '@stowage/core';
-import type { DeviceAllocatorOptions, DeviceAllocatorSpec, HostBuffer } from '@stowage/core/plugin-kit';
+import type { DeviceAllocatorOptions, DeviceAllocatorSpec } from '@stowage/core/plugin-kit';
 import { CachingAllocator } from '@stowage/core';
 import { createDeviceAllocator, registerDeviceAllocator, resolveDeviceOptions } from '@stowage/core/plugin-kit';
 import type { LinkName, LinkProfile } from './LinkProfile.js';
+import type { SimulatedHandle } from './SimulatedDevice.js';
 import { SimulatedDevice } from './SimulatedDevice.js';
 
 export interface SimulatedAllocatorOptions extends DeviceAllocatorOptions {
@@ -16,18 +17,23 @@ export interface SimulatedAllocatorOptions extends DeviceAllocatorOptions {
    * fraction of it. Unbounded when absent (a `limit` in bytes is then the only bound).
    */
   readonly capacityBytes?: number;
+  /**
+   * Keep addresses and timing, not bytes (Note [Address-only memory] in AddressMemory.ts): for working sets larger
+   * than the machine's memory. Default false.
+   */
+  readonly addressOnly?: boolean;
 }
 
-type SimulatedOwnKey = 'link' | 'memoryBytesPerSecond' | 'capacityBytes';
+type SimulatedOwnKey = 'link' | 'memoryBytesPerSecond' | 'capacityBytes' | 'addressOnly';
 
-const OWN_KEYS: readonly SimulatedOwnKey[] = ['link', 'memoryBytesPerSecond', 'capacityBytes'];
+const OWN_KEYS: readonly SimulatedOwnKey[] = ['link', 'memoryBytesPerSecond', 'capacityBytes', 'addressOnly'];
 
 /**
  * The simulated-time device as a device type: one device, sim:0; the caching engine over a SimulatedDevice, whose
  * pager puts it under LMS (`lms({ devices: ['sim'] })`). It reports a capacity only when given `capacityBytes`, so a
  * `limit` of `{ fraction }` is refused without one.
  */
-function simulatedSpec(reportsCapacity: boolean): DeviceAllocatorSpec<SimulatedAllocatorOptions, SimulatedOwnKey, CachingAllocator<HostBuffer>> {
+function simulatedSpec(reportsCapacity: boolean): DeviceAllocatorSpec<SimulatedAllocatorOptions, SimulatedOwnKey, CachingAllocator<SimulatedHandle>> {
   return {
     deviceType: 'sim',
     deviceCount: 1,
@@ -50,7 +56,7 @@ function specOf(options: SimulatedAllocatorOptions | undefined): ReturnType<type
  * which `simulatedDeviceOf` returns.
  * @throws InvalidArgumentError for a bad link, bandwidth, capacity, limit or engine option, or an unknown key
  */
-export function createSimulatedAllocator(options: SimulatedAllocatorOptions = {}): CachingAllocator<HostBuffer> {
+export function createSimulatedAllocator(options: SimulatedAllocatorOptions = {}): CachingAllocator<SimulatedHandle> {
   return createDeviceAllocator(specOf(options), options);
 }
 
@@ -78,7 +84,7 @@ export function simulated(options: SimulatedAllocatorOptions = {}): Plugin {
  * adaptors or LMS wrap the allocator), or behind an allocator `createSimulatedAllocator` made; undefined for
  * anything else.
  */
-export function simulatedDeviceOf(source: Runtime | CachingAllocator<HostBuffer>, device: DeviceLike = 'sim'): SimulatedDevice | undefined {
+export function simulatedDeviceOf(source: Runtime | CachingAllocator<SimulatedHandle>, device: DeviceLike = 'sim'): SimulatedDevice | undefined {
   if (source instanceof CachingAllocator) return source.backend instanceof SimulatedDevice ? source.backend : undefined;
   return source.service(SIMULATED_DEVICE, device);
 }
