@@ -245,6 +245,21 @@ describe('LMS', () => {
       expect(() => a.lms!.pin()).to.throw(UseAfterReleaseError);
     });
 
+    it('refuses to reclaim a storage that is not inactive through its LMS object, changing nothing', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const pinned = rt.storage(MiB);
+      using _guard = pin(pinned);
+      const fresh = rt.storage(MiB);
+      const reclaimed = inactiveStorage(rt, MiB, 3);
+      lmsOf(reclaimed).reclaim();
+      for (const [storage, state] of [[pinned, 'active'], [fresh, 'allocated'], [reclaimed, 'reclaimed']] as const) {
+        expect(() => lmsOf(storage).reclaim(), state).to.throw(InvalidArgumentError, new RegExp(`reclaim\\(\\) must be an inactive storage.*state '${state}'`));
+        expect(storage.lms!.state).to.equal(state);
+      }
+      expect(pinned.peekDataPtr().isReleased, 'the pinned storage keeps its memory').to.equal(false);
+      await expectBytes(rt, reclaimed, 3);
+    });
+
     it('refuses what is not a storage or tensor', async () => {
       expect(() => pin({} as StorageImpl)).to.throw(InvalidArgumentError, /StorageImpl or TensorImpl/);
     });
