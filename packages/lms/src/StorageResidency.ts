@@ -210,8 +210,16 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     );
   }
 
+  /**
+   * StorageImpl#release's hook: the storage is being released (LmsStorage#release).
+   * @throws InvalidArgumentError, changing nothing, while the storage itself is not released: release the storage
+   * (`storage.release()`), which calls this
+   */
   release(): void {
     if (this.#released) return;
+    if (!this.storage.isReleased) {
+      throw new InvalidArgumentError('release()', `the LMS object of a live ${this.storage.byteLength}-byte storage`, 'called by StorageImpl#release only: release the storage itself (storage.release())');
+    }
     this.#released = true;
     const device = this.lmsDevice;
     device.list.remove(this);

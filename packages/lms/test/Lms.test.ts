@@ -260,6 +260,16 @@ describe('LMS', () => {
       await expectBytes(rt, reclaimed, 3);
     });
 
+    it("refuses to release a live storage's LMS object: the storage is what gets released", async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const a = inactiveStorage(rt, MiB, 4);
+      expect(() => lmsOf(a).release()).to.throw(InvalidArgumentError, /storage\.release\(\)/);
+      expect([lmsOf(a).isReleased, a.lms!.state]).to.deep.equal([false, 'inactive']);
+      expect(resolve(rt.container, LmsController).reclaimInactive(), 'LMS still reclaims it').to.equal(MiB);
+      a.release();
+      expect(lmsOf(a).isReleased).to.equal(true);
+    });
+
     it('refuses what is not a storage or tensor', async () => {
       expect(() => pin({} as StorageImpl)).to.throw(InvalidArgumentError, /StorageImpl or TensorImpl/);
     });
