@@ -628,6 +628,25 @@ describe('LMS', () => {
         expect(() => s.release()).to.not.throw();
       });
 
+      it('turns a chooseOne that throws into an InvalidArgumentError naming the policy, with the error as its cause; nothing is reclaimed', async () => {
+        const bug = new RangeError('index out of range');
+        const policy = { name: 'buggy', chooseOne: () => { throw bug; }, chooseFragments: () => [] };
+        await using rt = await createRuntime({ plugins: [cpu({ limit: 20 * MiB }), lms({ policy })] });
+        const a = inactiveStorage(rt, 10 * MiB, 5);
+        rt.storage(10 * MiB);
+        let error: unknown;
+        try {
+          rt.storage(10 * MiB);
+        } catch (e) {
+          error = e;
+        }
+        expect(error).to.be.instanceOf(InvalidArgumentError);
+        expect((error as Error).message).to.match(/the LMS policy 'buggy': chooseOne\(\).*RangeError: index out of range/);
+        expect((error as Error).cause).to.equal(bug);
+        expect(a.lms!.state).to.equal('inactive');
+        expect(stats(rt)['allocated_bytes.all.current']).to.equal(20 * MiB);
+      });
+
       it('unpins every storage of a guard even when unpinning one throws', async () => {
         await using rt = await createRuntime({ plugins: [cpu({ limit: 64 * MiB }), lms()] });
         const a = rt.storage(MiB);
