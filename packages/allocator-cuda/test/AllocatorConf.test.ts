@@ -413,6 +413,20 @@ describe('allocatorConfEngineOptions', function () {
 });
 
 describe('formatAllocatorConf', function () {
+  it('refuses what is not an AllocatorConf with InvalidArgumentError naming the field, not a TypeError or a wrong string', function () {
+    const parsed = parseAllocatorConf('expandable_segments:True,max_split_size_mb:64');
+    const refused = (conf: unknown, field: RegExp): void => {
+      expect(() => formatAllocatorConf(conf as AllocatorConf), JSON.stringify(conf)).to.throw(InvalidArgumentError, field);
+    };
+    refused(null, /^conf must be an AllocatorConf/);
+    refused({ ...parsed, givenKeys: 'expandable_segments' }, /^conf must be/);
+    refused({ ...parsed, givenKeys: ['nope'] }, /^conf must be/);
+    refused({ givenKeys: ['max_split_size_mb'] }, /^conf\.maxSplitSizeBytes must be a byte count/);
+    refused({ ...parsed, expandableSegments: 'yes' }, /^conf\.expandableSegments must be true or false/);
+    refused({ ...parsed, givenKeys: ['garbage_collection_threshold'], garbageCollectionThreshold: 5 }, /parse back/);
+    expect(formatAllocatorConf({ ...parsed, expandableSegments: false }), 'a parsed conf with a value changed').to.equal('expandable_segments:False,max_split_size_mb:64');
+  });
+
   it('prints nothing for an empty string', function () {
     expect(formatAllocatorConf(parseAllocatorConf(''))).to.equal('');
   });
