@@ -310,6 +310,11 @@ describe('readAllocatorConfFromEnv', function () {
     expect(readAllocatorConfFromEnv({ ...env, PYTORCH_ALLOC_CONF: '' }).maxSplitSizeBytes).to.equal(Number.POSITIVE_INFINITY);
   });
 
+  it('refuses an env that is not an object, or a variable that is not a string, with InvalidArgumentError', function () {
+    for (const env of [null, 5, 'PYTORCH_ALLOC_CONF=x']) expect(() => readAllocatorConfFromEnv(env as never), String(env)).to.throw(InvalidArgumentError, /^env must be/);
+    expect(() => readAllocatorConfFromEnv({ PYTORCH_ALLOC_CONF: 5 } as never)).to.throw(InvalidArgumentError, /^env\.PYTORCH_ALLOC_CONF must be a configuration string/);
+  });
+
   it('throws for a bad variable', function () {
     expect(thrown(() => readAllocatorConfFromEnv({ PYTORCH_CUDA_ALLOC_CONF: 'nope:1' })).message).to.equal("Unrecognized key 'nope' in CUDA allocator config.");
   });

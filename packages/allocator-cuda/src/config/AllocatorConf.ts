@@ -351,11 +351,14 @@ export const ALLOCATOR_CONF_VARIABLES = Object.freeze(['PYTORCH_ALLOC_CONF', 'PY
 
 /**
  * Parses the first of {@link ALLOCATOR_CONF_VARIABLES} that `env` sets; PyTorch's defaults when neither is set.
- * @throws AllocatorConfError as {@link parseAllocatorConf}
+ * @throws AllocatorConfError as {@link parseAllocatorConf}; InvalidArgumentError for an `env` that is not an object,
+ * or a variable whose value is not a string
  */
 export function readAllocatorConfFromEnv(env: Readonly<Record<string, string | undefined>> = process.env): AllocatorConf {
+  if (typeof env !== 'object' || env === null) throw new InvalidArgumentError('env', env, 'an environment object such as process.env (or nothing)');
   for (const name of ALLOCATOR_CONF_VARIABLES) {
     const text = env[name];
+    if (text !== undefined && typeof text !== 'string') throw new InvalidArgumentError(`env.${name}`, text, "a configuration string such as 'expandable_segments:True'");
     if (text !== undefined) return parseAllocatorConf(text);
   }
   return parseAllocatorConf('');
