@@ -310,6 +310,11 @@ describe('readAllocatorConfFromEnv', function () {
     expect(readAllocatorConfFromEnv({ ...env, PYTORCH_ALLOC_CONF: '' }).maxSplitSizeBytes).to.equal(Number.POSITIVE_INFINITY);
   });
 
+  it('refuses an env that is not an object, or a variable that is not a string, with InvalidArgumentError', function () {
+    for (const env of [null, 5, 'PYTORCH_ALLOC_CONF=x']) expect(() => readAllocatorConfFromEnv(env as never), String(env)).to.throw(InvalidArgumentError, /^env must be/);
+    expect(() => readAllocatorConfFromEnv({ PYTORCH_ALLOC_CONF: 5 } as never)).to.throw(InvalidArgumentError, /^env\.PYTORCH_ALLOC_CONF must be a configuration string/);
+  });
+
   it('throws for a bad variable', function () {
     expect(thrown(() => readAllocatorConfFromEnv({ PYTORCH_CUDA_ALLOC_CONF: 'nope:1' })).message).to.equal("Unrecognized key 'nope' in CUDA allocator config.");
   });
@@ -413,6 +418,20 @@ describe('allocatorConfEngineOptions', function () {
 });
 
 describe('formatAllocatorConf', function () {
+  it('refuses what is not an AllocatorConf with InvalidArgumentError naming the field, not a TypeError or a wrong string', function () {
+    const parsed = parseAllocatorConf('expandable_segments:True,max_split_size_mb:64');
+    const refused = (conf: unknown, field: RegExp): void => {
+      expect(() => formatAllocatorConf(conf as AllocatorConf), JSON.stringify(conf)).to.throw(InvalidArgumentError, field);
+    };
+    refused(null, /^conf must be an AllocatorConf/);
+    refused({ ...parsed, givenKeys: 'expandable_segments' }, /^conf must be/);
+    refused({ ...parsed, givenKeys: ['nope'] }, /^conf must be/);
+    refused({ givenKeys: ['max_split_size_mb'] }, /^conf\.maxSplitSizeBytes must be a byte count/);
+    refused({ ...parsed, expandableSegments: 'yes' }, /^conf\.expandableSegments must be true or false/);
+    refused({ ...parsed, givenKeys: ['garbage_collection_threshold'], garbageCollectionThreshold: 5 }, /parse back/);
+    expect(formatAllocatorConf({ ...parsed, expandableSegments: false }), 'a parsed conf with a value changed').to.equal('expandable_segments:False,max_split_size_mb:64');
+  });
+
   it('prints nothing for an empty string', function () {
     expect(formatAllocatorConf(parseAllocatorConf(''))).to.equal('');
   });

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { BackendUnavailableError, ForeignPointerError } from '@stowage/core';
+import { BackendUnavailableError, ForeignPointerError, InvalidArgumentError } from '@stowage/core';
 import { patternBytes } from '@stowage/core/testing';
 import type { CudaAllocator } from '@stowage/allocator-cuda';
 import { createCudaAllocator } from '@stowage/allocator-cuda';
@@ -91,6 +91,19 @@ describe('CudaPager', function () {
     expect(() => allocator.pager.pageOut(foreign)).to.throw(ForeignPointerError);
     expect(allocator.pager.pinnedBytes, 'no staging buffer was taken').to.equal(0);
     other.free(foreign);
+  });
+
+  it('refuses to page out or in what is not a live pointer of its allocator, or bytes that are not a Uint8Array, with typed errors, queuing nothing', () => {
+    using allocator = make();
+    const ptr = allocator.allocate(MiB);
+    for (const junk of [undefined, null, {}, 5]) {
+      expect(() => allocator.pager.pageOut(junk as never), String(junk)).to.throw(InvalidArgumentError, /^ptr must be a DataPtr/);
+      expect(() => allocator.pager.pageIn(new Uint8Array(8), junk as never), String(junk)).to.throw(InvalidArgumentError, /^dst must be a live DataPtr/);
+    }
+    expect(() => allocator.pager.pageIn([1, 2] as never, ptr)).to.throw(InvalidArgumentError, /^bytes must be a Uint8Array/);
+    expect(() => allocator.pager.pageIn(new Uint8Array(2 * MiB), ptr), 'more bytes than dst holds').to.throw(InvalidArgumentError, /at least 2097152 bytes/);
+    expect(allocator.pager.pinnedBytes, 'no staging buffer was taken').to.equal(0);
+    allocator.free(ptr);
   });
 
   it('keeps pinned staging buffers in a pool: a second round of the same sizes allocates no more pinned memory', async () => {

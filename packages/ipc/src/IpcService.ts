@@ -1,8 +1,10 @@
 import type { MessagePort } from 'node:worker_threads';
 
-import type { Device, Runtime, StorageImpl, Token } from '@stowage/core';
+import { MessagePort as WorkerMessagePort } from 'node:worker_threads';
+
+import type { Device, StorageImpl, Token } from '@stowage/core';
 import type { MemoryReclaimer } from '@stowage/core/plugin-kit';
-import { InvalidArgumentError } from '@stowage/core';
+import { InvalidArgumentError, Runtime } from '@stowage/core';
 
 import { isReceivedDataPtr } from './consumer/ReceivedStorage.js';
 import type { ReceivedStorage } from './consumer/ReceivedStorage.js';
@@ -16,6 +18,7 @@ import type { RefCounterClient } from './refcount/RefCounterClient.js';
 import type { RefCounterFiles } from './refcount/RefCounterFiles.js';
 import type { CudaExport, CudaIpcAllocator } from './wire/CudaIpcAllocator.js';
 import type { StorageDescriptor } from './wire/StorageDescriptor.js';
+import { checkStorageDescriptor } from './wire/StorageDescriptor.js';
 
 /** Options of the `ipc()` plugin. */
 export interface IpcOptions {
@@ -88,7 +91,8 @@ export interface Ipc {
   sendCuda(storage: StorageImpl, exporter: CudaIpcAllocator): { slot: CounterSlot; exported: CudaExport };
   /**
    * The consumer took the file descriptors of the CUDA export sent with `slot` (its `ipc.ack`): closes this side's
-   * copies. A slot with none open (a host storage, an ack already seen, a finished slot) is ignored. Does not throw.
+   * copies. A slot with none open (a host storage, an ack already seen, a finished slot) is ignored.
+   * @throws InvalidArgumentError for something that is not a `{ file, slot }`
    */
   exportTaken(slot: Pick<CounterSlot, 'file' | 'slot'>): void;
   /**
@@ -96,8 +100,9 @@ export interface Ipc {
    * memory zero copy (a SharedArrayBuffer range, a mapped POSIX shared-memory object, or a CUDA export opened with
    * `rt`'s CUDA allocator) in a StorageImpl of `rt` (and a TensorImpl for a tensor), watched by the
    * forgotten-release safety net. Its release gives the reference back. Emits `received`. Preconditions: the
-   * descriptor passed `checkStorageDescriptor` and was not put by this thread; `rt` is this IPC's runtime.
-   * @throws DisposedError after dispose; what RefCounterClient#acquire throws (InvalidArgumentError for a slot out
+   * descriptor was not put by this thread; `rt` is this IPC's runtime.
+   * @throws InvalidArgumentError for an `rt` that is not a Runtime or a descriptor `checkStorageDescriptor` refuses;
+   *   DisposedError after dispose; what RefCounterClient#acquire throws (InvalidArgumentError for a slot out
    *   of range or received twice, ForeignPointerError for a forged nonce, UseAfterReleaseError for a finished slot,
    *   SharedMemoryError ENOENT when the counter file is gone); SharedMemoryError when the shared-memory object cannot
    *   be mapped (ENOENT: its producer freed it); InvalidArgumentError when the object of that name is another one or
@@ -130,15 +135,16 @@ export interface Ipc {
   /**
    * Watches `port`, the liveness port of worker thread `threadId` of this process: when it closes, the thread counts
    * as ended (`threadEnded`). Precondition: `port` came from `livenessPort()` of that thread's IPC. A second port
-   * for a watched thread, one for a thread already ended, or one given after dispose is closed at once. Does not
-   * throw.
+   * for a watched thread, one for a thread already ended, or one given after dispose is closed at once.
+   * @throws InvalidArgumentError, watching nothing, for a threadId that is not an integer ≥ 0 or a port that is not a
+   *   MessagePort
    */
   watchThread(threadId: number, port: MessagePort): void;
   /**
    * Says that worker thread `threadId` of this process ended: the references it acquired are reclaimed at the next
    * collection, which runs now. Saying it of a thread still running takes its references from under it: its later
    * releases throw, and the producer may free memory that thread still reads (undefined behaviour).
-   * @throws what `collect` throws
+   * @throws InvalidArgumentError, changing nothing, for a threadId that is not an integer ≥ 0; what `collect` throws
    */
   threadEnded(threadId: number): void;
   /**
@@ -205,10 +211,13 @@ export class IpcService implements Ipc, MemoryReclaimer, Disposable {
   }
 
   watchThread(threadId: number, port: MessagePort): void {
+    checkThreadId(threadId);
+    if (!(port instanceof WorkerMessagePort)) throw new InvalidArgumentError('port', port, "a worker_threads MessagePort: the thread's liveness port (Ipc#livenessPort of its IPC)");
     this.#liveness.watch(threadId, port, () => this.threadEnded(threadId));
   }
 
   threadEnded(threadId: number): void {
+    checkThreadId(threadId);
     this.#liveness.markEnded(threadId);
     this.collect();
   }
@@ -234,10 +243,16 @@ export class IpcService implements Ipc, MemoryReclaimer, Disposable {
   }
 
   exportTaken(slot: Pick<CounterSlot, 'file' | 'slot'>): void {
+    const s = slot as Partial<Record<'file' | 'slot', unknown>> | null;
+    if (typeof s !== 'object' || s === null || typeof s.file !== 'string' || !Number.isSafeInteger(s.slot)) {
+      throw new InvalidArgumentError('slot', slot, 'a counter slot { file, slot } (a descriptor\'s slot, or an ipc.ack)');
+    }
     this.#sender.exportTaken(slot);
   }
 
   receive(rt: Runtime, descriptor: StorageDescriptor): ReceivedStorage {
+    if (!(rt instanceof Runtime)) throw new InvalidArgumentError('rt', rt, 'a Runtime: the runtime of this IPC, whose allocators wrap the received memory');
+    checkStorageDescriptor(descriptor);
     return this.#receiver.receive(rt, descriptor);
   }
 
@@ -282,4 +297,9 @@ export class IpcService implements Ipc, MemoryReclaimer, Disposable {
       process.emitWarning(`The IPC dead-consumer check failed: ${(error as Error).message}`, { type: 'StowageIpcWarning' });
     }
   }
+}
+
+/** @throws InvalidArgumentError for a thread id that is not an integer ≥ 0 */
+function checkThreadId(threadId: unknown): void {
+  if (!Number.isSafeInteger(threadId) || (threadId as number) < 0) throw new InvalidArgumentError('threadId', threadId, "an integer ≥ 0: a worker thread's threadId");
 }

@@ -1,7 +1,7 @@
 import { threadId } from 'node:worker_threads';
 
 import { DisposedError, formatDevice, InvalidArgumentError, Runtime, StorageImpl, TensorImpl, UseAfterReleaseError } from '@stowage/core';
-import { resolveAll } from '@stowage/core/plugin-kit';
+import { checkOptions, resolveAll } from '@stowage/core/plugin-kit';
 
 import type { ReceivedStorage } from './consumer/ReceivedStorage.js';
 import { ipcOf } from './ipc.js';
@@ -96,14 +96,15 @@ export class StorageQueue implements AsyncIterable<ReceivedStorage>, Disposable 
    * @param transport one end of a MessageChannel (the other end goes to the other thread, to its own
    *   StorageQueue), a ChildProcess forked with an IPC channel and `serialization: 'advanced'`, in such a
    *   child `process`, or a `stream.Duplex` connected to the other end's
-   * @throws InvalidArgumentError when `rt` has no `ipc()` plugin, `transport` is none of those, or `options.batch`
-   *   is not a boolean
+   * @throws InvalidArgumentError when `rt` has no `ipc()` plugin, `transport` is none of those, `options` is not an
+   *   options object (or has a key other than `batch`), or `options.batch` is not a boolean
    */
   constructor(rt: Runtime, transport: QueueTransport, options: StorageQueueOptions = {}) {
     if (!(rt instanceof Runtime)) throw new InvalidArgumentError('rt', rt, 'a Runtime created with the ipc() plugin');
-    if (options.batch !== undefined && typeof options.batch !== 'boolean') throw new InvalidArgumentError('options.batch', options.batch, 'true, false or nothing');
+    const { batch } = checkOptions<StorageQueueOptions>('options', options, ['batch']);
+    if (batch !== undefined && typeof batch !== 'boolean') throw new InvalidArgumentError('options.batch', batch, 'true, false or nothing');
     this.#port = queueChannel(transport);
-    this.#batch = options.batch ?? this.#port.exclusive;
+    this.#batch = batch ?? this.#port.exclusive;
     this.#rt = rt;
     this.#ipc = ipcOf(rt);
     this.#port.listen(this.#onMessage, this.#onClose);

@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { MessageChannel } from 'node:worker_threads';
 import type { Runtime, StorageImpl } from '@stowage/core';
 import { cpu, createRuntime, InvalidArgumentError, OutOfMemoryError, UseAfterReleaseError } from '@stowage/core';
 import { Ipc, ipc, ipcCollect, ipcOf, LIMBO_WARNING_CODE } from '@stowage/ipc';
@@ -158,6 +159,31 @@ describe('Ipc', () => {
       expect(p.compareExchangeDeleter(p.deleter, () => {}, null)).to.equal(true); // as an importer would own it
       expect(() => service.send(t)).to.throw(InvalidArgumentError, /copy it into a new storage/);
       t.release();
+    });
+  });
+
+  describe('Ipc#receive', () => {
+    it('refuses a descriptor checkStorageDescriptor refuses, or an rt that is not a Runtime, with InvalidArgumentError naming it; nothing is held', () => {
+      const service = ipcOf(rt);
+      expect(() => service.receive(rt, undefined as never)).to.throw(InvalidArgumentError, /descriptor must be a StorageDescriptor/);
+      expect(() => service.receive(rt, { device: 'cpu:0', memory: null } as never)).to.throw(InvalidArgumentError, /descriptor\.memory/);
+      expect(() => service.receive({} as Runtime, undefined as never)).to.throw(InvalidArgumentError, /rt must be a Runtime/);
+      expect(service.client.mappedFiles).to.equal(0);
+    });
+  });
+
+  describe('Ipc#exportTaken, #watchThread and #threadEnded', () => {
+    it('refuse what is not a slot, a thread id or a MessagePort with InvalidArgumentError, watching nothing (the runtime disposes cleanly after)', () => {
+      const service = ipcOf(rt);
+      const channel = new MessageChannel();
+      for (const slot of [undefined, null, 5, { file: 1, slot: 0 }, { file: '/x' }]) expect(() => service.exportTaken(slot as never), String(slot)).to.throw(InvalidArgumentError, /slot must be a counter slot/);
+      expect(() => service.exportTaken({ file: '/stowage-ipc-none', slot: 0 }), 'a slot with nothing open is ignored').to.not.throw();
+      for (const threadId of [-1, 1.5, '7', undefined]) {
+        expect(() => service.watchThread(threadId as number, channel.port1), String(threadId)).to.throw(InvalidArgumentError, /threadId must be an integer/);
+        expect(() => service.threadEnded(threadId as number), String(threadId)).to.throw(InvalidArgumentError, /threadId must be an integer/);
+      }
+      expect(() => service.watchThread(7, {} as never)).to.throw(InvalidArgumentError, /port must be a worker_threads MessagePort/);
+      channel.port1.close();
     });
   });
 

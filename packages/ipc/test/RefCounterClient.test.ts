@@ -144,6 +144,20 @@ describe('RefCounterClient', () => {
     });
   });
 
+  describe('new RefCounterClient', () => {
+    it('refuses options that are not an options object, an unknown key or bad values with InvalidArgumentError', () => {
+      for (const options of [null, 5, { threadID: 1 }, { threadId: -1 }, { idleFiles: 'all' }]) expect(() => new RefCounterClient(options as never), JSON.stringify(options)).to.throw(InvalidArgumentError);
+    });
+  });
+
+  describe('RefCounterClient#producerGone', () => {
+    it('refuses what is not a CounterSlot with InvalidArgumentError', () => {
+      using client = new RefCounterClient();
+      for (const bad of [undefined, null, { file: 5, slot: 0, nonce: 1n }]) expect(() => client.producerGone(bad as never), String(bad)).to.throw(InvalidArgumentError, /slot/);
+      expect(client.producerGone(slot), 'a slot whose file is not mapped here').to.equal(false);
+    });
+  });
+
   describe('RefCounterClient#close', () => {
     it('releases the references still held, unmaps, and refuses later use', () => {
       files.increment(slot);

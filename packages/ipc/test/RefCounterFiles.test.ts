@@ -37,6 +37,7 @@ describe('RefCounterFiles', function () {
 
     it('refuses bad options with InvalidArgumentError', () => {
       for (const slotsPerFile of [0, -1, 1.5, 2 ** 21]) expect(() => new RefCounterFiles({ slotsPerFile })).to.throw(InvalidArgumentError);
+      for (const options of [null, 5, 'big', { slotsPerfile: 8 }]) expect(() => new RefCounterFiles(options as never), String(options)).to.throw(InvalidArgumentError, /options/);
     });
   });
 

@@ -65,6 +65,7 @@ describe('SharedMemoryFile', function () {
         expect(() => SharedMemoryFile.create(64, { name }), name).to.throw(InvalidArgumentError, /name must be a shared-memory name/);
       }
       for (const size of [-1, 1.5, Number.NaN, 2 ** 60]) expect(() => SharedMemoryFile.create(size)).to.throw(InvalidArgumentError);
+      for (const options of [null, 5, { nme: '/x' }]) expect(() => SharedMemoryFile.create(64, options as never), String(options)).to.throw(InvalidArgumentError, /options/);
       expect(shmObjects()).to.deep.equal([]);
     });
   });

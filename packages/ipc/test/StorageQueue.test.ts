@@ -202,6 +202,15 @@ describe('StorageQueue (worker threads)', () => {
       expect(ipcOf(rt).limboBytes()).to.equal(0, 'the worker released what it got');
     });
 
+    it('refuses options that are not an options object, or have a key other than batch, with InvalidArgumentError', () => {
+      const other = new MessageChannel();
+      try {
+        for (const options of [null, 5, { bach: true }, { batch: 'yes' }]) expect(() => new StorageQueue(rt, other.port1, options as never), String(options)).to.throw(InvalidArgumentError, /options/);
+      } finally {
+        other.port1.close();
+      }
+    });
+
     it('refuses a child process forked without serialization: advanced when the queue is made, not at the first put', async () => {
       const { fork } = await import('node:child_process');
       const child = fork(new URL('./storageQueueChild.js', import.meta.url), [], { stdio: 'ignore' });

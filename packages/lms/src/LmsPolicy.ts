@@ -1,5 +1,5 @@
 import type { Device, StorageImpl, Token } from '@stowage/core';
-import { InvalidArgumentError } from '@stowage/core';
+import { InvalidArgumentError, StowageError } from '@stowage/core';
 import type { BlockPlacement } from '@stowage/core/plugin-kit';
 
 /** What a reclaim must free room for. */
@@ -86,21 +86,35 @@ export function checkPolicy(argument: string, value: unknown): LmsPolicy {
 }
 
 /**
- * What a policy's `chooseOne` returned, checked: a candidate (an object with a storage) or undefined.
- * @throws InvalidArgumentError naming the policy otherwise
+ * The policy's `chooseOne`, its answer checked: a candidate (an object with a storage) or undefined.
+ * @throws InvalidArgumentError naming the policy when it returns anything else or throws (the error its cause); a
+ * StowageError it throws passes as is. Nothing was reclaimed.
  */
-export function checkChosenOne(policy: LmsPolicy, chosen: unknown): ReclaimCandidate | undefined {
+export function chooseOne(policy: LmsPolicy, request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate | undefined {
+  const chosen = ask(policy, 'chooseOne', () => policy.chooseOne(request, candidates));
   if (chosen === undefined || isCandidateLike(chosen)) return chosen as ReclaimCandidate | undefined;
-  throw new InvalidArgumentError(`the LMS policy '${policy.name}': chooseOne()`, chosen, 'one of the ReclaimCandidates it was offered, or undefined');
+  throw new InvalidArgumentError(`the LMS policy '${String(policy.name)}': chooseOne()`, chosen, 'one of the ReclaimCandidates it was offered, or undefined');
 }
 
 /**
- * What a policy's `chooseFragments` returned, checked: an array of candidates.
- * @throws InvalidArgumentError naming the policy otherwise
+ * The policy's `chooseFragments`, its answer checked: an array of candidates.
+ * @throws as {@link chooseOne}
  */
-export function checkChosenFragments(policy: LmsPolicy, chosen: unknown): readonly ReclaimCandidate[] {
+export function chooseFragments(policy: LmsPolicy, request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): readonly ReclaimCandidate[] {
+  const chosen = ask(policy, 'chooseFragments', () => policy.chooseFragments(request, candidates));
   if (Array.isArray(chosen) && chosen.every(isCandidateLike)) return chosen as ReclaimCandidate[];
-  throw new InvalidArgumentError(`the LMS policy '${policy.name}': chooseFragments()`, chosen, 'an array of the ReclaimCandidates it was offered (empty for none)');
+  throw new InvalidArgumentError(`the LMS policy '${String(policy.name)}': chooseFragments()`, chosen, 'an array of the ReclaimCandidates it was offered (empty for none)');
+}
+
+/** What `choose` returned; a failure of the policy's own code becomes an InvalidArgumentError naming it. */
+function ask(policy: LmsPolicy, method: string, choose: () => unknown): unknown {
+  try {
+    return choose();
+  } catch (error) {
+    if (error instanceof StowageError) throw error;
+    const what = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    throw new InvalidArgumentError(`the LMS policy '${String(policy.name)}': ${method}()`, `a throw (${what})`, 'a function that returns its choice; fix the policy', { cause: error });
+  }
 }
 
 function isCandidateLike(value: unknown): boolean {

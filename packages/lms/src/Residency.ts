@@ -1,7 +1,7 @@
 import type { BlockInspector, Device, Pager, StorageImpl } from '@stowage/core';
 import type { PageOut, ReclaimTarget } from '@stowage/core/plugin-kit';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
-import { checkChosenFragments, checkChosenOne } from './LmsPolicy.js';
+import { chooseFragments, chooseOne } from './LmsPolicy.js';
 import type { AllocSource } from './LmsStats.js';
 import { LmsStats } from './LmsStats.js';
 import type { LmsEvents, LmsEventSource } from './LmsEvents.js';
@@ -184,9 +184,9 @@ export class Residency {
     if (this.list.size === 0) return 0;
     const policy = this.policy;
     const request: ReclaimRequest = { device: this.device, bytes };
-    const one = checkChosenOne(policy, policy.chooseOne(request, this.candidates(target)));
+    const one = chooseOne(policy, request, this.candidates(target));
     if (one !== undefined) return this.#reclaimChosen('reclaim_one', [one]);
-    const fragments = checkChosenFragments(policy, policy.chooseFragments(request, this.candidates(target)));
+    const fragments = chooseFragments(policy, request, this.candidates(target));
     if (fragments.length > 0) return this.#reclaimChosen('reclaim_fragments', fragments);
     return this.#reclaimChosen('reclaim_all', [...this.candidates(undefined)]);
   }
@@ -233,8 +233,8 @@ export class Residency {
     learner.checkPrefetchRoom(bytes, laterBytes);
     const request: ReclaimRequest = { device: this.device, bytes };
     const policy = this.policy;
-    const one = checkChosenOne(policy, policy.chooseOne(request, all));
-    const chosen = one !== undefined ? [one] : checkChosenFragments(policy, policy.chooseFragments(request, all));
+    const one = chooseOne(policy, request, all);
+    const chosen = one !== undefined ? [one] : chooseFragments(policy, request, all);
     if (chosen.length === 0 || chosen.some((c) => c.nextUse === undefined || c.nextUse <= floor || !(c.storage.lms as StorageResidency).reclaimPredicted)) learner.decline();
     return this.#reclaimChosen(one !== undefined ? 'reclaim_one' : 'reclaim_fragments', chosen);
   }

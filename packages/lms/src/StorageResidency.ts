@@ -210,8 +210,16 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     );
   }
 
+  /**
+   * StorageImpl#release's hook: the storage is being released (LmsStorage#release).
+   * @throws InvalidArgumentError, changing nothing, while the storage itself is not released: release the storage
+   * (`storage.release()`), which calls this
+   */
   release(): void {
     if (this.#released) return;
+    if (!this.storage.isReleased) {
+      throw new InvalidArgumentError('release()', `the LMS object of a live ${this.storage.byteLength}-byte storage`, 'called by StorageImpl#release only: release the storage itself (storage.release())');
+    }
     this.#released = true;
     const device = this.lmsDevice;
     device.list.remove(this);
@@ -267,11 +275,20 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
    * inactive storage whose pointer the allocator placed. Returns the bytes freed: 0, changing nothing, when the
    * pager refused the page-out (no room on the device for the copy now: Note [Page-outs the device refuses] in
    * Residency.ts).
+   * @throws InvalidArgumentError, changing nothing, for a storage that is not inactive (pinned, never pinned,
+   * reclaimed already, released) or whose block the allocator did not place (COW-shared, imported): LMS never
+   * reclaims those
    */
   reclaim(): number {
     const device = this.lmsDevice;
     const storage = this.storage;
+    if (this.#released || this.#state !== 'inactive') {
+      throw new InvalidArgumentError('reclaim()', `a storage in state '${this.#released ? 'released' : this.#state}'`, 'an inactive storage (pinned once and unpinned since): LMS reclaims only those');
+    }
     const ptr = storage.peekDataPtr();
+    if (device.inspector.describeBlock(ptr) === undefined) {
+      throw new InvalidArgumentError('reclaim()', 'a storage whose block the allocator did not place', 'a storage on a block of its own allocator (not COW-shared, not imported): LMS reclaims only those');
+    }
     const bytes = ptr.byteLength;
     const copied = this.#host === null;
     if (copied) {

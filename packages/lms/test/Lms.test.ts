@@ -245,6 +245,31 @@ describe('LMS', () => {
       expect(() => a.lms!.pin()).to.throw(UseAfterReleaseError);
     });
 
+    it('refuses to reclaim a storage that is not inactive through its LMS object, changing nothing', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const pinned = rt.storage(MiB);
+      using _guard = pin(pinned);
+      const fresh = rt.storage(MiB);
+      const reclaimed = inactiveStorage(rt, MiB, 3);
+      lmsOf(reclaimed).reclaim();
+      for (const [storage, state] of [[pinned, 'active'], [fresh, 'allocated'], [reclaimed, 'reclaimed']] as const) {
+        expect(() => lmsOf(storage).reclaim(), state).to.throw(InvalidArgumentError, new RegExp(`reclaim\\(\\) must be an inactive storage.*state '${state}'`));
+        expect(storage.lms!.state).to.equal(state);
+      }
+      expect(pinned.peekDataPtr().isReleased, 'the pinned storage keeps its memory').to.equal(false);
+      await expectBytes(rt, reclaimed, 3);
+    });
+
+    it("refuses to release a live storage's LMS object: the storage is what gets released", async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const a = inactiveStorage(rt, MiB, 4);
+      expect(() => lmsOf(a).release()).to.throw(InvalidArgumentError, /storage\.release\(\)/);
+      expect([lmsOf(a).isReleased, a.lms!.state]).to.deep.equal([false, 'inactive']);
+      expect(resolve(rt.container, LmsController).reclaimInactive(), 'LMS still reclaims it').to.equal(MiB);
+      a.release();
+      expect(lmsOf(a).isReleased).to.equal(true);
+    });
+
     it('refuses what is not a storage or tensor', async () => {
       expect(() => pin({} as StorageImpl)).to.throw(InvalidArgumentError, /StorageImpl or TensorImpl/);
     });
@@ -601,6 +626,25 @@ describe('LMS', () => {
         expect([s.lms!.state, lmsOf(s).pinCount, failures]).to.deep.equal(['active', 1, ['policy.onPin']]);
         guard.release();
         expect(() => s.release()).to.not.throw();
+      });
+
+      it('turns a chooseOne that throws into an InvalidArgumentError naming the policy, with the error as its cause; nothing is reclaimed', async () => {
+        const bug = new RangeError('index out of range');
+        const policy = { name: 'buggy', chooseOne: () => { throw bug; }, chooseFragments: () => [] };
+        await using rt = await createRuntime({ plugins: [cpu({ limit: 20 * MiB }), lms({ policy })] });
+        const a = inactiveStorage(rt, 10 * MiB, 5);
+        rt.storage(10 * MiB);
+        let error: unknown;
+        try {
+          rt.storage(10 * MiB);
+        } catch (e) {
+          error = e;
+        }
+        expect(error).to.be.instanceOf(InvalidArgumentError);
+        expect((error as Error).message).to.match(/the LMS policy 'buggy': chooseOne\(\).*RangeError: index out of range/);
+        expect((error as Error).cause).to.equal(bug);
+        expect(a.lms!.state).to.equal('inactive');
+        expect(stats(rt)['allocated_bytes.all.current']).to.equal(20 * MiB);
       });
 
       it('unpins every storage of a guard even when unpinning one throws', async () => {

@@ -1,6 +1,6 @@
-import type { CachingAllocator, DataPtr, Device, Pager } from '@stowage/core';
+import type { CachingAllocator, Device, Pager } from '@stowage/core';
 import type { PageOut, StreamId } from '@stowage/core/plugin-kit';
-import { DeviceError } from '@stowage/core';
+import { DataPtr, DeviceError, formatDevice, InvalidArgumentError } from '@stowage/core';
 import { CudaCopyStream } from './CudaCopyStream.js';
 import type { CudaMemoryBackend } from './CudaMemoryBackend.js';
 
@@ -53,14 +53,19 @@ export class CudaPager implements Pager {
     return this.#copies.pinnedBytes;
   }
 
+  /**
+   * Pager#pageOut on the pager's copy stream.
+   * @throws (the engine's recordStream, before anything is enqueued) InvalidArgumentError for something that is not a
+   * DataPtr, ForeignPointerError for a pointer of another allocator, UseAfterReleaseError for a released one
+   */
   pageOut(src: DataPtr): PageOut {
-    const out = new CudaPageOut(src.byteLength);
     this.#backend.enter(); // events and staging belong to this device's context
     const copies = this.#copies;
     const side = copies.stream;
     // First, as it checks the pointer: once the copy is queued, its staging buffer must not go back to the pool
     // before the copy has run.
     this.#engine.recordStream(src, side);
+    const out = new CudaPageOut(src.byteLength);
     const staging = copies.take(src.byteLength);
     try {
       copies.waitFor(this.#streamOf(src));
@@ -77,7 +82,16 @@ export class CudaPager implements Pager {
     return out;
   }
 
+  /**
+   * Pager#pageIn on the pager's copy stream.
+   * @throws InvalidArgumentError for bytes that are not a Uint8Array, or a dst that is not a live pointer of this
+   * allocator with room for them, before anything is enqueued
+   */
   pageIn(bytes: Uint8Array, dst: DataPtr): void {
+    if (!(bytes instanceof Uint8Array)) throw new InvalidArgumentError('bytes', bytes, 'a Uint8Array: the bytes a pageOut copied to the host');
+    if (!(dst instanceof DataPtr) || dst.isReleased || dst.byteLength < bytes.byteLength || this.#engine.describeBlock(dst) === undefined) {
+      throw new InvalidArgumentError('dst', dst, `a live DataPtr of this ${formatDevice(this.device)} allocator with at least ${bytes.byteLength} bytes`);
+    }
     this.#backend.enter();
     const copies = this.#copies;
     const staging = copies.take(bytes.byteLength);

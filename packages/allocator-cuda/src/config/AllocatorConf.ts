@@ -266,41 +266,65 @@ function isPowerOfTwo(n: bigint): boolean {
  * in order, under its CUDA name; roundup_power2_divisions as a single power of two when every interval has the same
  * one, else as a list `[b:n, ..., >:n]` (`[256:1,512:2,>:4]`). An unlimited size prints as
  * 9007199254740991 MiB (which parses back to unlimited).
+ * @throws InvalidArgumentError, naming the field, for something that is not an AllocatorConf (from
+ * `parseAllocatorConf`, or one with values changed): givenKeys not a list of keys, a given key's value of the wrong
+ * type, or values that do not parse back (a threshold out of range)
  */
 export function formatAllocatorConf(conf: AllocatorConf): string {
-  return conf.givenKeys.map((key) => `${key}:${formatValue(conf, key)}`).join(',');
+  const c = conf as unknown as Partial<Record<string, unknown>> | null;
+  if (typeof c !== 'object' || c === null || !Array.isArray(c.givenKeys) || !c.givenKeys.every((key) => (ALLOCATOR_CONF_KEYS as readonly unknown[]).includes(key))) {
+    throw new InvalidArgumentError('conf', conf, `an AllocatorConf from parseAllocatorConf (givenKeys a list of ${ALLOCATOR_CONF_KEYS.join(', ')})`);
+  }
+  const text = conf.givenKeys.map((key) => `${key}:${formatValue(conf, key)}`).join(',');
+  try {
+    parseAllocatorConf(text);
+  } catch (error) {
+    if (!(error instanceof AllocatorConfError)) throw error;
+    throw new InvalidArgumentError('conf', conf, `an AllocatorConf whose values parse back (${error.message})`, { cause: error });
+  }
+  return text;
 }
 
 function formatValue(conf: AllocatorConfValues, key: AllocatorConfKey): string {
-  const mb = (bytes: number): string => String(Number.isFinite(bytes) ? bytes / MiB : Number.MAX_SAFE_INTEGER);
-  const bool = (b: boolean): string => (b ? 'True' : 'False');
+  const field = <T>(name: keyof AllocatorConfValues, ok: (v: unknown) => boolean, what: string): T => {
+    const value = conf[name];
+    if (!ok(value)) throw new InvalidArgumentError(`conf.${name}`, value, `${what} (the value of ${key})`);
+    return value as T;
+  };
+  const isNumber = (v: unknown): boolean => typeof v === 'number' && !Number.isNaN(v);
+  const mb = (name: keyof AllocatorConfValues): string => {
+    const bytes = field<number>(name, (v) => isNumber(v) && (v as number) >= 0, 'a byte count ≥ 0, or Infinity');
+    return String(Number.isFinite(bytes) ? bytes / MiB : Number.MAX_SAFE_INTEGER);
+  };
+  const num = (name: keyof AllocatorConfValues): string => String(field<number>(name, (v) => isNumber(v) && Number.isFinite(v), 'a finite number'));
+  const bool = (name: keyof AllocatorConfValues): string => (field<boolean>(name, (v) => typeof v === 'boolean', 'true or false') ? 'True' : 'False');
   switch (key) {
     case 'max_split_size_mb':
-      return mb(conf.maxSplitSizeBytes);
+      return mb('maxSplitSizeBytes');
     case 'max_non_split_rounding_mb':
-      return mb(conf.maxNonSplitRoundingBytes);
+      return mb('maxNonSplitRoundingBytes');
     case 'garbage_collection_threshold':
-      return String(conf.garbageCollectionThreshold);
+      return num('garbageCollectionThreshold');
     case 'per_process_memory_fraction':
-      return String(conf.perProcessMemoryFraction);
+      return num('perProcessMemoryFraction');
     case 'roundup_power2_divisions':
-      return formatDivisions(conf.roundupPower2Divisions);
+      return formatDivisions(field<readonly number[]>('roundupPower2Divisions', (v) => Array.isArray(v) && v.length > 0 && v.every((n) => Number.isSafeInteger(n) && n >= 0), 'a non-empty list of integers ≥ 0'));
     case 'expandable_segments':
-      return bool(conf.expandableSegments);
+      return bool('expandableSegments');
     case 'pinned_use_background_threads':
-      return bool(conf.pinnedUseBackgroundThreads);
+      return bool('pinnedUseBackgroundThreads');
     case 'release_lock_on_cudamalloc':
-      return bool(conf.releaseLockOnCudaMalloc);
+      return bool('releaseLockOnCudaMalloc');
     case 'pinned_use_cuda_host_register':
-      return bool(conf.pinnedUseCudaHostRegister);
+      return bool('pinnedUseCudaHostRegister');
     case 'graph_capture_record_stream_reuse':
-      return bool(conf.graphCaptureRecordStreamReuse);
+      return bool('graphCaptureRecordStreamReuse');
     case 'backend':
-      return conf.backend;
+      return field<string>('backend', (v) => v === 'native' || v === 'cudaMallocAsync', "'native' or 'cudaMallocAsync'");
     case 'pinned_num_register_threads':
-      return String(conf.pinnedNumRegisterThreads);
+      return num('pinnedNumRegisterThreads');
     case 'pinned_reserve_segment_size_mb':
-      return String(conf.pinnedReserveSegmentSizeMb);
+      return num('pinnedReserveSegmentSizeMb');
   }
 }
 
@@ -327,11 +351,14 @@ export const ALLOCATOR_CONF_VARIABLES = Object.freeze(['PYTORCH_ALLOC_CONF', 'PY
 
 /**
  * Parses the first of {@link ALLOCATOR_CONF_VARIABLES} that `env` sets; PyTorch's defaults when neither is set.
- * @throws AllocatorConfError as {@link parseAllocatorConf}
+ * @throws AllocatorConfError as {@link parseAllocatorConf}; InvalidArgumentError for an `env` that is not an object,
+ * or a variable whose value is not a string
  */
 export function readAllocatorConfFromEnv(env: Readonly<Record<string, string | undefined>> = process.env): AllocatorConf {
+  if (typeof env !== 'object' || env === null) throw new InvalidArgumentError('env', env, 'an environment object such as process.env (or nothing)');
   for (const name of ALLOCATOR_CONF_VARIABLES) {
     const text = env[name];
+    if (text !== undefined && typeof text !== 'string') throw new InvalidArgumentError(`env.${name}`, text, "a configuration string such as 'expandable_segments:True'");
     if (text !== undefined) return parseAllocatorConf(text);
   }
   return parseAllocatorConf('');

@@ -1,6 +1,7 @@
 import { threadId as currentThreadId } from 'node:worker_threads';
 
 import { DisposedError, DoubleFreeError, ForeignPointerError, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
+import { checkOptions } from '@stowage/core/plugin-kit';
 
 import { isProcessAlive } from '../shm/isProcessAlive.js';
 import { SharedMemoryFile } from '../shm/SharedMemoryFile.js';
@@ -83,10 +84,12 @@ export class RefCounterClient implements Disposable {
   readonly #idle = new Set<string>();
   #closed = false;
 
+  /** @throws InvalidArgumentError for options that are not an options object, an unknown key or a bad value */
   constructor(options: RefCounterClientOptions = {}) {
-    const threadId = options.threadId ?? currentThreadId;
+    const checked = checkOptions<RefCounterClientOptions>('options', options, ['threadId', 'idleFiles']);
+    const threadId = checked.threadId ?? currentThreadId;
     if (!Number.isSafeInteger(threadId) || threadId < 0 || threadId > 0xffff_ffff) throw new InvalidArgumentError('threadId', threadId, 'an integer from 0 to 2^32 - 1');
-    const idleFiles = options.idleFiles ?? 1;
+    const idleFiles = checked.idleFiles ?? 1;
     if (!Number.isSafeInteger(idleFiles) || idleFiles < 0) throw new InvalidArgumentError('idleFiles', idleFiles, 'an integer ≥ 0');
     this.threadId = threadId;
     this.#holder = holderWord(this.pid, threadId);
@@ -165,8 +168,10 @@ export class RefCounterClient implements Disposable {
   /**
    * True when the producer of `slot` is gone: its counter file is marked closed (its runtime was disposed) or its
    * process no longer exists. False when the slot's file is not mapped here (nothing held in it).
+   * @throws InvalidArgumentError for something that is not a CounterSlot
    */
   producerGone(slot: CounterSlot): boolean {
+    expectCounterSlot(slot);
     const f = this.#files.get(slot.file);
     if (f === undefined) return false;
     const { i32 } = f.views;

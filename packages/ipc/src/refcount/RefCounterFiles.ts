@@ -1,6 +1,7 @@
 import { randomFillSync } from 'node:crypto';
 
 import { DisposedError, ForeignPointerError, InvalidArgumentError, UseAfterReleaseError } from '@stowage/core';
+import { checkOptions } from '@stowage/core/plugin-kit';
 
 import { isProcessAlive } from '../shm/isProcessAlive.js';
 import { SharedMemoryFile } from '../shm/SharedMemoryFile.js';
@@ -81,8 +82,9 @@ export class RefCounterFiles implements Disposable {
   #closed = false;
   readonly #pid = process.pid;
 
+  /** @throws InvalidArgumentError for options that are not an options object, an unknown key or a bad slotsPerFile */
   constructor(options: RefCounterFilesOptions = {}) {
-    const slotsPerFile = options.slotsPerFile ?? 4096;
+    const slotsPerFile = checkOptions<RefCounterFilesOptions>('options', options, ['slotsPerFile']).slotsPerFile ?? 4096;
     if (!Number.isSafeInteger(slotsPerFile) || slotsPerFile < 1 || slotsPerFile > MAX_SLOTS_PER_FILE) {
       throw new InvalidArgumentError('slotsPerFile', slotsPerFile, `an integer from 1 to ${MAX_SLOTS_PER_FILE}`);
     }

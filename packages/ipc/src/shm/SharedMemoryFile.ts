@@ -1,6 +1,7 @@
 import { fstatSync } from 'node:fs';
 
 import { DisposedError, InvalidArgumentError } from '@stowage/core';
+import { checkOptions } from '@stowage/core/plugin-kit';
 
 import type { Libc } from './Libc.js';
 import { check, libc, MAP_FAILED, MAP_SHARED, O_CREAT, O_EXCL, O_RDWR, PROT_READ, PROT_WRITE } from './Libc.js';
@@ -81,10 +82,12 @@ export class SharedMemoryFile implements Disposable {
    * Creates a new object of `byteLength` bytes (zero-filled), readable and writable by this user only (mode 0600),
    * and maps it. Fails with SharedMemoryError EEXIST when `options.name` already exists (O_EXCL); with a default
    * name, a leftover of a dead process that had this pid is skipped by taking the next serial.
-   * @throws InvalidArgumentError for a bad size or name; SharedMemoryError (ENOSPC, EMFILE, EACCES, …) from the system.
+   * @throws InvalidArgumentError for a bad size or name, or options that are not an options object (or have a key
+   *   other than `name`); SharedMemoryError (ENOSPC, EMFILE, EACCES, …) from the system.
    */
   static create(byteLength: number, options: CreateSharedMemoryOptions = {}): SharedMemoryFile {
     if (!Number.isSafeInteger(byteLength) || byteLength < 0) throw new InvalidArgumentError('byteLength', byteLength, 'an integer ≥ 0');
+    checkOptions<CreateSharedMemoryOptions>('options', options, ['name']);
     if (options.name !== undefined) expectName(options.name);
     const c = libc();
     for (;;) {
