@@ -10,7 +10,7 @@ import { testLibcuda } from '@stowage/allocator-cuda/testing';
 // Note [The public API under junk] (core's test/publicApi.property.test.ts), for allocator-cuda's entry points on
 // the stand-in libcuda (or a real one): cuda() and createCudaAllocator options, the CudaAllocator's members (the
 // Allocator contract but owns, which is core's ForwardingAllocator's; streams, device pointers, IPC export, its
-// pager, the engine's trim; not recordHistory, core's engine's), and the
+// pager, the engine's trim; not recordHistory, core's engine's: core's own tests feed those two junk), and the
 // configuration string's functions. Each call, fed junk with the allocator's own pointers and streams mixed in,
 // succeeds or throws a StowageError with a code, never another error; afterwards the allocator's statistics equal
 // a recount of the pointers the test holds, the engine's invariants hold, and it still allocates.

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { CachingAllocator, CpuMemoryBackend, DisposedError, ForwardingAllocator, InvalidArgumentError, LimitingAllocator, StatisticsAllocator } from '@stowage/core';
+import { CachingAllocator, CpuMemoryBackend, createCpuAllocator, DisposedError, ForwardingAllocator, InvalidArgumentError, LimitingAllocator, StatisticsAllocator, TrackingAllocator } from '@stowage/core';
 import { makeDirectAllocator } from '@stowage/core/plugin-kit';
 import { VirtualMemoryBackend } from '@stowage/core/testing';
 
@@ -42,5 +42,19 @@ describe('ForwardingAllocator constructor', () => {
     expect(() => new ForwardingAllocator(upstream, null as never)).to.throw(InvalidArgumentError, /^options must be/);
     expect(() => new ForwardingAllocator(upstream, { ownsUpstream: 'no' as never })).to.throw(InvalidArgumentError, /^options.ownsUpstream must be true or false/);
     upstream.dispose();
+  });
+});
+
+describe('ForwardingAllocator#owns', () => {
+  it('answers false for anything that is not a DataPtr, through every adaptor, rather than throwing', () => {
+    using upstream = createCpuAllocator();
+    using adaptor = new TrackingAllocator(new StatisticsAllocator(upstream));
+    const ptr = adaptor.allocate(64);
+    for (const junk of [null, undefined, 3, 'ptr', {}, { deleter: null }]) {
+      expect(adaptor.owns(junk as never), String(junk)).to.equal(false);
+      expect(upstream.owns(junk as never), String(junk)).to.equal(false);
+    }
+    expect(adaptor.owns(ptr)).to.equal(true);
+    ptr.release();
   });
 });

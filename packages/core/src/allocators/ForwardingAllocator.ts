@@ -77,6 +77,7 @@ export class ForwardingAllocator implements Allocator {
   }
 
   owns(ptr: DataPtr): boolean {
+    if (!(ptr instanceof DataPtr)) return false;
     return (this.onReleased !== undefined && ptr.deleter === this.#deleter) || (this.upstream.owns?.(ptr) ?? false);
   }
 

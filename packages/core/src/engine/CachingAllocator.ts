@@ -31,7 +31,7 @@ import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
-import { checkByteCount } from '../validation/validate.js';
+import { checkBoolean, checkByteCount, checkOptions } from '../validation/validate.js';
 import type { MemoryBackend, StreamId } from '../contracts/MemoryBackend.js';
 import type { MemorySnapshot, SnapshotFrame } from '../contracts/MemorySnapshot.js';
 import { Block, placementOf } from './Block.js';
@@ -196,6 +196,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
       this.#state.history = null;
       return;
     }
+    checkOptions('options', options, ['maxEntries', 'stacks']);
+    checkBoolean('options.stacks', options.stacks);
     const maxEntries = options.maxEntries ?? 10_000;
     if (!Number.isSafeInteger(maxEntries) || maxEntries < 1) throw new InvalidArgumentError('options.maxEntries', maxEntries, 'a positive integer');
     this.#state.history = new History({ ...options, maxEntries });
@@ -347,7 +349,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
     if (this.options.garbageCollectionThreshold > 0) pool.searchCount++;
     let block = pool.lowerBound(r.stream, r.size);
     if (block === undefined) return undefined;
-    if (block.segment.expandable) block = this.#expandable.bestFit(pool, block, r.size);
+    // Note [Best fit next to unmapped space]: PyTorch's rule for segments that unmap only under pressure.
+    if (block.segment.expandable && this.options.fragmentationLimit === Number.POSITIVE_INFINITY) block = this.#expandable.bestFit(pool, block, r.size);
     if (!maySplitFor(block.size, r.size, this.options.maxSplitSize)) return undefined;
     if (!this.options.splitBlocks && !block.segment.expandable && this.#shouldSplit(block, r.size)) return undefined;
     pool.remove(block);

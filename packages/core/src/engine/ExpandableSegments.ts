@@ -31,9 +31,12 @@ const PYTORCH_PAGE_BYTES = { small: 2 * 2 ** 20, large: 20 * 2 ** 20 } as const;
  * unmapped space (a gap, or the segment's unmapped end) as the block plus that space, and walks from the smallest
  * fitting block to larger ones while the next one measures less. A free block at the end of a segment therefore
  * serves a request only when no larger free block elsewhere fits: it stays free to grow into, and the segment
- * grows less often. The engine does the same in both presets: the pytorch preset's mappings are then PyTorch's (the
- * trace-parity test checks them on traces recorded with expandable segments), and on the must-match traces the rule
- * changes the best preset's peak reserved bytes by -0.1 to +0.1 % (`pnpm bench:cuda` measures the CUDA default).
+ * grows less often. The engine does the same where segments unmap only under pressure, as PyTorch's do (no
+ * `fragmentationLimit`: the pytorch preset and the CUDA default): the pytorch preset's mappings are then PyTorch's
+ * (the trace-parity test checks them on traces recorded with expandable segments), and `pnpm bench:cuda` measures
+ * the CUDA default with it. Where a fragmentation limit unmaps free pages eagerly (the best preset's default), the
+ * rule is off: it keeps the free end of a segment free, the limit unmaps it, and the next step maps it again (one
+ * map per step of a static-shape loop, TraceStaticShape.test.ts), so a request takes the smallest fitting block.
  * One difference from PyTorch remains: to remap unmapped space, PyTorch takes the lowest-address gap that fits (with
  * its free neighbours) and the engine the smallest one (#findGap). Gaps exist only after unmapping under pressure:
  * of the recorded traces only qwen3_train_expandable_3gpu_oom.dev1 unmaps, just before its out-of-memory error, and

@@ -70,8 +70,9 @@ export abstract class AllocatorBase<H> implements Allocator {
   /** Returns every resource to the device; called once, by the first `dispose()`. */
   protected abstract disposeResources(): void;
 
+  /** Whether this allocator made `ptr` (false for anything that is not a DataPtr). */
   owns(ptr: DataPtr): boolean {
-    return ptr.deleter === this.deleter;
+    return ptr instanceof DataPtr && ptr.deleter === this.deleter;
   }
 
   free(ptr: DataPtr): void {

@@ -847,6 +847,13 @@ describe('CachingAllocator#snapshot', () => {
     expect(() => allocator.recordHistory({ maxEntries: 0 })).to.throw(InvalidArgumentError);
   });
 
+  it('refuses history options that are not an options object with InvalidArgumentError, not a TypeError', () => {
+    const { allocator } = engine();
+    for (const bad of [null, 'on', { maxEntries: 4, stack: true }, { stacks: 'yes' }]) {
+      expect(() => allocator.recordHistory(bad as object), JSON.stringify(bad)).to.throw(InvalidArgumentError);
+    }
+  });
+
   it('puts the history of device N at device_traces[N], where PyTorch\'s memory viewer looks for it', () => {
     const allocator = new CachingAllocator(new VirtualMemoryBackend({ device: { type: 'virtual', index: 2 }, storeData: false }), { preset: 'pytorch' });
     allocator.recordHistory();
