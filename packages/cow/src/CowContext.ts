@@ -1,7 +1,7 @@
 import type { StorageImpl } from '@stowage/core';
 import type { Deleter } from '@stowage/core/plugin-kit';
-import { BeforeWrite } from '@stowage/core/plugin-kit';
-import type { WriteGuard } from '@stowage/core/plugin-kit';
+import { BeforeWrite, UNDERLYING } from '@stowage/core/plugin-kit';
+import type { UnderlyingContext, WriteGuard } from '@stowage/core/plugin-kit';
 import type { SharedCowPins } from './SharedCowPins.js';
 
 /** Word indices of a context's state. */
@@ -26,7 +26,7 @@ const EXCLUSIVE = -1;
  * received, plus one while this thread holds a sharing pin; the original deleter runs exactly once, when
  * refcount reaches 0 without a steal (through the pin's release when there is one).
  */
-export class CowContext implements WriteGuard {
+export class CowContext implements WriteGuard, UnderlyingContext {
   /** [refcount, lock]: lock > 0 is the number of copies in flight, EXCLUSIVE a steal, 0 free. */
   readonly state: Int32Array;
   readonly originalDeleter: Deleter | null;
@@ -59,6 +59,16 @@ export class CowContext implements WriteGuard {
     this.originalDeleter = init.originalDeleter;
     this.originalContext = init.originalContext;
     this.#materialize = init.materialize;
+  }
+
+  /**
+   * The allocator's deleter and context under this one while one pointer alone references the data (no clone, no
+   * sharing pin, no copy or steal in flight): its block is then that storage's again, and its allocator's services
+   * may describe and move it (Note [Sole references] in core's allocatorDeleters.ts). Null otherwise.
+   */
+  [UNDERLYING](): { readonly deleter: Deleter | null; readonly context: unknown } | null {
+    if (this.originalDeleter === null || Atomics.load(this.state, REFCOUNT) !== 1 || this.#pinnedBytes > 0 || Atomics.load(this.state, LOCK) !== 0) return null;
+    return { deleter: this.originalDeleter, context: this.originalContext };
   }
 
   /** References on the data, a sharing pin included. */

@@ -57,8 +57,9 @@ export class Residencies implements LmsController, MemoryReclaimer {
     return this.#devices.get(formatDevice(parseDevice(device)));
   }
 
+  /** @throws InvalidArgumentError for something that is not a device (the engines always pass theirs) */
   reclaim(device: Device, requestedBytes: number, target?: ReclaimTarget): number {
-    return this.#devices.get(formatDevice(device))?.reclaim(requestedBytes, target) ?? 0;
+    return this.#devices.get(formatDevice(parseDevice(device)))?.reclaim(requestedBytes, target) ?? 0;
   }
 
   /**

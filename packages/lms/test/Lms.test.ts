@@ -5,6 +5,8 @@ import type { LmsOptions, ReclaimCandidate, ReclaimRequest } from '@stowage/lms'
 import { LmsController, LmsPolicy, lms, LmsAllocator, StorageResidency, LruPolicy, pin } from '@stowage/lms';
 import { Residencies } from '@stowage/lms/testing';
 import { adaptorCases, patternBytes, VirtualMemoryBackend } from '@stowage/core/testing';
+import { LmsReclaimer } from '@stowage/core/plugin-kit';
+import { cow, isCowDataPtr, lazyClone } from '@stowage/cow';
 
 const MiB = 1 << 20;
 
@@ -481,6 +483,29 @@ describe('LMS', () => {
     });
   });
 
+  describe('with copy-on-write (Note [Sole references] in core)', () => {
+    it('never reclaims a storage while a lazy clone shares its block, and reclaims it again once the clone is released', async () => {
+      await using rt = await createRuntime({ plugins: [cpu({ limit: 24 * MiB }), lms(), cow()] });
+      const a = inactiveStorage(rt, 10 * MiB, 1);
+      const clone = lazyClone(a)!;
+      expect(isCowDataPtr(a.peekDataPtr())).to.equal(true);
+      pin(a).release();
+      const controller = resolve(rt.container, LmsController);
+      expect(controller.reclaimInactive(), 'a shared block is not the storage alone: nothing moves').to.equal(0);
+      expect(lmsOf(a).state).to.equal('inactive');
+      clone.release();
+      expect(isCowDataPtr(a.peekDataPtr()), 'still a COW pointer, now the only one').to.equal(true);
+      const b = inactiveStorage(rt, 10 * MiB, 2);
+      rt.storage(10 * MiB); // over the budget: a, the least recently unpinned, goes
+      expect(lmsOf(a).state).to.equal('reclaimed');
+      expect(lmsOf(b).state).to.equal('inactive');
+      pin(a).release(); // back, on a block of its own
+      expect(isCowDataPtr(a.peekDataPtr())).to.equal(false);
+      await expectBytes(rt, a, 1);
+      expect(stats(rt).reclaimed).to.be.at.least(1);
+    });
+  });
+
   describe('bad input', () => {
     it('refuses a reclaim or a lookup for something that is not a device', async () => {
       await using rt = await lmsRuntime(32 * MiB);
@@ -490,6 +515,7 @@ describe('LMS', () => {
         expect(() => controller.reclaimInactive(device as string), JSON.stringify(device)).to.throw(InvalidArgumentError);
         expect(() => controller.device(device as string), JSON.stringify(device)).to.throw(InvalidArgumentError);
       }
+      expect(() => resolve(rt.container, LmsReclaimer).reclaim({ type: 'gpu!', index: 0 }, 64), 'the reclaimer the engines call').to.throw(InvalidArgumentError);
       expect(controller.reclaimInactive('cuda:0'), 'a device without LMS frees nothing').to.equal(0);
       expect(controller.device('cpu')).to.not.equal(undefined);
     });
