@@ -1,7 +1,7 @@
 import type { Allocator, Device, DeviceLike, DeviceServices } from '@stowage/core';
 import type { LmsController } from './LmsController.js';
 import type { MemoryReclaimer, ReclaimTarget } from '@stowage/core/plugin-kit';
-import { BlockInspector, formatDevice, Pager, parseDevice } from '@stowage/core';
+import { BlockInspector, formatDevice, InvalidArgumentError, Pager, parseDevice } from '@stowage/core';
 import { LmsAllocator } from './LmsAllocator.js';
 import type { Residency } from './Residency.js';
 import { checkPolicy, type LmsPolicy } from './LmsPolicy.js';
@@ -14,7 +14,7 @@ import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
  * caching engine's out-of-memory chain calls `reclaim` on it.
  */
 export class Residencies implements LmsController, MemoryReclaimer {
-  readonly #devices = new Map<string, Residency>();
+  readonly #devices = new Map<string, { readonly residency: Residency; readonly allocator: Allocator }>();
   readonly #policyOf: () => LmsPolicy;
   readonly #speculation: SpeculationSettings;
 
@@ -47,19 +47,25 @@ export class Residencies implements LmsController, MemoryReclaimer {
     const inspector = services.get(BlockInspector);
     if (pager === undefined || inspector === undefined) return allocator;
     this.#policyOf(); // a policy registered in the runtime is checked now, when the first paging allocator is made
+    const key = formatDevice(device);
+    const held = this.#devices.get(key);
+    if (held !== undefined && !(held.allocator as Partial<{ isDisposed: boolean }>).isDisposed) {
+      // One residency per device: a second would take the device's reclaims and statistics from the first.
+      throw new InvalidArgumentError('allocator', `a second allocator for ${key}`, `one allocator per device under LMS: ${key} has one already (dispose it first)`);
+    }
     const wrapped = new LmsAllocator(allocator, pager, inspector, this.#policyOf, this.#speculation);
-    this.#devices.set(formatDevice(device), wrapped.lms);
+    this.#devices.set(key, { residency: wrapped.lms, allocator: wrapped });
     return wrapped;
   }
 
   /** LMS on `device`, or undefined when no allocator of it pages. */
   device(device: DeviceLike): Residency | undefined {
-    return this.#devices.get(formatDevice(parseDevice(device)));
+    return this.#devices.get(formatDevice(parseDevice(device)))?.residency;
   }
 
   /** @throws InvalidArgumentError for something that is not a device (the engines always pass theirs) */
   reclaim(device: Device, requestedBytes: number, target?: ReclaimTarget): number {
-    return this.#devices.get(formatDevice(parseDevice(device)))?.reclaim(requestedBytes, target) ?? 0;
+    return this.#devices.get(formatDevice(parseDevice(device)))?.residency.reclaim(requestedBytes, target) ?? 0;
   }
 
   /**
@@ -68,14 +74,14 @@ export class Residencies implements LmsController, MemoryReclaimer {
    * the same point of every iteration; a program that never calls it gets no predictions.
    */
   endIteration(): void {
-    for (const lms of this.#devices.values()) lms.endIteration();
+    for (const { residency } of this.#devices.values()) residency.endIteration();
   }
 
   /** Reclaims every inactive storage on `device` (every device when absent); returns the bytes freed. */
   reclaimInactive(device?: DeviceLike): number {
     if (device !== undefined) return this.device(device)?.reclaimAll() ?? 0;
     let freed = 0;
-    for (const lms of this.#devices.values()) freed += lms.reclaimAll();
+    for (const { residency } of this.#devices.values()) freed += residency.reclaimAll();
     return freed;
   }
 }

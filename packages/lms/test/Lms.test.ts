@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import type { AllocatorStats, Plugin, Runtime } from '@stowage/core';
+import type { AllocatorStats, Plugin, Runtime, Token } from '@stowage/core';
 import { BackendUnavailableError, CachingAllocator, CpuMemoryBackend, cpu, createRuntime, DeviceError, DisposedError, DisposeFailedError, wrapAllocators, InvalidArgumentError, OutOfMemoryError, resolve, StorageImpl, UseAfterReleaseError } from '@stowage/core';
 import type { LmsOptions, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
 import { LmsController, LmsPolicy, lms, LmsAllocator, StorageResidency, LruPolicy, pin } from '@stowage/lms';
@@ -480,6 +480,18 @@ describe('LMS', () => {
       expect(lmsOf(a).state).to.equal('inactive', 'nothing was reclaimed');
       await expectBytes(rt, a, 1);
       expect(rt.storage(1024).byteLength).to.equal(1024, 'an allocation that fits still works');
+    });
+  });
+
+  describe('one residency per device', () => {
+    it('refuses a second live allocator for a device rather than letting it take the first one\'s reclaims and statistics', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const first = rt.allocator('cpu');
+      const controller = resolve(rt.container, LmsController) as Residencies;
+      const services = { device: first.device, get: <T>(token: Token<T>): T | undefined => rt.service(token, 'cpu') };
+      using second = new CachingAllocator(new CpuMemoryBackend());
+      expect(() => controller.wrap(second, first.device, services)).to.throw(InvalidArgumentError, /one allocator per device under LMS: cpu:0/);
+      expect(controller.device('cpu')).to.equal((first as LmsAllocator).lms, 'the first keeps its residency');
     });
   });
 
