@@ -44,7 +44,7 @@ export class LmsAllocator extends ForwardingAllocator {
       throw error;
     }
     const source = lms.lastStep ?? (this.#segmentsReserved === reserved ? 'freelist' : this.#segmentsReleased === released ? 'device_alloc' : 'device_alloc_retry');
-    lms.stats.allocDistribution[source]++;
+    lms.stats.allocated(source);
     return ptr;
   }
 

@@ -45,100 +45,188 @@ export const SPECULATION_STAT_KEYS = [
  *   iterations whose sequence left every learned one (prediction stopped there, learning went on).
  */
 export class LmsStats {
-  pinned = 0;
-  pinnedPeak = 0;
-  pinnedAllocated = 0;
-  pinnedFreed = 0;
-  pinnedBytes = 0;
-  pinnedBytesPeak = 0;
-  pinnedBytesAllocated = 0;
-  pinnedBytesFreed = 0;
-  reclaimed = 0;
-  reclaimedBytes = 0;
-  hostBytes = 0;
-  hostBytesPeak = 0;
-  pageOut = 0;
-  pageOutBytes = 0;
-  pageOutRefused = 0;
-  pageIn = 0;
-  pageInBytes = 0;
-  waitMs = 0;
-  /** Speculation (Note [Speculation] in speculation/Speculation.ts). */
-  speculativePageOut = 0;
-  speculativePageOutBytes = 0;
-  speculativeHits = 0;
-  speculativeMisses = 0;
-  speculativeWastedBytes = 0;
-  prefetch = 0;
-  prefetchBytes = 0;
-  prefetchHits = 0;
-  prefetchWastedBytes = 0;
-  iterations = 0;
-  iterationsPredicted = 0;
-  predictionFallbacks = 0;
-  readonly allocDistribution: Record<AllocSource, number> = { freelist: 0, device_alloc: 0, reclaim_one: 0, reclaim_fragments: 0, reclaim_all: 0, device_alloc_retry: 0 };
+  #pinned = 0;
+  #pinnedPeak = 0;
+  #pinnedAllocated = 0;
+  #pinnedFreed = 0;
+  #pinnedBytes = 0;
+  #pinnedBytesPeak = 0;
+  #pinnedBytesAllocated = 0;
+  #pinnedBytesFreed = 0;
+  #reclaimed = 0;
+  #reclaimedBytes = 0;
+  #hostBytes = 0;
+  #hostBytesPeak = 0;
+  #pageOut = 0;
+  #pageOutBytes = 0;
+  #pageOutRefused = 0;
+  #pageIn = 0;
+  #pageInBytes = 0;
+  #waitMs = 0;
+  #speculativePageOut = 0;
+  #speculativePageOutBytes = 0;
+  #speculativeHits = 0;
+  #speculativeMisses = 0;
+  #speculativeWastedBytes = 0;
+  #prefetch = 0;
+  #prefetchBytes = 0;
+  #prefetchHits = 0;
+  #prefetchWastedBytes = 0;
+  #iterations = 0;
+  #iterationsPredicted = 0;
+  #predictionFallbacks = 0;
+  readonly #allocDistribution: Record<AllocSource, number> = { freelist: 0, device_alloc: 0, reclaim_one: 0, reclaim_fragments: 0, reclaim_all: 0, device_alloc_retry: 0 };
 
+  /** Storages pinned now. */
+  get pinned(): number {
+    return this.#pinned;
+  }
+
+  /** Bytes of the storages pinned now. */
+  get pinnedBytes(): number {
+    return this.#pinnedBytes;
+  }
+
+  /** Storages reclaimed so far (Speculation reads it to tell whether a reclaim happened since it last looked). */
+  get reclaimed(): number {
+    return this.#reclaimed;
+  }
+
+  /** Bytes in host memory now: reclaimed storages' bytes and clean host copies. */
+  get hostBytes(): number {
+    return this.#hostBytes;
+  }
+
+  /** A storage's pin count went from zero to one. */
   pin(bytes: number): void {
-    this.pinned++;
-    this.pinnedAllocated++;
-    if (this.pinned > this.pinnedPeak) this.pinnedPeak = this.pinned;
-    this.pinnedBytes += bytes;
-    this.pinnedBytesAllocated += bytes;
-    if (this.pinnedBytes > this.pinnedBytesPeak) this.pinnedBytesPeak = this.pinnedBytes;
+    this.#pinned++;
+    this.#pinnedAllocated++;
+    if (this.#pinned > this.#pinnedPeak) this.#pinnedPeak = this.#pinned;
+    this.#pinnedBytes += bytes;
+    this.#pinnedBytesAllocated += bytes;
+    if (this.#pinnedBytes > this.#pinnedBytesPeak) this.#pinnedBytesPeak = this.#pinnedBytes;
   }
 
+  /** A storage's last pin ended (`bytes`: what its pin counted). */
   unpin(bytes: number): void {
-    this.pinned--;
-    this.pinnedFreed++;
-    this.pinnedBytes -= bytes;
-    this.pinnedBytesFreed += bytes;
+    this.#pinned--;
+    this.#pinnedFreed++;
+    this.#pinnedBytes -= bytes;
+    this.#pinnedBytesFreed += bytes;
   }
 
-  addHost(bytes: number): void {
-    this.hostBytes += bytes;
-    if (this.hostBytes > this.hostBytesPeak) this.hostBytesPeak = this.hostBytes;
+  /** An allocation on the device was served by `source`. */
+  allocated(source: AllocSource): void {
+    this.#allocDistribution[source]++;
+  }
+
+  /** A storage of `bytes` was reclaimed. */
+  reclaim(bytes: number): void {
+    this.#reclaimed++;
+    this.#reclaimedBytes += bytes;
+  }
+
+  /** A page-out of `bytes` started (`speculative`: at an unpin, ahead of a predicted reclaim); its copy is host bytes. */
+  pageOut(bytes: number, speculative: boolean): void {
+    this.#pageOut++;
+    this.#pageOutBytes += bytes;
+    if (speculative) {
+      this.#speculativePageOut++;
+      this.#speculativePageOutBytes += bytes;
+    }
+    this.#hostBytes += bytes;
+    if (this.#hostBytes > this.#hostBytesPeak) this.#hostBytesPeak = this.#hostBytes;
+  }
+
+  /** The device refused a page-out for lack of room (Note [Page-outs the device refuses] in Residency.ts). */
+  pageOutRefused(): void {
+    this.#pageOutRefused++;
+  }
+
+  /** A page-in of `bytes` started (`prefetch`: ahead of a predicted pin). */
+  pageIn(bytes: number, prefetch: boolean): void {
+    this.#pageIn++;
+    this.#pageInBytes += bytes;
+    if (prefetch) {
+      this.#prefetch++;
+      this.#prefetchBytes += bytes;
+    }
+  }
+
+  /** A host copy of `bytes` was dropped (`wasted`: a speculative copy no reclaim used). */
+  dropHost(bytes: number, wasted: boolean): void {
+    this.#hostBytes -= bytes;
+    if (wasted) this.#speculativeWastedBytes += bytes;
+  }
+
+  /** A reclaim found a speculative copy ready (`hit`) or had to copy although speculation pages out (a miss). */
+  speculation(hit: boolean): void {
+    if (hit) this.#speculativeHits++;
+    else this.#speculativeMisses++;
+  }
+
+  /** A pin found its storage prefetched. */
+  prefetchHit(): void {
+    this.#prefetchHits++;
+  }
+
+  /** A prefetched storage of `bytes` was reclaimed again or released before its pin. */
+  prefetchWasted(bytes: number): void {
+    this.#prefetchWastedBytes += bytes;
+  }
+
+  /** The program waited `ms` for a transfer. */
+  waited(ms: number): void {
+    this.#waitMs += ms;
+  }
+
+  /** An iteration boundary; whether the iteration followed a learned sequence to the end, or left every one. */
+  iteration(predicted: boolean, diverged: boolean): void {
+    this.#iterations++;
+    if (predicted) this.#iterationsPredicted++;
+    if (diverged) this.#predictionFallbacks++;
   }
 
   resetPeaks(): void {
-    this.pinnedPeak = this.pinned;
-    this.pinnedBytesPeak = this.pinnedBytes;
-    this.hostBytesPeak = this.hostBytes;
+    this.#pinnedPeak = this.#pinned;
+    this.#pinnedBytesPeak = this.#pinnedBytes;
+    this.#hostBytesPeak = this.#hostBytes;
   }
 
   toRecord(): Record<string, number> {
     const record: Record<string, number> = {
-      'pinned.all.current': this.pinned,
-      'pinned.all.peak': this.pinnedPeak,
-      'pinned.all.allocated': this.pinnedAllocated,
-      'pinned.all.freed': this.pinnedFreed,
-      'pinned_bytes.all.current': this.pinnedBytes,
-      'pinned_bytes.all.peak': this.pinnedBytesPeak,
-      'pinned_bytes.all.allocated': this.pinnedBytesAllocated,
-      'pinned_bytes.all.freed': this.pinnedBytesFreed,
-      reclaimed: this.reclaimed,
-      reclaimed_bytes: this.reclaimedBytes,
-      'host_bytes.all.current': this.hostBytes,
-      'host_bytes.all.peak': this.hostBytesPeak,
-      page_out: this.pageOut,
-      page_out_bytes: this.pageOutBytes,
-      page_out_refused: this.pageOutRefused,
-      page_in: this.pageIn,
-      page_in_bytes: this.pageInBytes,
-      transfer_wait_ms: this.waitMs,
-      speculative_page_out: this.speculativePageOut,
-      speculative_page_out_bytes: this.speculativePageOutBytes,
-      speculative_hits: this.speculativeHits,
-      speculative_misses: this.speculativeMisses,
-      speculative_wasted_bytes: this.speculativeWastedBytes,
-      prefetch: this.prefetch,
-      prefetch_bytes: this.prefetchBytes,
-      prefetch_hits: this.prefetchHits,
-      prefetch_wasted_bytes: this.prefetchWastedBytes,
-      iterations: this.iterations,
-      iterations_predicted: this.iterationsPredicted,
-      prediction_fallbacks: this.predictionFallbacks,
+      'pinned.all.current': this.#pinned,
+      'pinned.all.peak': this.#pinnedPeak,
+      'pinned.all.allocated': this.#pinnedAllocated,
+      'pinned.all.freed': this.#pinnedFreed,
+      'pinned_bytes.all.current': this.#pinnedBytes,
+      'pinned_bytes.all.peak': this.#pinnedBytesPeak,
+      'pinned_bytes.all.allocated': this.#pinnedBytesAllocated,
+      'pinned_bytes.all.freed': this.#pinnedBytesFreed,
+      reclaimed: this.#reclaimed,
+      reclaimed_bytes: this.#reclaimedBytes,
+      'host_bytes.all.current': this.#hostBytes,
+      'host_bytes.all.peak': this.#hostBytesPeak,
+      page_out: this.#pageOut,
+      page_out_bytes: this.#pageOutBytes,
+      page_out_refused: this.#pageOutRefused,
+      page_in: this.#pageIn,
+      page_in_bytes: this.#pageInBytes,
+      transfer_wait_ms: this.#waitMs,
+      speculative_page_out: this.#speculativePageOut,
+      speculative_page_out_bytes: this.#speculativePageOutBytes,
+      speculative_hits: this.#speculativeHits,
+      speculative_misses: this.#speculativeMisses,
+      speculative_wasted_bytes: this.#speculativeWastedBytes,
+      prefetch: this.#prefetch,
+      prefetch_bytes: this.#prefetchBytes,
+      prefetch_hits: this.#prefetchHits,
+      prefetch_wasted_bytes: this.#prefetchWastedBytes,
+      iterations: this.#iterations,
+      iterations_predicted: this.#iterationsPredicted,
+      prediction_fallbacks: this.#predictionFallbacks,
     };
-    for (const source of ALLOC_SOURCES) record[`alloc_distribution.${source}`] = this.allocDistribution[source];
+    for (const source of ALLOC_SOURCES) record[`alloc_distribution.${source}`] = this.#allocDistribution[source];
     return record;
   }
 }

@@ -94,7 +94,7 @@ export class Residency {
 
   /** Notes a page-out the pager refused (Note [Page-outs the device refuses]). */
   pageOutRefused(): void {
-    this.stats.pageOutRefused++;
+    this.stats.pageOutRefused();
     this.#refusedSinceSettled = true;
   }
 
@@ -104,7 +104,7 @@ export class Residency {
     if (this.#inFlight.size === 0) return;
     const start = performance.now();
     while (this.#inFlight.size > 0) await Promise.all([...this.#inFlight]);
-    this.stats.waitMs += performance.now() - start;
+    this.stats.waited(performance.now() - start);
   }
 
   /**
@@ -121,8 +121,8 @@ export class Residency {
 
   /** The end of one iteration of the program's loop (LmsController#endIteration): learns it. */
   endIteration(): void {
-    this.stats.iterations++;
-    this.learner?.endIteration();
+    const learned = this.learner?.endIteration();
+    this.stats.iteration(learned?.predicted ?? false, learned?.diverged ?? false);
   }
 
   get policy(): LmsPolicy {

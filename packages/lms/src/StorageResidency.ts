@@ -108,7 +108,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
       return false;
     }
     const device = this.lmsDevice;
-    const pagedIn = this.#state === 'reclaimed' ? this.#pageIn() : 0; // throws before anything changes
+    const pagedIn = this.#state === 'reclaimed' ? this.#pageIn(false) : 0; // throws before anything changes
     if (this.#pins > 0) {
       this.#pins++; // pinned while it was being brought back (a listener): that pin made it active
       return false;
@@ -121,7 +121,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     device.stats.pin(this.#pinnedBytes);
     if (this.#prefetched) {
       this.#prefetched = false;
-      device.stats.prefetchHits++;
+      device.stats.prefetchHit();
     }
     device.notifyPolicy('onPin', this.storage);
     if (pagedIn > 0) device.emitPagedIn(this.storage, pagedIn);
@@ -155,7 +155,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
   access(write: boolean): void {
     if (this.#released) return; // the storage reports its own use after release
     if (this.#state === 'reclaimed') {
-      const pagedIn = this.#pageIn();
+      const pagedIn = this.#pageIn(false);
       if (this.#state === 'reclaimed') {
         this.#state = 'inactive';
         this.lmsDevice.list.pushBack(this);
@@ -172,7 +172,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     const stats = this.lmsDevice.stats;
     const start = performance.now();
     return host.done.then(() => {
-      stats.waitMs += performance.now() - start;
+      stats.waited(performance.now() - start);
     });
   }
 
@@ -200,7 +200,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     const byteLength = this.storage.byteLength;
     return host.done.then(
       (bytes) => {
-        stats.waitMs += performance.now() - start;
+        stats.waited(performance.now() - start);
         return bytes.slice();
       },
       (error: unknown) => {
@@ -242,10 +242,8 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     const device = this.lmsDevice;
     const ptr = this.storage.peekDataPtr();
     if (device.inspector.describeBlock(ptr) === undefined) return true;
-    if (!this.#startPageOut(ptr)) return false; // no room for the copy now: the reclaim makes it, if one comes
+    if (!this.#startPageOut(ptr, true)) return false; // no room for the copy now: the reclaim makes it, if one comes
     this.#hostUnusedSpeculation = true;
-    device.stats.speculativePageOut++;
-    device.stats.speculativePageOutBytes += ptr.byteLength;
     return true;
   }
 
@@ -258,14 +256,12 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
   prefetch(): boolean {
     if (this.#state !== 'reclaimed' || this.#released || !this.hostCopyReady) return false;
     const device = this.lmsDevice;
-    const pagedIn = this.#pageIn();
+    const pagedIn = this.#pageIn(true);
     if (pagedIn === 0 || this.#state !== 'reclaimed') return false;
     this.#state = 'inactive';
     device.list.pushBack(this);
     this.unpinnedAt = ++device.unpinClock;
     this.#prefetched = true;
-    device.stats.prefetch++;
-    device.stats.prefetchBytes += pagedIn;
     device.emitPagedIn(this.storage, pagedIn);
     return true;
   }
@@ -292,19 +288,18 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     const bytes = ptr.byteLength;
     const copied = this.#host === null;
     if (copied) {
-      if (!this.#startPageOut(ptr)) return 0;
-      if (device.speculation.pageOut) device.stats.speculativeMisses++;
+      if (!this.#startPageOut(ptr, false)) return 0;
+      if (device.speculation.pageOut) device.stats.speculation(false);
     } else if (this.#hostUnusedSpeculation) {
       this.#hostUnusedSpeculation = false;
-      device.stats.speculativeHits++;
+      device.stats.speculation(true);
     }
     this.#dropPrefetch();
     this.reclaimPredicted = false;
     device.list.remove(this);
     this.#state = 'reclaimed';
     device.rememberReclaimed(this);
-    device.stats.reclaimed++;
-    device.stats.reclaimedBytes += bytes;
+    device.stats.reclaim(bytes);
     // Note [Paging in device order] in core's Pager: the copy is ordered before any later use of the block.
     ptr.letGo(storage);
     ptr.release();
@@ -315,10 +310,10 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
   }
 
   /**
-   * Enqueues the page-out of `ptr` (this storage's pointer) as the host copy, counted in the device's stats; false,
-   * changing nothing, when the pager refused it.
+   * Enqueues the page-out of `ptr` (this storage's pointer) as the host copy, counted in the device's stats
+   * (`speculative`: at an unpin, ahead of a predicted reclaim); false, changing nothing, when the pager refused it.
    */
-  #startPageOut(ptr: DataPtr): boolean {
+  #startPageOut(ptr: DataPtr, speculative: boolean): boolean {
     const device = this.lmsDevice;
     const host = device.pager.pageOut(ptr);
     if (host === null) {
@@ -331,9 +326,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     host.done.catch((error: unknown) => {
       if (this.#host === host) this.#hostFailure = error;
     });
-    device.stats.pageOut++;
-    device.stats.pageOutBytes += ptr.byteLength;
-    device.stats.addHost(ptr.byteLength);
+    device.stats.pageOut(ptr.byteLength, speculative);
     return true;
   }
 
@@ -341,7 +334,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
   #dropPrefetch(): void {
     if (!this.#prefetched) return;
     this.#prefetched = false;
-    this.lmsDevice.stats.prefetchWastedBytes += this.storage.byteLength;
+    this.lmsDevice.stats.prefetchWasted(this.storage.byteLength);
   }
 
   /**
@@ -350,7 +343,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
    * it throws: PageInPendingError while the bytes are in flight; DeviceError when the page-out failed (the bytes
    * are lost); OutOfMemoryError when the device has no room even after reclaiming other storages.
    */
-  #pageIn(): number {
+  #pageIn(prefetch: boolean): number {
     const bytes = this.#host!.bytes;
     const storage = this.storage;
     if (bytes === null) {
@@ -374,19 +367,15 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     }
     storage.setDataPtr(ptr);
     device.forgetReclaimed(this);
-    device.stats.pageIn++;
-    device.stats.pageInBytes += bytes.byteLength;
+    device.stats.pageIn(bytes.byteLength, prefetch);
     return bytes.byteLength;
   }
 
   #dropHostCopy(): void {
     const stats = this.lmsDevice.stats;
     if (this.#host!.bytes === null) this.#host!.cancel?.(); // in flight: its device memory (staging) goes back now
-    stats.hostBytes -= this.#host!.byteLength;
-    if (this.#hostUnusedSpeculation) {
-      this.#hostUnusedSpeculation = false;
-      stats.speculativeWastedBytes += this.#host!.byteLength;
-    }
+    stats.dropHost(this.#host!.byteLength, this.#hostUnusedSpeculation);
+    this.#hostUnusedSpeculation = false;
     this.#host = null;
   }
 }

@@ -742,9 +742,9 @@ describe('LMS', () => {
         const controller = resolve(rt.container, LmsController);
         controller.reclaimInactive();
         const device = controller.device({ type: 'cpu', index: 0 })!;
-        expect(device.stats.hostBytes).to.equal(4 * MiB);
+        expect(device.stats.toRecord()['host_bytes.all.current']).to.equal(4 * MiB);
         await rt.dispose();
-        expect(device.stats.hostBytes).to.equal(0);
+        expect(device.stats.toRecord()['host_bytes.all.current']).to.equal(0);
         expect(device.reclaimedStorages.size).to.equal(0);
       });
     });

@@ -83,13 +83,11 @@ export class Speculation {
     if (this.#floor !== null) this.#freedForPrefetch += lms.storage.byteLength;
   }
 
-  endIteration(): void {
+  /** Learns the iteration that ended; says whether it followed a learned sequence to the end, or left every one. */
+  endIteration(): { readonly predicted: boolean; readonly diverged: boolean } {
     this.#scannedTo = 0;
     this.#scannedAtReclaims = -1;
-    const { predicted, diverged } = this.history.endIteration();
-    const stats = this.device.stats;
-    if (predicted) stats.iterationsPredicted++;
-    if (diverged) stats.predictionFallbacks++;
+    return this.history.endIteration();
   }
 
   /**
