@@ -65,25 +65,40 @@ export function queueChannel(transport: QueueTransport): QueueChannel {
 }
 
 function portChannel(port: MessagePort): QueueChannel {
+  // A closed port drops what is posted; the queue learns of it through 'close'. The queue owns its port.
+  return messageChannel(port, 'close', () => true, { close: () => port.close(), ref: () => port.ref(), unref: () => port.unref() });
+}
+
+/** A Worker's own port: the queue listens until the worker exits, and never terminates it (the caller owns it). */
+function workerChannel(worker: Worker): QueueChannel {
+  // The worker's reference to the event loop is its owner's to set; the queue's listeners add none.
+  return messageChannel(worker, 'exit', () => worker.threadId !== -1, { close: () => {}, ref: () => {}, unref: () => {} });
+}
+
+/** The channel over what posts structured-clone messages within this process: a MessagePort or a Worker. */
+function messageChannel(
+  target: MessagePort | Worker,
+  closeEvent: 'close' | 'exit',
+  isOpen: () => boolean,
+  ownership: Pick<QueueChannel, 'close' | 'ref' | 'unref'>,
+): QueueChannel {
   let listeners: { message: (m: unknown) => void; close: () => void } | undefined;
   return {
     crossesProcesses: false,
     exclusive: true,
-    isOpen: () => true, // a closed port drops what is posted; the queue learns of it through 'close'
-    post: (message, transfer) => port.postMessage(message, transfer === undefined ? undefined : [...transfer]),
+    isOpen,
+    post: (message, transfer) => target.postMessage(message, transfer === undefined ? undefined : [...transfer]),
     listen(onMessage, onClose) {
       listeners = { message: onMessage, close: onClose };
-      port.on('message', onMessage);
-      port.on('close', onClose);
+      target.on('message', onMessage);
+      target.on(closeEvent, onClose);
     },
     unlisten() {
       if (listeners === undefined) return;
-      port.off('message', listeners.message);
-      port.off('close', listeners.close);
+      target.off('message', listeners.message);
+      target.off(closeEvent, listeners.close);
     },
-    close: () => port.close(),
-    ref: () => port.ref(),
-    unref: () => port.unref(),
+    ...ownership,
   };
 }
 
@@ -100,31 +115,6 @@ function serializationOf(process: object): 'json' | 'advanced' | undefined {
   if (names.includes('kJSONBuffer')) return 'json';
   if (names.includes('kMessageBuffer')) return 'advanced';
   return undefined;
-}
-
-/** A Worker's own port: the queue listens until the worker exits, and never terminates it (the caller owns it). */
-function workerChannel(worker: Worker): QueueChannel {
-  let listeners: { message: (m: unknown) => void; close: () => void } | undefined;
-  return {
-    crossesProcesses: false,
-    exclusive: true,
-    isOpen: () => worker.threadId !== -1, // -1 once the worker exited
-    post: (message, transfer) => worker.postMessage(message, transfer === undefined ? undefined : [...transfer]),
-    listen(onMessage, onClose) {
-      listeners = { message: onMessage, close: onClose };
-      worker.on('message', onMessage);
-      worker.on('exit', onClose);
-    },
-    unlisten() {
-      if (listeners === undefined) return;
-      worker.off('message', listeners.message);
-      worker.off('exit', listeners.close);
-    },
-    close: () => {},
-    // The worker's reference to the event loop is its owner's to set; the queue's listeners add none.
-    ref: () => {},
-    unref: () => {},
-  };
 }
 
 function processChannel(p: ProcessLike): QueueChannel {
