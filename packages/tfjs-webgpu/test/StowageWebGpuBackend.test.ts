@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs-core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { createRuntime, cpu, StowageError, StorageImpl, wrapAllocators } from '@stowage/core';
+import { createRuntime, cpu, OutOfMemoryError, StowageError, StorageImpl, wrapAllocators } from '@stowage/core';
 import { adaptorCases } from '@stowage/core/testing';
 import { webgpu } from '@stowage/allocator-webgpu';
 import { registerStowageWebGpuBackend, StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
@@ -110,6 +110,48 @@ describe('StowageWebGpuBackend', function () {
         tf.dispose([x, z]);
       });
     });
+  });
+
+  describe('#runWebGPUProgram', () => {
+    for (const [kind, aShape, bShape] of [['batched', [2, 1024, 256], [2, 256, 1024]]] as const) {
+      it(`leaves nothing behind when a ${kind} matMul fails for lack of memory: emptyCache() gives the allocator and the device back the bytes they held before`, async () => {
+        const counter = new DeviceMemoryCounter(context.device).install();
+        const runtime = await createRuntime({ plugins: [webgpu({ device: context.device, limit: '8MiB' })] });
+        try {
+          await registerStowageWebGpuBackend(runtime, { gpu: context.keepAlive });
+          expect(await tf.setBackend('webgpu')).to.equal(true);
+          const allocator = runtime.allocator('webgpu');
+          const held = () => {
+            allocator.emptyCache();
+            const stats = allocator.memoryStats();
+            return { allocated: stats['allocated_bytes.all.current'], reserved: stats['reserved_bytes.all.current'], device: counter.liveBytes, tensors: tf.memory().numTensors };
+          };
+          const inputs = async () => {
+            const a = tf.fill([...aShape], 0.5);
+            const b = tf.fill([...bShape], 2);
+            await Promise.all([a.data(), b.data()]);
+            return [a, b] as const;
+          };
+          const [a0, b0] = await inputs(); // the device's buffers of a first run (staging, uniforms) are made
+          tf.dispose([a0, b0]);
+          const empty = held();
+          const [a, b] = await inputs();
+          const before = held();
+          expect(() => tf.matMul(a, b), 'the output does not fit in 8 MiB').to.throw(OutOfMemoryError);
+          expect(held(), 'with the inputs alive').to.deep.equal(before);
+          tf.dispose([a, b]);
+          expect(held(), 'once the inputs are disposed').to.deep.equal(empty);
+          const [c, d] = await inputs();
+          const product = tf.matMul(tf.slice(c, [0, 0, 0], [1, 16, aShape[2]]), tf.slice(d, [0, 0, 0], [1, bShape[1], 16]));
+          expect((await product.data())[0], 'the backend computes on').to.equal(aShape[2]);
+          tf.dispose([c, d, product]);
+        } finally {
+          tf.removeBackend('webgpu');
+          await runtime.dispose();
+          counter.uninstall();
+        }
+      });
+    }
   });
 
   describe('#tensorToBinding', () => {
