@@ -72,6 +72,8 @@ const DEFAULT_FIRST_UNIFORM_SEGMENT_BYTES = 16 * KiB;
 const DEFAULT_SEGMENT_GROWTH = 0.5;
 /** Below this many reserved bytes of its class, a new segment is as large as what the class reserved. */
 const DEFAULT_DOUBLING_BELOW_BYTES = 4 * MiB;
+/** The share of what a usage class has reserved that its next segment takes past the minimum, until it is the minimum. */
+const DEFAULT_GROWTH_PAST_MINIMUM = 1 / 8;
 
 /** How WebGPU segments are sized (Note [WebGPU segment sizing]); every field has the default named beside it. */
 export interface WebGpuSegmentSizing {
@@ -88,6 +90,11 @@ export interface WebGpuSegmentSizing {
   readonly growth?: number;
   /** Below this many reserved bytes of its class, a new segment is as large as what the class reserved. Default 4 MiB. */
   readonly doublingBelowBytes?: number;
+  /**
+   * Once a class reserved the minimum, the share of its reserved bytes a new segment takes (in 2 MiB steps), until
+   * that share is the minimum. Default 1/8.
+   */
+  readonly growthPastMinimum?: number;
 }
 
 /**
@@ -101,7 +108,8 @@ export interface WebGpuSegmentSizing {
  *   reserves its first 48 MiB in growing pieces, so that a small program makes a few segments, its last one at
  *   most half (a third, past 4 MiB) of what it reserved, and a large program's segments from 48 MiB on fall where
  *   a fixed 48 MiB minimum puts them;
- * - from R = 48 MiB on a new segment is the minimum, growing to a sixteenth of R, at most maxBufferSize;
+ * - from R = 48 MiB on a new segment is an eighth of R (in 2 MiB steps: 6 MiB at 48 MiB) until that is the
+ *   minimum (R = 384 MiB), then the minimum, growing to a sixteenth of R, at most maxBufferSize;
  * - a request larger than half the segment its class would get now (half the minimum at most) gets a segment of
  *   its own size, as PyTorch gives requests over half its 20 MiB segments their own: placed in a shared segment,
  *   it would leave a remainder too small for another tensor of its size;
@@ -112,7 +120,11 @@ export interface WebGpuSegmentSizing {
  *
  * Fewer, larger segments mean fewer createBuffer calls but more memory left over when a program's peak ends
  * partway into its last segment; without knowing the peak in advance, no schedule keeps both small on every
- * program. Memory comes first: it is what a budget runs out of, and on software drivers what the cold pass pays
+ * program. Past the first minimum the segments grow by an eighth: a program whose tensors peak between 48 MiB and
+ * a few hundred (tfjs's real models: 50–150 MB) then ends at most an eighth past what its blocks span, where a
+ * whole 48 MiB segment would have decided its peak (it doubled the reserved bytes of a model that needed just
+ * over 48 MiB, and put it above stock tfjs's own pool); the pieces from 48 to 384 MiB cost a dozen more
+ * createBuffer calls than 48 MiB segments would. Memory comes first: it is what a budget runs out of, and on software drivers what the cold pass pays
  * for (per byte: the pieces cost a large program up to a dozen more createBuffer calls, not more bytes). The
  * minimum is the size that keeps peak reserved memory within the WebGPU issue's target on the most replayed
  * traces, and the pieces keep that count. The first size and the doubling are the least that keep tfjs's small models
@@ -124,16 +136,19 @@ export function webGpuSegmentSize(maxBufferSize: number, sizing: WebGpuSegmentSi
   const minimumBytes = sizing.minimumSegmentBytes ?? DEFAULT_MIN_SEGMENT_BYTES;
   const growth = sizing.growth ?? DEFAULT_SEGMENT_GROWTH;
   const doublingBelowBytes = sizing.doublingBelowBytes ?? DEFAULT_DOUBLING_BELOW_BYTES;
+  const growthPastMinimum = sizing.growthPastMinimum ?? DEFAULT_GROWTH_PAST_MINIMUM;
   const firstBytes = Math.min(minimumBytes, sizing.firstSegmentBytes ?? DEFAULT_FIRST_SEGMENT_BYTES);
   const firstUniformBytes = Math.min(minimumBytes, sizing.firstUniformSegmentBytes ?? DEFAULT_FIRST_UNIFORM_SEGMENT_BYTES);
   return (roundedBytes, _reservedBytes, { kind, kindReservedBytes }) => {
     const first = kind === USAGE_KINDS.uniform ? firstUniformBytes : firstBytes;
-    // Until the class has reserved one minimum, its segments are pieces of it: none crosses it. A first size of the
-    // minimum is the fixed rule: no pieces.
+    // Until the class has reserved one minimum, its segments are pieces of it: none crosses it; then they grow by
+    // an eighth until that is the minimum. A first size of the minimum is the fixed rule: no pieces.
+    const pieces = first < minimumBytes;
+    const grown = Math.ceil(kindReservedBytes / 16 / (2 * MiB)) * 2 * MiB;
     const shared =
-      kindReservedBytes < minimumBytes && first < minimumBytes
+      kindReservedBytes < minimumBytes && pieces
         ? Math.min(minimumBytes - kindReservedBytes, Math.max(first, roundUpToStep(kindReservedBytes * (kindReservedBytes < doublingBelowBytes ? 1 : growth))))
-        : Math.max(minimumBytes, Math.ceil(kindReservedBytes / 16 / (2 * MiB)) * 2 * MiB);
+        : Math.max(pieces ? Math.min(minimumBytes, Math.ceil((kindReservedBytes * growthPastMinimum) / (2 * MiB)) * 2 * MiB) : minimumBytes, grown);
     const ownAbove = Math.min(shared, minimumBytes) / 2;
     return Math.min(maxBufferSize, roundedBytes > ownAbove ? roundUpToStep(roundedBytes) : shared);
   };
