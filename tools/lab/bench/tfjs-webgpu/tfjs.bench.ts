@@ -22,7 +22,9 @@
 // buffers included); peak live tensor bytes are tfjs's `numBytesInGPU` sampled after each
 // step. Options: --steps N (timed steps after 2 untimed; default 10), --models a,b (none: only the kernels), --kernels
 // matMul,conv2d,add (none: only the models), --lms-steps N (default 5; 0: no LMS lines), --only-lms, --real a,b (the
-// real models to run; default all; '' none), --real-predictions N (default 3).
+// real models to run; default all; '' none), --real-predictions N (timed, after the untimed first; default 3; 0:
+// peaks only), --real-backends (default stock,stowage; `stowage-former`: the segment rule before segments grew by
+// an eighth past 48 MiB, growthPastMinimum 1).
 import 'reflect-metadata';
 import { parseArgs } from 'node:util';
 import * as tf from '@tensorflow/tfjs-core';
@@ -36,7 +38,7 @@ import { budgetAt, DeviceMemoryCounter, inStepWorkingSet, isSameRun, MODELS, pre
 import { loadRealModel, registerTfjsGradients } from '@stowage/lab/tfjs/node';
 
 const BACKENDS = ['stock', 'stock-read_write', 'stowage', 'stowage-48MiB'] as const;
-type BackendName = (typeof BACKENDS)[number];
+type BackendName = (typeof BACKENDS)[number] | 'stowage-former';
 const MiB = 2 ** 20;
 
 const { values } = parseArgs({
@@ -48,6 +50,7 @@ const { values } = parseArgs({
     'lms-steps': { type: 'string', default: '5' },
     'only-lms': { type: 'boolean', default: false },
     real: { type: 'string' },
+    'real-backends': { type: 'string', default: 'stock,stowage' },
     'real-predictions': { type: 'string', default: '3' },
   },
 });
@@ -72,7 +75,13 @@ async function useBackend(name: BackendName): Promise<Runtime | undefined> {
     const counts = { shaders: 0, rewrittenDeclarations: 0, aliasCopies: 0, aliasCopyBytes: 0 };
     tf.registerBackend('webgpu', () => new WebGPUBackend(readWriteStorageDevice(device, counts)));
   } else {
-    const engine = name === 'stowage-48MiB' ? webGpuEngineDefaults({ maxBufferSize: device.limits.maxBufferSize, firstSegmentBytes: 48 * MiB }) : {};
+    const maxBufferSize = device.limits.maxBufferSize;
+    const engine =
+      name === 'stowage-48MiB'
+        ? webGpuEngineDefaults({ maxBufferSize, firstSegmentBytes: 48 * MiB })
+        : name === 'stowage-former'
+          ? webGpuEngineDefaults({ maxBufferSize, growthPastMinimum: 1 })
+          : {};
     runtime = await createRuntime({ plugins: [webgpu({ device, limit: '2GiB', ...engine })] });
     await registerStowageWebGpuBackend(runtime, { gpu: context.keepAlive });
   }
@@ -192,11 +201,11 @@ for (const { name: modelName, make } of values['only-lms'] ? [] : models) {
   });
 }
 // Real pretrained models: peak device bytes, buffers made and time per prediction, stock against Stowage.
-const realSummaries: Record<string, number | boolean | string>[] = [];
+const realSummaries: Record<string, number | boolean | string | null>[] = [];
 for (const real of values['only-lms'] ? [] : realModels) {
   const lines = new Map<BackendName, Record<string, number>>();
   const runs = new Map<BackendName, RealModelRun>();
-  for (const backendName of ['stock', 'stowage'] as const) {
+  for (const backendName of values['real-backends'].split(',') as BackendName[]) {
     const counter = new DeviceMemoryCounter(device).install();
     const runtime = await useBackend(backendName);
     const backend = tf.backend();
@@ -205,7 +214,7 @@ for (const real of values['only-lms'] ? [] : realModels) {
     const started = performance.now();
     for (let i = 0; i < realPredictions; i++) await predictRealModel(real, graph);
     const line: Record<string, number> = {
-      msPerPrediction: Math.round(((performance.now() - started) / realPredictions) * 10) / 10,
+      msPerPrediction: realPredictions > 0 ? Math.round(((performance.now() - started) / realPredictions) * 10) / 10 : Number.NaN,
       createBufferCalls: counter.calls,
       peakGpuBytes: counter.peakBytes,
     };
@@ -235,8 +244,9 @@ for (const real of values['only-lms'] ? [] : realModels) {
     stockPeakGpuBytes: stock['peakGpuBytes']!,
     stowagePeakGpuBytes: stowage['peakGpuBytes']!,
     createBufferVsStock: ratio('createBufferCalls'),
-    timeRatio: ratio('msPerPrediction'),
+    timeRatio: realPredictions > 0 ? ratio('msPerPrediction') : null,
     sameBits: a.byteLength === b.byteLength && a.every((x, i) => x === b[i]),
+    ...(lines.has('stowage-former') ? { formerPeakVsStock: Math.round((lines.get('stowage-former')!['peakGpuBytes']! / stock['peakGpuBytes']!) * 1000) / 1000 } : {}),
   };
   emit(summary);
   realSummaries.push(summary);
