@@ -231,6 +231,7 @@ for (const real of values['only-lms'] ? [] : realModels) {
     await runtime?.dispose();
     counter.uninstall();
   }
+  if (!lines.has('stock') || !lines.has('stowage')) continue; // a summary compares the two
   const stock = lines.get('stock')!;
   const stowage = lines.get('stowage')!;
   const ratio = (key: string): number => Math.round((stowage[key]! / stock[key]!) * 1000) / 1000;
