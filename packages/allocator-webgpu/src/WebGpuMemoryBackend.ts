@@ -146,7 +146,7 @@ export class WebGpuMemoryBackend implements MemoryBackend<GPUBuffer> {
     });
     void gpu.lost.then((info) => {
       if (this.#disposed) return;
-      this.#lost = new DeviceError(`The WebGPU device was lost (${info.reason}): ${info.message || 'no message'}. Its memory is gone; create a new device.`);
+      this.#lost = new DeviceError(`The WebGPU device was lost (${info.reason}): ${info.message.replace(/[.\s]+$/, '') || 'no message'}. Its memory is gone; create a new device.`);
       options.onLost?.(this.#lost);
     });
   }

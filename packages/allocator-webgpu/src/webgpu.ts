@@ -72,6 +72,8 @@ const DEFAULT_FIRST_UNIFORM_SEGMENT_BYTES = 16 * KiB;
 const DEFAULT_SEGMENT_GROWTH = 0.5;
 /** Below this many reserved bytes of its class, a new segment is as large as what the class reserved. */
 const DEFAULT_DOUBLING_BELOW_BYTES = 4 * MiB;
+/** The share of what a usage class has reserved that its next segment takes between one and two minimums. */
+const DEFAULT_GROWTH_PAST_MINIMUM = 1 / 8;
 
 /** How WebGPU segments are sized (Note [WebGPU segment sizing]); every field has the default named beside it. */
 export interface WebGpuSegmentSizing {
@@ -88,6 +90,12 @@ export interface WebGpuSegmentSizing {
   readonly growth?: number;
   /** Below this many reserved bytes of its class, a new segment is as large as what the class reserved. Default 4 MiB. */
   readonly doublingBelowBytes?: number;
+  /**
+   * Once a class reserved the minimum and until it reserved twice that, the share of its reserved bytes a new
+   * segment takes (in 2 MiB steps; at least twice the request, at most the minimum). Default 1/8; 1 is the former
+   * rule (the minimum at once).
+   */
+  readonly growthPastMinimum?: number;
 }
 
 /**
@@ -101,8 +109,10 @@ export interface WebGpuSegmentSizing {
  *   reserves its first 48 MiB in growing pieces, so that a small program makes a few segments, its last one at
  *   most half (a third, past 4 MiB) of what it reserved, and a large program's segments from 48 MiB on fall where
  *   a fixed 48 MiB minimum puts them;
- * - from R = 48 MiB on a new segment is the minimum, growing to a sixteenth of R, at most maxBufferSize;
- * - a request larger than half the segment its class would get now (half the minimum at most) gets a segment of
+ * - from R = 48 MiB to 96 MiB a new segment is an eighth of R (in 2 MiB steps: 6 to 12 MiB), or twice the request
+ *   when that is more (at most the minimum); from R = 96 MiB on it is the minimum, growing to a sixteenth of R, at
+ *   most maxBufferSize;
+ * - a request larger than half the segment its class would get now (half the minimum once past it) gets a segment of
  *   its own size, as PyTorch gives requests over half its 20 MiB segments their own: placed in a shared segment,
  *   it would leave a remainder too small for another tensor of its size;
  * - sizes are rounded up to an eighth of their power of two, within 4 KiB and 2 MiB: whole 2 MiB steps from 16
@@ -112,7 +122,13 @@ export interface WebGpuSegmentSizing {
  *
  * Fewer, larger segments mean fewer createBuffer calls but more memory left over when a program's peak ends
  * partway into its last segment; without knowing the peak in advance, no schedule keeps both small on every
- * program. Memory comes first: it is what a budget runs out of, and on software drivers what the cold pass pays
+ * program. Between one and two minimums the segments grow by an eighth: a program whose tensors peak there (tfjs's
+ * real models: 50–100 MB) then ends about an eighth past what its blocks span, where a whole 48 MiB segment would
+ * have decided its peak (it doubled the reserved bytes of a face model that needed just over 48 MiB, and put it
+ * above stock tfjs's own pool). A segment is at least twice its request there, and only a request over half the
+ * minimum gets one of its own, because segments cut to single mid-size tensors fragment a large program; and the
+ * eighths stop at two minimums, because small segments made all the way to 384 MiB raised reserved over allocated
+ * past 1.15× on a tenth of the PyTorch traces at 300–512 MiB (`pnpm bench:webgpu-segments`, the package README). Memory comes first: it is what a budget runs out of, and on software drivers what the cold pass pays
  * for (per byte: the pieces cost a large program up to a dozen more createBuffer calls, not more bytes). The
  * minimum is the size that keeps peak reserved memory within the WebGPU issue's target on the most replayed
  * traces, and the pieces keep that count. The first size and the doubling are the least that keep tfjs's small models
@@ -124,17 +140,26 @@ export function webGpuSegmentSize(maxBufferSize: number, sizing: WebGpuSegmentSi
   const minimumBytes = sizing.minimumSegmentBytes ?? DEFAULT_MIN_SEGMENT_BYTES;
   const growth = sizing.growth ?? DEFAULT_SEGMENT_GROWTH;
   const doublingBelowBytes = sizing.doublingBelowBytes ?? DEFAULT_DOUBLING_BELOW_BYTES;
+  const growthPastMinimum = sizing.growthPastMinimum ?? DEFAULT_GROWTH_PAST_MINIMUM;
   const firstBytes = Math.min(minimumBytes, sizing.firstSegmentBytes ?? DEFAULT_FIRST_SEGMENT_BYTES);
   const firstUniformBytes = Math.min(minimumBytes, sizing.firstUniformSegmentBytes ?? DEFAULT_FIRST_UNIFORM_SEGMENT_BYTES);
   return (roundedBytes, _reservedBytes, { kind, kindReservedBytes }) => {
     const first = kind === USAGE_KINDS.uniform ? firstUniformBytes : firstBytes;
-    // Until the class has reserved one minimum, its segments are pieces of it: none crosses it. A first size of the
-    // minimum is the fixed rule: no pieces.
-    const shared =
-      kindReservedBytes < minimumBytes && first < minimumBytes
-        ? Math.min(minimumBytes - kindReservedBytes, Math.max(first, roundUpToStep(kindReservedBytes * (kindReservedBytes < doublingBelowBytes ? 1 : growth))))
-        : Math.max(minimumBytes, Math.ceil(kindReservedBytes / 16 / (2 * MiB)) * 2 * MiB);
-    const ownAbove = Math.min(shared, minimumBytes) / 2;
+    // Until the class has reserved one minimum, its segments are pieces of it: none crosses it; then they grow by
+    // an eighth until two minimums. A first size of the minimum is the fixed rule: no pieces.
+    const pieces = first < minimumBytes;
+    const grown = Math.ceil(kindReservedBytes / 16 / (2 * MiB)) * 2 * MiB;
+    if (kindReservedBytes >= minimumBytes || !pieces) {
+      // Past the minimum, a request up to half the minimum shares a segment at least twice its size, so that the
+      // rest of it can hold another such tensor.
+      const past =
+        pieces && kindReservedBytes < 2 * minimumBytes
+          ? Math.min(minimumBytes, Math.max(Math.ceil((kindReservedBytes * growthPastMinimum) / (2 * MiB)) * 2 * MiB, roundUpToStep(2 * roundedBytes)))
+          : minimumBytes;
+      return Math.min(maxBufferSize, roundedBytes > minimumBytes / 2 ? roundUpToStep(roundedBytes) : Math.max(past, grown));
+    }
+    const shared = Math.min(minimumBytes - kindReservedBytes, Math.max(first, roundUpToStep(kindReservedBytes * (kindReservedBytes < doublingBelowBytes ? 1 : growth))));
+    const ownAbove = shared / 2;
     return Math.min(maxBufferSize, roundedBytes > ownAbove ? roundUpToStep(roundedBytes) : shared);
   };
 }

@@ -44,19 +44,28 @@ describe('webGpuSegmentSize', () => {
     expect(storage(512, 48 * MiB - 4 * KiB), 'what is left, however little').to.equal(4 * KiB);
   });
 
+  it('then adds an eighth of what its class reserved (in 2 MiB steps) until it reserved twice the minimum', () => {
+    expect(storage(512, 48 * MiB)).to.equal(6 * MiB);
+    expect(storage(512, 90 * MiB), '11.25 MiB in 2 MiB steps').to.equal(12 * MiB);
+    expect(storage(512, 96 * MiB)).to.equal(48 * MiB);
+  });
+
   it('reserves at least the minimum from then on, growing to a sixteenth of what its class reserved, at most maxBufferSize', () => {
-    expect(storage(512, 48 * MiB)).to.equal(48 * MiB);
+    expect(storage(512, 400 * MiB)).to.equal(48 * MiB);
     expect(storage(512, 2048 * MiB)).to.equal(128 * MiB);
     expect(storage(512, 2050 * MiB), 'in 2 MiB steps').to.equal(130 * MiB);
     expect(storage(512, 8192 * MiB)).to.equal(256 * MiB);
   });
 
-  it('gives a request larger than half the segment its class would get a segment of its own size, rounded up', () => {
+  it('gives a request larger than half the segment its class would get (half the minimum once past it) a segment of its own size, rounded up', () => {
     expect(storage(208 * KiB, 0), 'half the first segment still shares').to.equal(416 * KiB);
     expect(storage(300 * KiB, 0), 'in 32 KiB steps').to.equal(320 * KiB);
     expect(storage(600 * KiB, MiB)).to.equal(640 * KiB);
-    expect(storage(25 * MiB, 48 * MiB), 'over half the minimum: in 2 MiB steps').to.equal(26 * MiB);
-    expect(storage(24 * MiB, 48 * MiB), 'half the minimum still shares').to.equal(48 * MiB);
+    expect(storage(25 * MiB, 400 * MiB), 'over half the minimum: in 2 MiB steps').to.equal(26 * MiB);
+    expect(storage(24 * MiB, 400 * MiB), 'half the minimum still shares').to.equal(48 * MiB);
+    expect(storage(3 * MiB, 48 * MiB), 'an eighth of 48 MiB holds two').to.equal(6 * MiB);
+    expect(storage(5 * MiB, 48 * MiB), 'past the minimum, a segment twice its size, that another fits').to.equal(10 * MiB);
+    expect(storage(24 * MiB, 48 * MiB), 'up to the minimum').to.equal(48 * MiB);
     expect(storage(30 * MiB, 2048 * MiB), 'half the minimum, not of a grown segment').to.equal(30 * MiB);
     expect(storage(300 * MiB, 0), 'capped at maxBufferSize: the engine then asks for the request itself').to.equal(256 * MiB);
   });
@@ -65,7 +74,9 @@ describe('webGpuSegmentSize', () => {
     const other = webGpuSegmentSize(256 * MiB, { firstSegmentBytes: MiB, growth: 0.5, minimumSegmentBytes: 32 * MiB });
     expect(other(512, 0, { kind: STORAGE, kindReservedBytes: 0 })).to.equal(MiB);
     expect(other(512, 8 * MiB, { kind: STORAGE, kindReservedBytes: 8 * MiB })).to.equal(4 * MiB);
-    expect(other(512, 32 * MiB, { kind: STORAGE, kindReservedBytes: 32 * MiB })).to.equal(32 * MiB);
+    expect(other(512, 32 * MiB, { kind: STORAGE, kindReservedBytes: 32 * MiB })).to.equal(4 * MiB);
+    const steep = webGpuSegmentSize(256 * MiB, { minimumSegmentBytes: 32 * MiB, growthPastMinimum: 1 });
+    expect(steep(512, 32 * MiB, { kind: STORAGE, kindReservedBytes: 32 * MiB }), 'growth past the minimum capped at the minimum: the former rule').to.equal(32 * MiB);
     const fixed = webGpuSegmentSize(256 * MiB, { firstSegmentBytes: 48 * MiB, firstUniformSegmentBytes: 48 * MiB });
     expect(fixed(512, 0, { kind: STORAGE, kindReservedBytes: 0 }), 'a first size of the minimum: the fixed rule').to.equal(48 * MiB);
     expect(fixed(512, 26 * MiB, { kind: STORAGE, kindReservedBytes: 26 * MiB }), 'no pieces after a segment of its own').to.equal(48 * MiB);
@@ -87,7 +98,8 @@ describe('webGpuEngineDefaults', () => {
     const { segmentSize } = webGpuEngineDefaults({ maxBufferSize: 256 * MiB, budgetBytes: 64 * MiB });
     expect(segmentSize!(512, 0, { kind: STORAGE, kindReservedBytes: 0 }), 'the first segment is as small as without a budget').to.equal(416 * KiB);
     expect(segmentSize!(512, 7 * MiB, { kind: STORAGE, kindReservedBytes: 7 * MiB }), 'the rest of the 8 MiB minimum').to.equal(MiB);
-    expect(segmentSize!(512, 8 * MiB, { kind: STORAGE, kindReservedBytes: 8 * MiB })).to.equal(8 * MiB);
+    expect(segmentSize!(512, 8 * MiB, { kind: STORAGE, kindReservedBytes: 8 * MiB }), 'then an eighth of what is reserved, in 2 MiB steps').to.equal(2 * MiB);
+    expect(segmentSize!(512, 64 * MiB, { kind: STORAGE, kindReservedBytes: 64 * MiB }), 'up to the minimum').to.equal(8 * MiB);
     expect(segmentSize!(5 * MiB, 8 * MiB, { kind: STORAGE, kindReservedBytes: 8 * MiB }), 'over half the minimum: its own, in 512 KiB steps').to.equal(5 * MiB);
   });
 

@@ -73,6 +73,20 @@ const UNIFORM_PLACES = ['stowage', 'tfjs'] as const;
 // Making every host copy at every async point costs a copy of the step's persistent tensors per step (weights
 // and optimizer state are rewritten every step); the package README has the figures.
 
+// Note [A failing kernel leaves nothing behind]: Stowage's allocation is synchronous, so a kernel that cannot get
+// its output's memory (OutOfMemoryError from `uploadToGPU`, under a budget) throws from inside tfjs's kernel code,
+// which never disposes what it made so far: tfjs's kernels hold intermediates as plain TensorInfos (the batched
+// matmul's reshaped inputs, each a reference to its input's data, a `fill`'s output), not as engine tensors a
+// `tidy` would dispose. Each such reference would keep its storage alive until the backend is removed, beyond the
+// reach of `emptyCache()`. So the backend keeps, per kernel depth (the engine's `kernelDepth`), the references to
+// tensor data the running kernel's own code took (`write`/`makeTensorInfo`, `incRef`) and gave back (`disposeData`,
+// `decRef`): the engine calls `numDataIds()` as each kernel starts, which opens that depth's count, and a call at a
+// shallower depth closes the deeper ones (those kernels returned; their outputs are the engine's). When
+// `runWebGPUProgram` throws, every open count's references still held are given back (the kernels at every open
+// depth are unwinding: tfjs's kernels catch nothing), the failing kernel's pins end, and storages released under
+// them are released. The references a kernel took to data of engine tensors it made itself are the engine's to
+// dispose (`tidy`), and are not counted: the engine records them at the depth that made them, not the kernel's.
+
 /** tfjs's class with the members it overrides visible (Note [Overriding tfjs's private members]). */
 const TfjsWebGpuBackend = WebGPUBackend as unknown as WebGpuBackendInternalsClass;
 
@@ -123,10 +137,17 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   #opPins: PinGuard[] = [];
   /** Pins of the kernels recorded since the last submit: released at the submit that runs them. */
   #pendingPins: PinGuard[] = [];
+  /** True once the kernel `runWebGPUProgram` runs under LMS was recorded (its pins then last until its submit). */
+  #recordedInProgram = false;
   /** True while tfjs's `recordAndSubmit` runs: a submit then runs the current kernel too. */
   #recording = false;
   /** Storages tfjs released while a pin held them (a kernel that failed before recording): released at the submit. */
   #releasedWhilePinned: StorageImpl[] = [];
+  /**
+   * Per open kernel depth (index 0: the outermost kernel), the references to tensor data the kernel's own code took
+   * and has not given back, by data id (Note [A failing kernel leaves nothing behind]).
+   */
+  #kernelRefs: Map<DataId, number>[] = [];
   /** Storages a kernel has read since they were written (StepHints). */
   readonly #readSinceWritten = new WeakSet<StorageImpl>();
 
@@ -185,6 +206,79 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     return allocator.bindingOf(ptr);
   }
 
+  /** tfjs's; the engine calls it as each kernel starts, which opens the kernel's count (Note [A failing kernel leaves nothing behind]). */
+  override numDataIds(): number {
+    const depth = kernelDepth();
+    if (depth > 0) {
+      this.#openRefs(depth - 1);
+      this.#kernelRefs.push(new Map());
+    }
+    return super.numDataIds();
+  }
+
+  override write(values: BackendValues | null, shape: number[], dtype: DataType): DataId {
+    const dataId = super.write(values, shape, dtype);
+    this.#countRef(dataId, 1);
+    return dataId;
+  }
+
+  override incRef(dataId: DataId): void {
+    super.incRef(dataId);
+    this.#countRef(dataId, 1);
+  }
+
+  override decRef(dataId: DataId): void {
+    super.decRef(dataId);
+    this.#countRef(dataId, -1);
+  }
+
+  override disposeData(dataId: DataId, force = false): boolean {
+    this.#countRef(dataId, force ? Number.NEGATIVE_INFINITY : -1);
+    return super.disposeData(dataId, force);
+  }
+
+  /** Keeps the counts of the kernels open at `depth` and above; a new count for each depth up to it. */
+  #openRefs(depth: number): void {
+    if (this.#kernelRefs.length > depth) this.#kernelRefs.length = depth;
+    while (this.#kernelRefs.length < depth) this.#kernelRefs.push(new Map());
+  }
+
+  /** Counts a reference taken (`delta` 1) or given back by the running kernel's own code; nothing outside a kernel. */
+  #countRef(dataId: DataId, delta: number): void {
+    const depth = kernelDepth();
+    this.#openRefs(depth);
+    const refs = this.#kernelRefs[depth - 1];
+    if (refs === undefined) return;
+    const held = Math.max(0, (refs.get(dataId) ?? 0) + delta);
+    if (held === 0) refs.delete(dataId);
+    else refs.set(dataId, held);
+  }
+
+  /**
+   * The kernels being unwound by an error from `runWebGPUProgram` give back the references they held, and the
+   * failing kernel's pins end (Note [A failing kernel leaves nothing behind]).
+   */
+  #unwindKernels(): void {
+    const open = this.#kernelRefs;
+    this.#kernelRefs = [];
+    for (const guard of this.#opPins.splice(0)) guard.release(); // its dispatch was never recorded
+    for (const refs of open.reverse()) {
+      for (const [dataId, held] of refs) {
+        for (let i = 0; i < held && this.tensorMap.has(dataId); i++) super.disposeData(dataId);
+      }
+    }
+    this.#kernelRefs = [];
+    this.#releaseUnpinned();
+  }
+
+  /** Releases the storages tfjs released while a pin held them, once no pin does. */
+  #releaseUnpinned(): void {
+    if (this.#releasedWhilePinned.length === 0) return;
+    const storages = this.#releasedWhilePinned.filter((s) => s.lms?.state !== 'active');
+    this.#releasedWhilePinned = this.#releasedWhilePinned.filter((s) => s.lms?.state === 'active');
+    for (const storage of storages) this.storageManager.releaseStorage(storage);
+  }
+
   override uploadToGPU(dataId: DataId): void {
     const data = this.tensorMap.get(dataId);
     if (data.resource != null) return;
@@ -205,6 +299,15 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
    * @throws TensorBytesInFlightError when an input's bytes are still on their way to host memory
    */
   override runWebGPUProgram(program: unknown, inputs: TensorInfo[], outputDtype: DataType, programDefinedUniform?: unknown, output?: TensorInfo): TensorInfo {
+    try {
+      return this.#runProgram(program, inputs, outputDtype, programDefinedUniform, output);
+    } catch (error) {
+      this.#unwindKernels();
+      throw error;
+    }
+  }
+
+  #runProgram(program: unknown, inputs: TensorInfo[], outputDtype: DataType, programDefinedUniform?: unknown, output?: TensorInfo): TensorInfo {
     const run = (): TensorInfo => super.runWebGPUProgram(program, inputs, outputDtype, programDefinedUniform, output);
     if (this.lmsDevice === null) return run();
     const storages: StorageImpl[] = [];
@@ -217,9 +320,11 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     }
     if (pageInBytes > 0) this.#makeRoom(pageInBytes);
     this.#inProgram = true;
+    this.#recordedInProgram = false;
     try {
       this.#opPins.push(this.#pin(storages));
       const result = run();
+      this.#recordedInProgram = true;
       for (const input of inputs) {
         const resource = this.tensorMap.get(input.dataId).resource;
         if (resource instanceof StorageImpl) this.#readSinceWritten.add(resource);
@@ -229,8 +334,8 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
       return result;
     } finally {
       this.#inProgram = false;
-      this.#pendingPins.push(...this.#opPins);
-      this.#opPins = [];
+      // A kernel that failed before it was recorded keeps its pins for `#unwindKernels` to end now.
+      if (this.#recordedInProgram) this.#pendingPins.push(...this.#opPins.splice(0));
     }
   }
 
@@ -239,6 +344,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     this.#recording = true;
     try {
       super.recordAndSubmit(program, output, inputs, programDefinedUniform);
+      this.#recordedInProgram = true;
     } finally {
       this.#bound = null;
       this.#recording = false;
@@ -282,11 +388,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
       for (const guard of pins) guard.release();
     }
     super.submitQueue();
-    if (this.#releasedWhilePinned.length > 0) {
-      const storages = this.#releasedWhilePinned.filter((s) => s.lms?.state !== 'active');
-      this.#releasedWhilePinned = this.#releasedWhilePinned.filter((s) => s.lms?.state === 'active');
-      for (const storage of storages) this.storageManager.releaseStorage(storage);
-    }
+    this.#releaseUnpinned();
     if (this.#aliasCopies.length > 0) {
       const copies = this.#aliasCopies;
       this.#aliasCopies = [];
@@ -471,4 +573,9 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
 function gpuValues(dtype: DataType, values: BackendValues): Float32Array | Int32Array {
   if (dtype === 'int32' || dtype === 'bool') return values instanceof Int32Array ? values : Int32Array.from(values as ArrayLike<number>);
   return values instanceof Float32Array ? values : Float32Array.from(values as ArrayLike<number>);
+}
+
+/** The engine's kernel nesting depth: 0 outside any kernel, 1 inside a kernel the program called. */
+function kernelDepth(): number {
+  return (engine() as unknown as { state: { kernelDepth: number } }).state.kernelDepth;
 }

@@ -23,7 +23,7 @@ export interface TensorData {
  * members as the backend's dist/backend_webgpu.js defines them. `instanceof WebGPUBackend` still holds. A tfjs
  * version that renames one of them breaks the backend: the peer dependency is pinned to 4.22.0 for that reason.
  */
-export interface WebGpuBackendInternals extends Omit<WebGPUBackend, 'tensorMap' | 'bufferManager' | 'runWebGPUProgram' | 'read' | 'readSync'> {
+export interface WebGpuBackendInternals extends Omit<WebGPUBackend, 'tensorMap' | 'bufferManager' | 'runWebGPUProgram' | 'read' | 'readSync' | 'numDataIds' | 'write' | 'incRef' | 'decRef' | 'disposeData'> {
   bufferManager: unknown;
   tensorMap: { get(dataId: DataId): TensorData; has(dataId: DataId): boolean };
   commandEncoder: GPUCommandEncoder | null;
@@ -42,6 +42,12 @@ export interface WebGpuBackendInternals extends Omit<WebGPUBackend, 'tensorMap' 
   /** Public in tfjs, but declared there as KernelBackend's with its DataId type; a method here so it can be overridden. */
   readSync(dataId: DataId): BackendValues;
   createTensorFromGPUData(webGPUData: WebGPUData, shape: number[], dtype: DataType): Tensor;
+  /** Public in tfjs; methods here so the reference counting can be overridden (Note [A failing kernel leaves nothing behind]). */
+  numDataIds(): number;
+  write(values: BackendValues | null, shape: number[], dtype: DataType): DataId;
+  incRef(dataId: DataId): void;
+  decRef(dataId: DataId): void;
+  disposeData(dataId: DataId, force?: boolean): boolean;
 }
 
 /** The constructor of {@link WebGpuBackendInternals}: tfjs's class, typed with its internals visible. */

