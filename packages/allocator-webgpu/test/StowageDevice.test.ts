@@ -227,26 +227,31 @@ describe('stowageDevice', function () {
       expect(await readFloats(device, b)).to.deep.equal([5, 6, 7, 8]);
     });
 
-    it('dispatches indirectly with a range bound in the pass', async () => {
-      const indirect = device.createBuffer({ size: 12, usage: INDIRECT | STORAGE | COPY_DST });
-      device.queue.writeBuffer(indirect, 0, new Uint32Array([2, 1, 1]));
-      const out = device.createBuffer({ size: 32, usage: STORAGE | COPY_SRC });
+    // onnxruntime-web asks INDIRECT of every storage buffer, and binds an indirect dispatch's arguments as an input.
+    it('dispatches indirectly from a range that the dispatch also binds', async () => {
+      const indirect = device.createBuffer({ size: 16, usage: INDIRECT | STORAGE | COPY_SRC | COPY_DST });
+      device.queue.writeBuffer(indirect, 0, new Uint32Array([2, 1, 1, 0]));
+      const out = device.createBuffer({ size: 32, usage: STORAGE | INDIRECT | COPY_SRC });
+      expect(stowageDeviceCounts(device)!.subAllocated, 'INDIRECT buffers are ranges too').to.equal(2);
       const module = device.createShaderModule({
         code: `@group(0) @binding(0) var<storage, read_write> out: array<f32>;
-               @compute @workgroup_size(4) fn main(@builtin(global_invocation_id) id: vec3u) { out[id.x] = 1.0; }`,
+               @group(0) @binding(1) var<storage, read> args: array<u32>;
+               @compute @workgroup_size(4) fn main(@builtin(global_invocation_id) id: vec3u) { out[id.x] = f32(args[0]); }`,
       });
       const error = await validationError(device, () => {
         const pipeline = device.createComputePipeline({ layout: 'auto', compute: { module, entryPoint: 'main' } });
         const encoder = device.createCommandEncoder();
         const pass = encoder.beginComputePass();
         pass.setPipeline(pipeline);
-        pass.setBindGroup(0, device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries: [{ binding: 0, resource: { buffer: out } }] }));
+        const entries = [{ binding: 0, resource: { buffer: out } }, { binding: 1, resource: { buffer: indirect } }];
+        pass.setBindGroup(0, device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries }));
         pass.dispatchWorkgroupsIndirect(indirect, 0);
         pass.end();
         device.queue.submit([encoder.finish()]);
       });
       expect(error).to.equal(undefined);
-      expect(await readFloats(device, out)).to.deep.equal([1, 1, 1, 1, 1, 1, 1, 1]);
+      expect(await readFloats(device, out)).to.deep.equal([2, 2, 2, 2, 2, 2, 2, 2]);
+      expect(stowageDeviceCounts(device)!.indirectCopies).to.equal(1);
     });
   });
 

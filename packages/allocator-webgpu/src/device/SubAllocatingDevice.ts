@@ -31,7 +31,7 @@ export class SubAllocatingDevice {
   /** The proxy handed to the program. */
   readonly device: GPUDevice;
   /** createBuffer calls the program made, and how many became ranges (the rest went to the real device). */
-  readonly counts = { createBuffer: 0, subAllocated: 0, scratch: 0, aliasCopies: 0 };
+  readonly counts = { createBuffer: 0, subAllocated: 0, scratch: 0, aliasCopies: 0, indirectCopies: 0 };
 
   readonly #real: GPUDevice;
   readonly #queue: GPUQueue;
@@ -47,6 +47,8 @@ export class SubAllocatingDevice {
   /** Frees the alias scratch of a collected bind group (a command buffer that used it keeps it until its submit). */
   readonly #collectedGroups: FinalizationRegistry<DataPtr[]>;
   #bufferPrototype: object | undefined;
+  /** The real INDIRECT buffer indirect dispatches read their arguments from (Note [Indirect arguments]). */
+  #indirect: GPUBuffer | undefined;
 
   constructor(private readonly buffers: WebGpuBuffers) {
     this.#real = buffers.backend.gpuDevice;
@@ -85,7 +87,7 @@ export class SubAllocatingDevice {
     this.counts.createBuffer++;
     const usage = descriptor.usage;
     const subAllocatable =
-      (usage & BufferUsage.STORAGE) !== 0 && (usage & ~SEGMENT_USAGE) === 0 && descriptor.mappedAtCreation !== true && descriptor.size > 0;
+      (usage & BufferUsage.STORAGE) !== 0 && (usage & ~(SEGMENT_USAGE | INDIRECT)) === 0 && descriptor.mappedAtCreation !== true && descriptor.size > 0;
     if (!subAllocatable) return this.#real.createBuffer(descriptor);
     const ptr = this.buffers.allocate(roundUp4(descriptor.size));
     const { buffer: segment, offset } = this.buffers.bindingOf(ptr);
@@ -141,7 +143,23 @@ export class SubAllocatingDevice {
     return { buffer, offset };
   }
 
-  /** Note [New ranges read zeros]: clears of new ranges, encoded first in the next submit or before a writeBuffer. */
+  /**
+   * Note [Indirect arguments]: a program asks for STORAGE | INDIRECT buffers (onnxruntime-web asks INDIRECT of every
+   * storage buffer, and binds an indirect dispatch's arguments as an input of the same dispatch) but segments have no
+   * INDIRECT usage. Such buffers are ranges too; an indirect dispatch from one copies its 12 bytes of arguments into
+   * one small INDIRECT buffer of the device's own just before it (the pass is restarted for the copy: Note [Restarted
+   * passes]). Commands run in order, so one buffer serves every dispatch. It is 16 bytes outside the budget.
+   */
+  #indirectArguments(): GPUBuffer {
+    this.#indirect ??= this.#real.createBuffer({ size: 16, usage: INDIRECT | BufferUsage.COPY_DST, label: 'stowage indirect arguments' });
+    return this.#indirect;
+  }
+
+  /**
+   * Note [New ranges read zeros]: a new GPUBuffer reads zeros, and programs rely on it; a range may hold a freed
+   * buffer's bytes. So every new range is cleared, by one command buffer of clears submitted before the program's
+   * next submit (in the same submit) or next writeBuffer.
+   */
   #clearsCommandBuffer(): GPUCommandBuffer | undefined {
     if (this.#pendingClears.size === 0) return undefined;
     const encoder = this.#real.createCommandEncoder({ label: 'stowage clears' });
@@ -278,12 +296,13 @@ export class SubAllocatingDevice {
     let pipeline: GPUComputePipeline | undefined;
     const groups: (unknown[] | undefined)[] = [];
     const debugGroups: string[] = [];
-    const copyAliases = () => {
+    const copyAliases = (indirect?: { buffer: GPUBuffer; offset: number }) => {
       const copies = groups.flatMap((args) => (args ? (this.#aliasCopies.get(args[1] as GPUBindGroup) ?? []) : []));
-      if (copies.length === 0) return;
+      if (copies.length === 0 && indirect === undefined) return;
       for (let i = debugGroups.length; i > 0; i--) real.popDebugGroup();
       real.end();
       for (const c of copies) encoder.copyBufferToBuffer(c.source, c.sourceOffset, c.target, c.targetOffset, c.bytes);
+      if (indirect) encoder.copyBufferToBuffer(indirect.buffer, indirect.offset, this.#indirectArguments(), 0, INDIRECT_BYTES);
       for (const args of groups) if (args) temporaries.kept.push(args[1]);
       real = encoder.beginComputePass(descriptor?.label === undefined ? {} : { label: descriptor.label });
       for (const label of debugGroups) real.pushDebugGroup(label);
@@ -304,9 +323,15 @@ export class SubAllocatingDevice {
         real.dispatchWorkgroups(x, y, z);
       },
       dispatchWorkgroupsIndirect: (buffer: GPUBuffer, offset: number) => {
-        copyAliases();
-        const b = this.bindingOf(buffer);
-        real.dispatchWorkgroupsIndirect(b.buffer, b.offset + offset);
+        const range = this.#ranges.get(buffer);
+        if (range === undefined) {
+          copyAliases();
+          real.dispatchWorkgroupsIndirect(buffer, offset);
+          return;
+        }
+        copyAliases({ buffer: range.segment, offset: range.offset + offset });
+        this.counts.indirectCopies++;
+        real.dispatchWorkgroupsIndirect(this.#indirectArguments(), 0);
       },
       pushDebugGroup: (label: string) => {
         debugGroups.push(label);
@@ -327,8 +352,12 @@ export class SubAllocatingDevice {
   }
 }
 
-/** The usage a segment has (KIND_FLAGS of the storage kind): a buffer asking for more is the real device's. */
+/** The usage a segment has (KIND_FLAGS of the storage kind): a buffer asking for more is the real device's, but for INDIRECT. */
 const SEGMENT_USAGE = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
+/** GPUBufferUsage.INDIRECT: served from a segment, its arguments copied out (Note [Indirect arguments]). */
+const INDIRECT = 0x0100;
+/** Bytes of a dispatchWorkgroupsIndirect's arguments (three u32). */
+const INDIRECT_BYTES = 12;
 
 interface Range {
   readonly ptr: DataPtr<GPUBuffer>;
