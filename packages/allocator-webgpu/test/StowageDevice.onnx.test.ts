@@ -1,6 +1,8 @@
+import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator, stowageDevice, stowageDeviceCounts } from '@stowage/allocator-webgpu';
@@ -137,5 +139,23 @@ describe('stowageDevice under onnxruntime-web', function () {
     );
     expect(counts.subAllocated, 'every storage buffer onnxruntime-web asked for is a range').to.be.greaterThan(0);
     expect(own.count.calls).to.be.lessThan(plain.count.calls);
+  });
+
+  // The JSEP build (`onnxruntime-web`'s main entry) starts its device once per process from env.webgpu.adapter:
+  // each device runs in a child process (test/onnxJsepRun.ts), which prints a hash of every output.
+  it('runs silero VAD v5 on the JSEP build (its adapter answering with the Stowage device) bit-identical to a plain device', () => {
+    const vadDir = dirname(createRequire(import.meta.url).resolve('@ricky0123/vad-web'));
+    const script = join(dirname(fileURLToPath(import.meta.url)), 'onnxJsepRun.js');
+    const run = (mode: string) => {
+      const child = spawnSync(process.execPath, [script, mode, join(vadDir, 'silero_vad_v5.onnx')], { encoding: 'utf8', timeout: 280_000 });
+      const line = child.stdout.split('\n').find((l) => l.startsWith('{'));
+      expect(line, `${mode}: ${child.stderr.slice(-2000)}`).to.be.a('string');
+      return JSON.parse(line!) as { sha256: string; counts: Record<string, number> | null };
+    };
+    const plain = run('plain');
+    const stowage = run('stowage');
+    console.log(`    JSEP on the Stowage device: ${JSON.stringify(stowage.counts)}`);
+    expect(stowage.sha256).to.equal(plain.sha256);
+    expect(stowage.counts!['subAllocated']).to.be.greaterThan(0);
   });
 });
