@@ -11,3 +11,4 @@ export { WebGpuBuffers } from './WebGpuBuffers.js';
 export type { WebGpuUsage } from './WebGpuUsage.js';
 export type { WebGpuEngineDefaultsOptions, WebGpuOptions, WebGpuSegmentSizing } from './webgpu.js';
 export { createWebGpuAllocator, DEFAULT_FIRST_SEGMENT_BYTES, DEFAULT_MIN_SEGMENT_BYTES, webgpu, webGpuEngineDefaults, webGpuSegmentSize } from './webgpu.js';
+export { stowageDevice, stowageDeviceCounts } from './device/stowageDevice.js';

@@ -1,0 +1,431 @@
+import type { DataPtr } from '@stowage/core';
+import type { WebGpuBuffers } from '../WebGpuBuffers.js';
+import { BufferUsage } from '../WebGpuUsage.js';
+import { writableStorageCode, writableStorageLayout } from './storageAccess.js';
+
+/**
+ * A GPUDevice that sub-allocates (issue 36): a JavaScript proxy of a real GPUDevice whose storage buffers are
+ * ranges of Stowage segments, so that a WebGPU program (onnxruntime-web's WebGPU EP, a hand-written one) runs on
+ * Stowage's memory unchanged.
+ * - `createBuffer` of a buffer whose usage is STORAGE plus at most COPY_SRC | COPY_DST (no mapping, not mapped at
+ *   creation) returns a StowageBuffer: a stand-in GPUBuffer (`instanceof GPUBuffer`, `size` and `usage` as asked)
+ *   over a range the device's WebGpuBuffers service allocates under the device's budget. Every other buffer is the
+ *   real device's.
+ * - A new range reads zeros, as a new GPUBuffer does: its clear is encoded before the next submit or writeBuffer.
+ * - Every method that takes a buffer translates a StowageBuffer to its segment and offset: bind group entries,
+ *   `queue.writeBuffer`, the encoder's copies, `clearBuffer`, `resolveQuerySet`, `dispatchWorkgroupsIndirect`.
+ * - Note [Storage bindings are all writable]: shaders and layouts are rewritten so that ranges of one segment can be
+ *   read and written in one dispatch; Note [Aliased bindings]: a range bound twice in one bind group is bound once
+ *   as itself and once as a copy made before each dispatch; Note [Copies within a segment]: a copy between two
+ *   ranges of one segment goes through a scratch range.
+ * - Note [Shared memory uploads]: `writeBuffer` from a view of a SharedArrayBuffer is copied first (dawn.node).
+ * - `destroy()` frees the range; the allocator's frees wait for the next submit (Note [Submit epochs]), so work
+ *   recorded before the destroy and submitted after it still reads the range's bytes. Scratch ranges are freed
+ *   once the command buffer that used them is submitted.
+ * Everything else passes through to the real device.
+ *
+ * Invariants: every live StowageBuffer owns exactly one live pointer of `buffers`; a pointer in `#pendingClears`
+ * belongs to a live StowageBuffer; the temporaries of a command buffer are freed once, after its submit.
+ */
+export class SubAllocatingDevice {
+  /** The proxy handed to the program. */
+  readonly device: GPUDevice;
+  /** createBuffer calls the program made, and how many became ranges (the rest went to the real device). */
+  readonly counts = { createBuffer: 0, subAllocated: 0, scratch: 0, aliasCopies: 0, indirectCopies: 0 };
+
+  readonly #real: GPUDevice;
+  readonly #queue: GPUQueue;
+  readonly #ranges = new WeakMap<object, Range>();
+  /** New ranges whose clear is not yet encoded (Note [New ranges read zeros]). */
+  readonly #pendingClears = new Set<Range>();
+  /** Scratch pointers and kept objects of finished command buffers, freed after their submit. */
+  readonly #temporaries = new WeakMap<GPUCommandBuffer, Temporaries>();
+  /** Alias copies of bind groups (Note [Aliased bindings]). */
+  readonly #aliasCopies = new WeakMap<GPUBindGroup, AliasCopy[]>();
+  /** Frees the range of a StowageBuffer collected without `destroy()`. */
+  readonly #collected: FinalizationRegistry<DataPtr>;
+  /** Frees the alias scratch of a collected bind group (a command buffer that used it keeps it until its submit). */
+  readonly #collectedGroups: FinalizationRegistry<DataPtr[]>;
+  #bufferPrototype: object | undefined;
+  /** The real INDIRECT buffer indirect dispatches read their arguments from (Note [Indirect arguments]). */
+  #indirect: GPUBuffer | undefined;
+
+  constructor(private readonly buffers: WebGpuBuffers) {
+    this.#real = buffers.backend.gpuDevice;
+    this.#queue = this.#real.queue;
+    this.#collected = new FinalizationRegistry((ptr) => {
+      if (!ptr.isReleased) this.buffers.free(ptr);
+    });
+    this.#collectedGroups = new FinalizationRegistry((ptrs) => {
+      for (const ptr of ptrs) if (!ptr.isReleased) this.buffers.free(ptr);
+    });
+    this.device = passThrough(this.#real, {
+      queue: passThrough(this.#queue, {
+        submit: (commandBuffers: Iterable<GPUCommandBuffer>) => this.#submit(commandBuffers),
+        writeBuffer: (...args: Parameters<GPUQueue['writeBuffer']>) => this.#writeBuffer(...args),
+      }),
+      createBuffer: (descriptor: GPUBufferDescriptor) => this.#createBuffer(descriptor),
+      createBindGroup: (descriptor: GPUBindGroupDescriptor) => this.#createBindGroup(descriptor),
+      createBindGroupLayout: (descriptor: GPUBindGroupLayoutDescriptor) => this.#real.createBindGroupLayout(writableStorageLayout(descriptor)),
+      createShaderModule: (descriptor: GPUShaderModuleDescriptor) => this.#real.createShaderModule({ ...descriptor, code: writableStorageCode(descriptor.code) }),
+      createCommandEncoder: (descriptor?: GPUCommandEncoderDescriptor) => this.#encoder(this.#real.createCommandEncoder(descriptor)),
+    });
+  }
+
+  /** True when `buffer` is a stand-in this device made. */
+  isStowageBuffer(buffer: unknown): boolean {
+    return typeof buffer === 'object' && buffer !== null && this.#ranges.has(buffer);
+  }
+
+  /** The segment and offset a StowageBuffer's range starts at, or the buffer itself at offset 0. */
+  bindingOf(buffer: GPUBuffer): { buffer: GPUBuffer; offset: number } {
+    const range = this.#ranges.get(buffer);
+    return range ? { buffer: range.segment, offset: range.offset } : { buffer, offset: 0 };
+  }
+
+  #createBuffer(descriptor: GPUBufferDescriptor): GPUBuffer {
+    this.counts.createBuffer++;
+    const usage = descriptor.usage;
+    const subAllocatable =
+      (usage & BufferUsage.STORAGE) !== 0 && (usage & ~(SEGMENT_USAGE | INDIRECT)) === 0 && descriptor.mappedAtCreation !== true && descriptor.size > 0;
+    if (!subAllocatable) return this.#real.createBuffer(descriptor);
+    const ptr = this.buffers.allocate(roundUp4(descriptor.size));
+    const { buffer: segment, offset } = this.buffers.bindingOf(ptr);
+    const range: Range = { ptr, segment, offset, size: descriptor.size, clearBytes: roundUp4(descriptor.size), destroyed: false };
+    const stand = this.#standIn(segment, range, descriptor);
+    this.#ranges.set(stand, range);
+    this.#pendingClears.add(range);
+    this.#collected.register(stand, ptr, range);
+    this.counts.subAllocated++;
+    return stand;
+  }
+
+  /** A GPUBuffer look-alike over `range`: GPUBuffer's prototype, own members answering for the range. */
+  #standIn(segment: GPUBuffer, range: Range, descriptor: GPUBufferDescriptor): GPUBuffer {
+    this.#bufferPrototype ??= Object.getPrototypeOf(segment) as object;
+    const destroy = () => this.#destroy(range);
+    const stand = Object.create(this.#bufferPrototype, {
+      size: { value: descriptor.size, enumerable: true },
+      usage: { value: descriptor.usage, enumerable: true },
+      label: { value: descriptor.label ?? '', writable: true, enumerable: true },
+      mapState: { value: 'unmapped', enumerable: true },
+      destroy: { value: destroy },
+      mapAsync: { value: () => Promise.reject(new Error('mapAsync on a buffer without MAP_READ or MAP_WRITE usage (a Stowage range): map a staging buffer of your own.')) },
+      getMappedRange: { value: () => { throw new Error('getMappedRange on a buffer that is not mapped (a Stowage range).'); } },
+      unmap: { value: () => undefined },
+    }) as GPUBuffer;
+    return stand;
+  }
+
+  #destroy(range: Range): void {
+    if (range.destroyed) return;
+    range.destroyed = true;
+    this.#pendingClears.delete(range);
+    this.#collected.unregister(range);
+    this.buffers.free(range.ptr);
+  }
+
+  /**
+   * Note [Scratch ranges]: a scratch range must lie in another buffer than the ranges it copies between, so it comes
+   * from the allocator's uniform segments (usage UNIFORM | STORAGE | COPY_SRC | COPY_DST, never shared with storage
+   * segments), under the same budget.
+   */
+  #allocateScratch(bytes: number): DataPtr<GPUBuffer> {
+    return this.buffers.allocate(roundUp4(bytes), { usage: 'uniform' });
+  }
+
+  /** A scratch range of `bytes` (Note [Scratch ranges]); freed after the submit of the command buffer that used it. */
+  #scratch(bytes: number, temporaries: Temporaries): { buffer: GPUBuffer; offset: number } {
+    const ptr = this.#allocateScratch(bytes);
+    temporaries.pointers.push(ptr);
+    this.counts.scratch++;
+    const { buffer, offset } = this.buffers.bindingOf(ptr);
+    return { buffer, offset };
+  }
+
+  /**
+   * Note [Indirect arguments]: a program asks for STORAGE | INDIRECT buffers (onnxruntime-web asks INDIRECT of every
+   * storage buffer, and binds an indirect dispatch's arguments as an input of the same dispatch) but segments have no
+   * INDIRECT usage. Such buffers are ranges too; an indirect dispatch from one copies its 12 bytes of arguments into
+   * one small INDIRECT buffer of the device's own just before it (the pass is restarted for the copy: Note [Restarted
+   * passes]). Commands run in order, so one buffer serves every dispatch. It is 16 bytes outside the budget.
+   */
+  #indirectArguments(): GPUBuffer {
+    this.#indirect ??= this.#real.createBuffer({ size: 16, usage: INDIRECT | BufferUsage.COPY_DST, label: 'stowage indirect arguments' });
+    return this.#indirect;
+  }
+
+  /**
+   * Note [New ranges read zeros]: a new GPUBuffer reads zeros, and programs rely on it; a range may hold a freed
+   * buffer's bytes. So every new range is cleared, by one command buffer of clears submitted before the program's
+   * next submit (in the same submit) or next writeBuffer.
+   */
+  #clearsCommandBuffer(): GPUCommandBuffer | undefined {
+    if (this.#pendingClears.size === 0) return undefined;
+    const encoder = this.#real.createCommandEncoder({ label: 'stowage clears' });
+    for (const range of this.#pendingClears) encoder.clearBuffer(range.segment, range.offset, range.clearBytes);
+    this.#pendingClears.clear();
+    return encoder.finish();
+  }
+
+  #submit(commandBuffers: Iterable<GPUCommandBuffer>): undefined {
+    const list = Array.from(commandBuffers);
+    const clears = this.#clearsCommandBuffer();
+    this.#queue.submit(clears ? [clears, ...list] : list);
+    const done = list.map((cb) => this.#temporaries.get(cb)).filter((t): t is Temporaries => t !== undefined);
+    if (done.length > 0) {
+      // Note [Frees after their submit]: the command buffers that used them are submitted; queue order protects them.
+      this.buffers.freeingSubmitted(() => {
+        for (const t of done) for (const ptr of t.pointers) if (!ptr.isReleased) this.buffers.free(ptr);
+      });
+      for (const cb of list) this.#temporaries.delete(cb);
+    }
+    return undefined;
+  }
+
+  #writeBuffer(buffer: GPUBuffer, bufferOffset: number, data: GPUAllowSharedBufferSource, dataOffset?: number, size?: number): undefined {
+    const clears = this.#clearsCommandBuffer();
+    if (clears) this.#queue.submit([clears]);
+    const target = this.bindingOf(buffer);
+    const offset = target.offset + bufferOffset;
+    const shared = sharedBytes(data, dataOffset, size);
+    if (shared) this.#queue.writeBuffer(target.buffer, offset, shared);
+    else if (dataOffset === undefined) this.#queue.writeBuffer(target.buffer, offset, data as GPUAllowSharedBufferSource);
+    else this.#queue.writeBuffer(target.buffer, offset, data as GPUAllowSharedBufferSource, dataOffset, size);
+    return undefined;
+  }
+
+  /**
+   * Note [Aliased bindings] (measure 2 of issue 36): with every storage binding writable (Note [Storage bindings are
+   * all writable]), a range bound twice in one bind group (ONNX `Mul(x, x)`, `Concat(x, x)`) would be two writable
+   * bindings of overlapping ranges, which WebGPU refuses. The second is bound to a scratch range instead, and
+   * every dispatch with the bind group first copies the range into it (the pass is ended for the copy and begun
+   * again, its pipeline and bind groups restored: Note [Restarted passes]). Only within one bind group: the same
+   * range in two bind groups of one dispatch is not handled yet.
+   */
+  #createBindGroup(descriptor: GPUBindGroupDescriptor): GPUBindGroup {
+    const entries = Array.from(descriptor.entries);
+    let translated: GPUBindGroupEntry[] | undefined;
+    const bound: { buffer: GPUBuffer; start: number; end: number }[] = [];
+    const copies: AliasCopy[] = [];
+    entries.forEach((entry, i) => {
+      const resource = entry.resource as GPUBindingResource | GPUBuffer;
+      const binding = this.#ranges.has(resource as object) ? { buffer: resource as GPUBuffer } : (resource as GPUBufferBinding);
+      const range = typeof binding === 'object' && binding !== null && 'buffer' in binding ? this.#ranges.get(binding.buffer) : undefined;
+      if (!range) return;
+      const offset = binding.offset ?? 0;
+      const size = binding.size ?? range.size - offset;
+      const start = range.offset + offset;
+      let target = { buffer: range.segment, offset: start };
+      if (bound.some((b) => b.buffer === range.segment && b.start < start + size && start < b.end)) {
+        const ptr = this.#allocateScratch(size);
+        const scratch = this.buffers.bindingOf(ptr);
+        copies.push({ ptr, source: range.segment, sourceOffset: start, target: scratch.buffer, targetOffset: scratch.offset, bytes: roundUp4(size) });
+        target = { buffer: scratch.buffer, offset: scratch.offset };
+        this.counts.aliasCopies++;
+      } else {
+        bound.push({ buffer: range.segment, start, end: start + size });
+      }
+      translated ??= entries.slice();
+      translated[i] = { ...entry, resource: { buffer: target.buffer, offset: target.offset, size } };
+    });
+    const group = this.#real.createBindGroup(translated ? { ...descriptor, entries: translated } : descriptor);
+    if (copies.length > 0) {
+      this.#aliasCopies.set(group, copies);
+      this.#collectedGroups.register(group, copies.map((c) => c.ptr));
+    }
+    return group;
+  }
+
+  #encoder(real: GPUCommandEncoder): GPUCommandEncoder {
+    const temporaries: Temporaries = { pointers: [], kept: [] };
+    const at = (buffer: GPUBuffer, offset: number) => {
+      const b = this.bindingOf(buffer);
+      return { buffer: b.buffer, offset: b.offset + offset };
+    };
+    return passThrough(real, {
+      copyBufferToBuffer: (...args: unknown[]) => {
+        // Both forms: (src, srcOffset, dst, dstOffset, size?) and (src, dst, size?).
+        const [source, sourceOffset, destination, destinationOffset, size] =
+          typeof args[1] === 'number' ? (args as [GPUBuffer, number, GPUBuffer, number, number?]) : [args[0] as GPUBuffer, 0, args[1] as GPUBuffer, 0, args[2] as number | undefined];
+        const bytes = size ?? source.size - sourceOffset;
+        const s = at(source, sourceOffset);
+        const d = at(destination, destinationOffset);
+        // Note [Copies within a segment] (measure 3 of issue 36): WebGPU refuses a copy whose source and destination
+        // are one buffer even for disjoint ranges; two ranges of one segment copy through a scratch range.
+        if (s.buffer === d.buffer && source !== destination) {
+          const scratch = this.#scratch(bytes, temporaries);
+          real.copyBufferToBuffer(s.buffer, s.offset, scratch.buffer, scratch.offset, bytes);
+          real.copyBufferToBuffer(scratch.buffer, scratch.offset, d.buffer, d.offset, bytes);
+        } else {
+          real.copyBufferToBuffer(s.buffer, s.offset, d.buffer, d.offset, bytes);
+        }
+      },
+      clearBuffer: (buffer: GPUBuffer, offset = 0, size?: number) => {
+        const b = at(buffer, offset);
+        real.clearBuffer(b.buffer, b.offset, size ?? buffer.size - offset);
+      },
+      resolveQuerySet: (querySet: GPUQuerySet, first: number, count: number, destination: GPUBuffer, destinationOffset: number) => {
+        const d = at(destination, destinationOffset);
+        real.resolveQuerySet(querySet, first, count, d.buffer, d.offset);
+      },
+      copyBufferToTexture: (source: GPUTexelCopyBufferInfo, destination: GPUTexelCopyTextureInfo, size: GPUExtent3DStrict) => {
+        const b = at(source.buffer, source.offset ?? 0);
+        real.copyBufferToTexture({ ...source, ...b }, destination, size);
+      },
+      copyTextureToBuffer: (source: GPUTexelCopyTextureInfo, destination: GPUTexelCopyBufferInfo, size: GPUExtent3DStrict) => {
+        const b = at(destination.buffer, destination.offset ?? 0);
+        real.copyTextureToBuffer(source, { ...destination, ...b }, size);
+      },
+      beginComputePass: (descriptor?: GPUComputePassDescriptor) => this.#computePass(real, descriptor, temporaries),
+      finish: (descriptor?: GPUCommandBufferDescriptor) => {
+        const commandBuffer = real.finish(descriptor);
+        if (temporaries.pointers.length > 0 || temporaries.kept.length > 0) this.#temporaries.set(commandBuffer, temporaries);
+        return commandBuffer;
+      },
+    });
+  }
+
+  /**
+   * Note [Restarted passes]: a dispatch whose bind groups hold alias copies (Note [Aliased bindings]) ends the pass,
+   * copies, and begins a new one with the same label, then sets the pipeline, the bind groups and the open debug
+   * groups again. The restarted pass has no timestamp writes (they would be written twice).
+   */
+  #computePass(encoder: GPUCommandEncoder, descriptor: GPUComputePassDescriptor | undefined, temporaries: Temporaries): GPUComputePassEncoder {
+    let real = encoder.beginComputePass(descriptor);
+    let pipeline: GPUComputePipeline | undefined;
+    const groups: (unknown[] | undefined)[] = [];
+    const debugGroups: string[] = [];
+    const copyAliases = (indirect?: { buffer: GPUBuffer; offset: number }) => {
+      const copies = groups.flatMap((args) => (args ? (this.#aliasCopies.get(args[1] as GPUBindGroup) ?? []) : []));
+      if (copies.length === 0 && indirect === undefined) return;
+      for (let i = debugGroups.length; i > 0; i--) real.popDebugGroup();
+      real.end();
+      for (const c of copies) encoder.copyBufferToBuffer(c.source, c.sourceOffset, c.target, c.targetOffset, c.bytes);
+      if (indirect) encoder.copyBufferToBuffer(indirect.buffer, indirect.offset, this.#indirectArguments(), 0, INDIRECT_BYTES);
+      for (const args of groups) if (args) temporaries.kept.push(args[1]);
+      real = encoder.beginComputePass(descriptor?.label === undefined ? {} : { label: descriptor.label });
+      for (const label of debugGroups) real.pushDebugGroup(label);
+      if (pipeline) real.setPipeline(pipeline);
+      groups.forEach((args) => args && (real.setBindGroup as (...a: unknown[]) => void)(...args));
+    };
+    const pass: Record<string, unknown> = {
+      setPipeline: (p: GPUComputePipeline) => {
+        pipeline = p;
+        real.setPipeline(p);
+      },
+      setBindGroup: (...args: unknown[]) => {
+        groups[args[0] as number] = args[1] === null ? undefined : args;
+        (real.setBindGroup as (...a: unknown[]) => void)(...args);
+      },
+      dispatchWorkgroups: (x: number, y?: number, z?: number) => {
+        copyAliases();
+        real.dispatchWorkgroups(x, y, z);
+      },
+      dispatchWorkgroupsIndirect: (buffer: GPUBuffer, offset: number) => {
+        const range = this.#ranges.get(buffer);
+        if (range === undefined) {
+          copyAliases();
+          real.dispatchWorkgroupsIndirect(buffer, offset);
+          return;
+        }
+        copyAliases({ buffer: range.segment, offset: range.offset + offset });
+        this.counts.indirectCopies++;
+        real.dispatchWorkgroupsIndirect(this.#indirectArguments(), 0);
+      },
+      pushDebugGroup: (label: string) => {
+        debugGroups.push(label);
+        real.pushDebugGroup(label);
+      },
+      popDebugGroup: () => {
+        debugGroups.pop();
+        real.popDebugGroup();
+      },
+      insertDebugMarker: (label: string) => real.insertDebugMarker(label),
+      end: () => real.end(),
+    };
+    const first = real;
+    return new Proxy(first, {
+      get: (_, key) => (Object.hasOwn(pass, key) ? pass[key as string] : Reflect.get(real, key, real)),
+      set: (_, key, value) => Reflect.set(real, key, value, real),
+    });
+  }
+}
+
+/** The usage a segment has (KIND_FLAGS of the storage kind): a buffer asking for more is the real device's, but for INDIRECT. */
+const SEGMENT_USAGE = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
+/** GPUBufferUsage.INDIRECT: served from a segment, its arguments copied out (Note [Indirect arguments]). */
+const INDIRECT = 0x0100;
+/** Bytes of a dispatchWorkgroupsIndirect's arguments (three u32). */
+const INDIRECT_BYTES = 12;
+
+interface Range {
+  readonly ptr: DataPtr<GPUBuffer>;
+  readonly segment: GPUBuffer;
+  readonly offset: number;
+  /** The size the program asked for. */
+  readonly size: number;
+  /** The bytes a clear covers: `size` rounded up to 4. */
+  readonly clearBytes: number;
+  destroyed: boolean;
+}
+
+interface AliasCopy {
+  readonly ptr: DataPtr<GPUBuffer>;
+  readonly source: GPUBuffer;
+  readonly sourceOffset: number;
+  readonly target: GPUBuffer;
+  readonly targetOffset: number;
+  readonly bytes: number;
+}
+
+interface Temporaries {
+  /** Scratch pointers, freed after the submit. */
+  readonly pointers: DataPtr<GPUBuffer>[];
+  /** Bind groups with alias copies used by the command buffer: alive (and their scratch with them) until its submit. */
+  readonly kept: unknown[];
+}
+
+function roundUp4(bytes: number): number {
+  return Math.max(4, Math.ceil(bytes / 4) * 4);
+}
+
+/**
+ * A proxy of a WebGPU object: `overrides` answer their keys, every other member is the object's own (methods bound
+ * to it, accessors read and set on it: native methods refuse a proxy as `this`). `instanceof` sees the object's
+ * prototype.
+ */
+function passThrough<T extends object>(target: T, overrides: Record<string, unknown>): T {
+  const bound = new Map<PropertyKey, { from: unknown; fn: unknown }>();
+  return new Proxy(target, {
+    get(object, key) {
+      if (Object.hasOwn(overrides, key)) return overrides[key as string];
+      const value: unknown = Reflect.get(object, key, object);
+      if (typeof value !== 'function') return value;
+      let cached = bound.get(key);
+      if (cached?.from !== value) bound.set(key, (cached = { from: value, fn: (value as (...a: unknown[]) => unknown).bind(object) }));
+      return cached.fn;
+    },
+    set(object, key, value) {
+      return Reflect.set(object, key, value, object);
+    },
+  });
+}
+
+/**
+ * Note [Shared memory uploads] (measure 4 of issue 36): dawn.node refuses `writeBuffer` from a view of a
+ * SharedArrayBuffer, which threaded WebAssembly builds (onnxruntime-web's) pass; such data is copied first.
+ * Returns the bytes to write, copied, or undefined when `data` is not shared memory.
+ */
+function sharedBytes(data: GPUAllowSharedBufferSource, dataOffset = 0, size?: number): Uint8Array | undefined {
+  if (typeof SharedArrayBuffer === 'undefined') return undefined;
+  const view = ArrayBuffer.isView(data) ? data : undefined;
+  const backing = view ? view.buffer : data;
+  if (!(backing instanceof SharedArrayBuffer)) return undefined;
+  const elementBytes = view ? ((view as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1) : 1;
+  const base = view ? view.byteOffset : 0;
+  const length = (view ? view.byteLength : (data as SharedArrayBuffer).byteLength) / elementBytes;
+  const start = base + dataOffset * elementBytes;
+  const bytes = (size ?? length - dataOffset) * elementBytes;
+  return new Uint8Array(backing, start, bytes).slice();
+}

@@ -1,0 +1,161 @@
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { expect } from 'chai';
+import type { WebGpuContext } from '@stowage/allocator-webgpu';
+import { createWebGpuAllocator, stowageDevice, stowageDeviceCounts } from '@stowage/allocator-webgpu';
+import { deviceOrSkip } from './testDevice.js';
+
+type Ort = typeof import('onnxruntime-web');
+
+/** Limits onnxruntime-web's kernels need beyond WebGPU's core defaults (the silero LSTM binds 9 storage buffers). */
+const ORT_LIMITS = ['maxStorageBuffersPerShaderStage', 'maxBufferSize', 'maxStorageBufferBindingSize', 'maxComputeWorkgroupStorageSize'] as const;
+
+/** What a device's createBuffer made: calls, and the peak of live bytes of the buffers it made. */
+interface BufferCount {
+  calls: number;
+  liveBytes: number;
+  peakBytes: number;
+}
+
+/**
+ * A device of its own with the adapter's limits, as onnxruntime-web asks for when it opens one, counting its
+ * buffers; its `writeBuffer` copies views of shared memory first (dawn.node refuses them, and onnxruntime-web's
+ * threaded WebAssembly passes them: measure 4 of issue 36, which a plain device needs too).
+ */
+async function ortDevice(gpu: GPU): Promise<{ device: GPUDevice; count: BufferCount }> {
+  const adapter = (await gpu.requestAdapter())!;
+  const requiredLimits = Object.fromEntries(ORT_LIMITS.map((name) => [name, adapter.limits[name]]));
+  const device = await adapter.requestDevice({ requiredLimits });
+  const queue = device.queue;
+  const writeBuffer = queue.writeBuffer.bind(queue);
+  queue.writeBuffer = ((buffer: GPUBuffer, offset: number, data: ArrayBufferView, dataOffset = 0, size?: number) => {
+    if (!(data.buffer instanceof SharedArrayBuffer)) return writeBuffer(buffer, offset, data as GPUAllowSharedBufferSource, dataOffset, size);
+    const elementBytes = (data as unknown as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1;
+    const bytes = (size ?? data.byteLength / elementBytes - dataOffset) * elementBytes;
+    return writeBuffer(buffer, offset, new Uint8Array(data.buffer, data.byteOffset + dataOffset * elementBytes, bytes).slice());
+  }) as GPUQueue['writeBuffer'];
+  const count: BufferCount = { calls: 0, liveBytes: 0, peakBytes: 0 };
+  const createBuffer = device.createBuffer.bind(device);
+  device.createBuffer = (descriptor: GPUBufferDescriptor) => {
+    const buffer = createBuffer(descriptor);
+    count.calls++;
+    count.liveBytes += descriptor.size;
+    count.peakBytes = Math.max(count.peakBytes, count.liveBytes);
+    const destroy = buffer.destroy.bind(buffer);
+    let destroyed = false;
+    buffer.destroy = () => {
+      if (!destroyed) count.liveBytes -= descriptor.size;
+      destroyed = true;
+      destroy();
+    };
+    return buffer;
+  };
+  return { device, count };
+}
+
+/** Runs silero VAD `steps` times on `device` (the recurrent state fed back), returning every output's bytes. */
+async function runSilero(ort: Ort, model: Uint8Array, device: GPUDevice, steps: number): Promise<Uint8Array[]> {
+  const session = await ort.InferenceSession.create(model, { executionProviders: [{ name: 'webgpu', device } as never] });
+  const outputs: Uint8Array[] = [];
+  let state = new ort.Tensor('float32', new Float32Array(2 * 128), [2, 1, 128]);
+  try {
+    for (let step = 0; step < steps; step++) {
+      const input = new ort.Tensor('float32', Float32Array.from({ length: 512 }, (_, i) => Math.sin((i + step * 512) / 7)), [1, 512]);
+      const sr = new ort.Tensor('int64', BigInt64Array.from([16000n]), []);
+      const result = await session.run({ input, state, sr });
+      outputs.push(new Uint8Array((result['output']!.data as Float32Array).slice().buffer));
+      state = result['stateN'] as typeof state;
+      outputs.push(new Uint8Array((state.data as Float32Array).slice().buffer));
+    }
+  } finally {
+    await session.release();
+  }
+  return outputs;
+}
+
+// Issue 36 step 2: onnxruntime-web's WebGPU execution provider (the native one, `ort.webgpu` — its C++ EP in the
+// asyncify WebAssembly build) on the Stowage device, in Node on Dawn, against the same EP on a plain device.
+describe('stowageDevice under onnxruntime-web', function () {
+  this.timeout(600_000);
+  let context: WebGpuContext;
+  let ort: Ort;
+  const restore: (() => void)[] = [];
+  before(async function () {
+    context = await deviceOrSkip(this);
+    const gpu = context.keepAlive as GPU | undefined;
+    if (gpu === undefined || typeof (gpu as Partial<GPU>).requestAdapter !== 'function') {
+      console.log('    skipped: no dawn.node GPU object (these tests run in Node)');
+      this.skip();
+    }
+    // onnxruntime-web looks for navigator.gpu before it starts its WebGPU backend, and the Dawn classes as globals.
+    const dawn = (await import('webgpu')) as unknown as { globals: Record<string, unknown> };
+    const scope = globalThis as Record<string, unknown>;
+    for (const [name, value] of Object.entries(dawn.globals)) {
+      if (name in scope) continue;
+      scope[name] = value;
+      restore.push(() => delete scope[name]);
+    }
+    const hadNavigator = 'navigator' in scope;
+    if (!hadNavigator) scope['navigator'] = {};
+    const navigator = scope['navigator'] as Record<string, unknown>;
+    if (navigator['gpu'] === undefined) {
+      Object.defineProperty(navigator, 'gpu', { value: gpu, configurable: true });
+      restore.push(() => delete navigator['gpu']);
+    }
+    if (!hadNavigator) restore.push(() => delete scope['navigator']);
+    ort = (await import('onnxruntime-web/webgpu')) as unknown as Ort;
+    ort.env.wasm.numThreads = 1;
+    ort.env.logLevel = 'error';
+  });
+  after(() => {
+    for (const undo of restore.reverse()) undo();
+  });
+
+  it('runs silero VAD v5 (3 steps, state fed back) bit-identical to a plain device, its storage buffers ranges of a few segments', async () => {
+    const vadDir = dirname(createRequire(import.meta.url).resolve('@ricky0123/vad-web'));
+    const model = readFileSync(join(vadDir, 'silero_vad_v5.onnx'));
+    const gpu = context.keepAlive as GPU;
+
+    const plain = await ortDevice(gpu);
+    const expected = await runSilero(ort, model, plain.device, 3);
+
+    const own = await ortDevice(gpu);
+    using allocator = createWebGpuAllocator({ device: own.device, keepAlive: gpu, adapterInfo: 'ORT test device', owned: false }, { limit: '256MiB' });
+    const device = stowageDevice(allocator);
+    const actual = await runSilero(ort, model, device, 3);
+
+    expect(actual.length).to.equal(expected.length);
+    actual.forEach((bytes, i) => expect(Buffer.from(bytes).equals(Buffer.from(expected[i]!)), `output ${i} bit-identical`).to.equal(true));
+    const counts = stowageDeviceCounts(device)!;
+    const stats = allocator.memoryStats();
+    console.log(
+      `    plain: ${plain.count.calls} createBuffer, peak ${plain.count.peakBytes} bytes in live buffers; Stowage: ${counts.createBuffer} asked, ` +
+        `${counts.subAllocated} became ranges; ${own.count.calls} real createBuffer (${allocator.backend.createdBuffers} of them segments), ` +
+        `peak ${own.count.peakBytes} bytes in live buffers (${stats['reserved_bytes.all.peak']} reserved in segments); ` +
+        `${counts.scratch} scratch copies, ${counts.aliasCopies} alias copies, ${counts.indirectCopies} indirect copies`,
+    );
+    expect(counts.subAllocated, 'every storage buffer onnxruntime-web asked for is a range').to.be.greaterThan(0);
+    expect(own.count.calls).to.be.lessThan(plain.count.calls);
+  });
+
+  // The JSEP build (`onnxruntime-web`'s main entry) starts its device once per process from env.webgpu.adapter:
+  // each device runs in a child process (test/onnxJsepRun.ts), which prints a hash of every output.
+  it('runs silero VAD v5 on the JSEP build (its adapter answering with the Stowage device) bit-identical to a plain device', () => {
+    const vadDir = dirname(createRequire(import.meta.url).resolve('@ricky0123/vad-web'));
+    const script = join(dirname(fileURLToPath(import.meta.url)), 'onnxJsepRun.js');
+    const run = (mode: string) => {
+      const child = spawnSync(process.execPath, [script, mode, join(vadDir, 'silero_vad_v5.onnx')], { encoding: 'utf8', timeout: 280_000 });
+      const line = child.stdout.split('\n').find((l) => l.startsWith('{'));
+      expect(line, `${mode}: ${child.stderr.slice(-2000)}`).to.be.a('string');
+      return JSON.parse(line!) as { sha256: string; counts: Record<string, number> | null };
+    };
+    const plain = run('plain');
+    const stowage = run('stowage');
+    console.log(`    JSEP on the Stowage device: ${JSON.stringify(stowage.counts)}`);
+    expect(stowage.sha256).to.equal(plain.sha256);
+    expect(stowage.counts!['subAllocated']).to.be.greaterThan(0);
+  });
+});
