@@ -90,6 +90,16 @@ describe('stowageDevice under onnxruntime-web', function () {
       console.log('    skipped: no dawn.node GPU object (these tests run in Node)');
       this.skip();
     }
+    // onnxruntime-web asks for a core (not compatibility) adapter, and silero binds 9 storage buffers per stage.
+    const adapter = await gpu.requestAdapter();
+    if (adapter === null) {
+      console.log(`    skipped: no WebGPU adapter of the core feature level for onnxruntime-web (this device: ${context.adapterInfo})`);
+      this.skip();
+    }
+    if (adapter.limits.maxStorageBuffersPerShaderStage < 9) {
+      console.log(`    skipped: the WebGPU adapter lacks maxStorageBuffersPerShaderStage 9 (this adapter: ${adapter.limits.maxStorageBuffersPerShaderStage})`);
+      this.skip();
+    }
     // onnxruntime-web looks for navigator.gpu before it starts its WebGPU backend, and the Dawn classes as globals.
     const dawn = (await import('webgpu')) as unknown as { globals: Record<string, unknown> };
     const scope = globalThis as Record<string, unknown>;
