@@ -10,7 +10,11 @@ import type { WebGpuAllocator, WebGpuContext } from '@stowage/allocator-webgpu';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
 import type { CudaAllocator } from '@stowage/allocator-cuda';
 import { cuda } from '@stowage/allocator-cuda';
+import { CUDA_ENGINE_DEFAULTS } from '@stowage/allocator-cuda/driver';
 import { testLibcuda } from '@stowage/allocator-cuda/testing';
+
+/** The CUDA default's page sizes (Note [Expandable segments on CUDA] in allocator-cuda). */
+const PAGES = CUDA_ENGINE_DEFAULTS.segmentPageBytes;
 
 /** The demo: compose a runtime, make tensors, views and reshapes, and print what memory they use. */
 async function main(): Promise<void> {
@@ -132,7 +136,7 @@ async function cudaSection(rt: Runtime, driverName: string): Promise<void> {
   const storages = Array.from({ length: 20 }, (_, i) => rt.storage((i + 1) << 20, { device: 'cuda:0' }));
   const segments = allocator.snapshot().segments;
   console.log(
-    `  21 storages in ${segments.length} expandable segment (${formatBytes(allocator.memoryStats()['reserved_bytes.all.current'])} mapped in ${formatBytes(allocator.backend.pageMapping!.pageBytes)} pages): ${driver.callCount - calls} driver calls`,
+    `  21 storages in ${segments.length} expandable segment${segments.length === 1 ? '' : 's'} (${formatBytes(allocator.memoryStats()['reserved_bytes.all.current'])} mapped, in runs of ${formatBytes(PAGES.small)} pages in the small pool and ${formatBytes(PAGES.large)} pages in the large): ${driver.callCount - calls} driver calls`,
   );
   for (const s of storages) s.release();
   try {
