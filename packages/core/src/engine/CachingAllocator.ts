@@ -31,7 +31,7 @@ import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
-import { checkBoolean, checkByteCount, checkOptions } from '../validation/validate.js';
+import { checkAllocateOptions, checkBoolean, checkByteCount, checkOptions } from '../validation/validate.js';
 import type { MemoryBackend, StreamId } from '../contracts/MemoryBackend.js';
 import type { MemorySnapshot, SnapshotFrame } from '../contracts/MemorySnapshot.js';
 import { Block, placementOf } from './Block.js';
@@ -51,7 +51,7 @@ import { History } from './History.js';
 import { QuickLists, quickKey } from './QuickLists.js';
 import { SegmentRelease } from './SegmentRelease.js';
 import { isSmallRequest, MIN_BLOCK_BYTES, roundSize, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
-import { checkAllocateOptions, checkBackend } from './checkEngineInputs.js';
+import { checkBackend } from './checkEngineInputs.js';
 import { StreamEvents } from './StreamEvents.js';
 
 /** Calls of one reclaimer per failed allocation at most (Note [Out-of-memory chain]). */

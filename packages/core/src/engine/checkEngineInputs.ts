@@ -1,25 +1,9 @@
-import type { AllocateOptions } from '../contracts/Allocator.js';
 import type { MemoryBackend } from '../contracts/MemoryBackend.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
-import { checkOptions } from '../validation/validate.js';
 
-// The checks of what callers give the caching engine, kept out of CachingAllocator.ts (Note [Few large functions on
-// the hot path] there: code that only builds errors lives in functions of its own).
-
-/**
- * Throws unless `options` is an options object whose keys are AllocateOptions' (a `for…in` over one or two keys:
- * no allocation on the path of a call that passes options).
- */
-export function checkAllocateOptions(options: AllocateOptions): void {
-  checkOptions('options', options);
-  for (const key in options) {
-    if (key !== 'stream' && key !== 'usage' && key !== 'shared' && (options as Record<string, unknown>)[key] !== undefined) {
-      checkOptions('options', options, ALLOCATE_OPTION_KEYS); // throws, naming the key and the nearest known one
-    }
-  }
-}
-
-const ALLOCATE_OPTION_KEYS: readonly string[] = ['stream', 'usage', 'shared'];
+// The check of the backend the caching engine is built on, kept out of CachingAllocator.ts (Note [Few large
+// functions on the hot path] there: code that only builds errors lives in functions of its own). The check of
+// `allocate`'s options, which every allocator shares, is validation/validate.ts's checkAllocateOptions.
 
 /** Throws unless `backend` looks like a MemoryBackend (a device and the segment methods); constructor only. */
 export function checkBackend<H>(backend: MemoryBackend<H>): MemoryBackend<H> {

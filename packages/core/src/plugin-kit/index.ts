@@ -50,7 +50,7 @@ export type { RmmLogAction, RmmLogLine, RmmLogRecord } from '../adaptors/parseRm
 export { parseRmmCsv, parseRmmCsvLines, RMM_CSV_HEADER } from '../adaptors/parseRmmCsv.js';
 export type { StatisticsAllocatorOptions, StatisticsCounter, StatisticsCounters } from '../adaptors/StatisticsAllocator.js';
 export type { TrackedAllocation, TrackingAllocatorOptions } from '../adaptors/TrackingAllocator.js';
-export { checkBoolean, checkByteCount, checkCount, checkEnum, checkFunction, checkOptions, checkReturned, checkString, nearestName } from '../validation/validate.js';
+export { checkAllocateOptions, checkBoolean, checkByteCount, checkCount, checkEnum, checkFunction, checkOptions, checkReturned, checkString, nearestName } from '../validation/validate.js';
 export { describeValue } from '../validation/describeValue.js';
 export type { SafeEvents } from '../internal/SafeEmitter.js';
 export { SafeEmitter } from '../internal/SafeEmitter.js';

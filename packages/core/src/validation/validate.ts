@@ -1,3 +1,4 @@
+import type { AllocateOptions } from '../contracts/Allocator.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 
 /** Throws unless `value` is an integer in [0, Number.MAX_SAFE_INTEGER]. */
@@ -119,3 +120,18 @@ function editDistance(a: string, b: string): number {
   }
   return previous[b.length]!;
 }
+
+/**
+ * Throws unless `options` is an options object whose keys are the Allocator contract's AllocateOptions (a `for…in`
+ * over one or two keys: no allocation on the path of a call that passes options).
+ */
+export function checkAllocateOptions(options: AllocateOptions): void {
+  checkOptions('options', options);
+  for (const key in options) {
+    if (key !== 'stream' && key !== 'usage' && key !== 'shared' && (options as Record<string, unknown>)[key] !== undefined) {
+      checkOptions('options', options, ALLOCATE_OPTION_KEYS); // throws, naming the key and the nearest known one
+    }
+  }
+}
+
+const ALLOCATE_OPTION_KEYS: readonly string[] = ['stream', 'usage', 'shared'];
