@@ -76,6 +76,38 @@ async function runSilero(ort: Ort, model: Uint8Array, device: GPUDevice, steps: 
   return outputs;
 }
 
+/** A silero model's recurrent state: input name, output name, shape. */
+type SileroState = readonly { input: string; output: string; dims: number[] }[];
+const SILERO_V5_STATE: SileroState = [{ input: 'state', output: 'stateN', dims: [2, 1, 128] }];
+const SILERO_LEGACY_STATE: SileroState = [
+  { input: 'h', output: 'hn', dims: [2, 1, 64] },
+  { input: 'c', output: 'cn', dims: [2, 1, 64] },
+];
+
+/**
+ * Opens a session of a silero model on `device`; each call of the stepper returned runs one step (its state fed
+ * back) and returns the bytes of every output. `release` ends the session.
+ */
+async function sileroStepper(ort: Ort, model: Uint8Array, device: GPUDevice, stateOf: SileroState) {
+  const session = await ort.InferenceSession.create(model, { executionProviders: [{ name: 'webgpu', device } as never] });
+  const state: Record<string, InstanceType<Ort['Tensor']>> = Object.fromEntries(
+    stateOf.map((s) => [s.input, new ort.Tensor('float32', new Float32Array(s.dims.reduce((a, b) => a * b, 1)), s.dims)]),
+  );
+  let step = 0;
+  const next = async (): Promise<Uint8Array[]> => {
+    const input = new ort.Tensor('float32', Float32Array.from({ length: 512 }, (_, i) => Math.sin((i + step * 512) / 7)), [1, 512]);
+    step++;
+    const result = await session.run({ input, sr: new ort.Tensor('int64', BigInt64Array.from([16000n]), []), ...state });
+    const outputs = [new Uint8Array((result['output']!.data as Float32Array).slice().buffer)];
+    for (const s of stateOf) {
+      state[s.input] = result[s.output] as InstanceType<Ort['Tensor']>;
+      outputs.push(new Uint8Array((state[s.input]!.data as Float32Array).slice().buffer));
+    }
+    return outputs;
+  };
+  return { next, release: () => session.release() };
+}
+
 // Issue 36 step 2: onnxruntime-web's WebGPU execution provider (the native one, `ort.webgpu` — its C++ EP in the
 // asyncify WebAssembly build) on the Stowage device, in Node on Dawn, against the same EP on a plain device.
 describe('stowageDevice under onnxruntime-web', function () {
@@ -149,6 +181,46 @@ describe('stowageDevice under onnxruntime-web', function () {
     );
     expect(counts.subAllocated, 'every storage buffer onnxruntime-web asked for is a range').to.be.greaterThan(0);
     expect(own.count.calls).to.be.lessThan(plain.count.calls);
+  });
+
+  // Issue 36, several sessions under one budget: two different models share one Stowage device and its budget,
+  // stepping in turn, each giving the bits it gives alone on a plain device.
+  it('runs two sessions (silero VAD v5 and legacy) in turn on one Stowage device under one budget, each bit-identical to running alone on a plain device', async () => {
+    const vadDir = dirname(createRequire(import.meta.url).resolve('@ricky0123/vad-web'));
+    const models = [
+      { bytes: readFileSync(join(vadDir, 'silero_vad_v5.onnx')), state: SILERO_V5_STATE },
+      { bytes: readFileSync(join(vadDir, 'silero_vad_legacy.onnx')), state: SILERO_LEGACY_STATE },
+    ];
+    const gpu = context.keepAlive as GPU;
+    const steps = 3;
+    const expected: Uint8Array[][][] = [];
+    for (const model of models) {
+      const plain = await ortDevice(gpu);
+      const run = await sileroStepper(ort, model.bytes, plain.device, model.state);
+      const outputs: Uint8Array[][] = [];
+      for (let step = 0; step < steps; step++) outputs.push(await run.next());
+      await run.release();
+      expected.push(outputs);
+      plain.device.destroy();
+    }
+
+    const own = await ortDevice(gpu);
+    // 8 MiB: below the 8.6 MB the two reserve together under a loose budget, above the smallest budget they run in
+    // (about 5.9 MiB on SwiftShader: `pnpm bench:ort`'s shared line).
+    using allocator = createWebGpuAllocator({ device: own.device, keepAlive: gpu, adapterInfo: 'ORT test device', owned: false }, { limit: '8MiB' });
+    const device = stowageDevice(allocator);
+    const runs = [];
+    for (const model of models) runs.push(await sileroStepper(ort, model.bytes, device, model.state));
+    const actual: Uint8Array[][][] = [[], []];
+    for (let step = 0; step < steps; step++) for (let m = 0; m < runs.length; m++) actual[m]!.push(await runs[m]!.next());
+    for (const run of runs) await run.release();
+
+    actual.forEach((outputs, m) =>
+      outputs.forEach((step, s) =>
+        step.forEach((bytes, o) => expect(Buffer.from(bytes).equals(Buffer.from(expected[m]![s]![o]!)), `model ${m}, step ${s}, output ${o} bit-identical`).to.equal(true)),
+      ),
+    );
+    expect(allocator.memoryStats()['reserved_bytes.all.peak']).to.be.at.most(8 * 2 ** 20);
   });
 
   // The JSEP build (`onnxruntime-web`'s main entry) starts its device once per process from env.webgpu.adapter:

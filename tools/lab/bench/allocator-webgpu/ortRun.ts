@@ -1,0 +1,167 @@
+// What `pnpm bench:ort` (ort.bench.ts) shares: onnxruntime-web's native WebGPU EP set up in Node on Dawn (as
+// packages/allocator-webgpu/test/StowageDevice.onnx.test.ts does), devices that count their buffers, and the
+// silero VAD models @ricky0123/vad-web ships, run step by step with their recurrent state fed back.
+// onnxruntime-web and @ricky0123/vad-web are devDependencies of @stowage/allocator-webgpu: they are resolved from
+// there (the lab does not depend on them), and typed here by the little the bench uses.
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+/** The part of onnxruntime-web's Tensor the bench reads. */
+export interface OrtTensor {
+  readonly data: ArrayLike<number> & { readonly buffer: ArrayBufferLike; slice(): { readonly buffer: ArrayBufferLike } };
+}
+/** The part of onnxruntime-web's InferenceSession the bench uses. */
+export interface OrtSession {
+  run(feeds: Record<string, OrtTensor>): Promise<Record<string, OrtTensor>>;
+  release(): Promise<void>;
+}
+/** The part of onnxruntime-web's module the bench uses. */
+export interface Ort {
+  env: { wasm: { numThreads: number }; logLevel: string };
+  Tensor: new (type: string, data: Float32Array | BigInt64Array, dims: readonly number[]) => OrtTensor;
+  InferenceSession: { create(model: Uint8Array, options: object): Promise<OrtSession> };
+}
+
+/** Limits onnxruntime-web's kernels need beyond WebGPU's core defaults (the silero LSTM binds 9 storage buffers). */
+const ORT_LIMITS = ['maxStorageBuffersPerShaderStage', 'maxBufferSize', 'maxStorageBufferBindingSize', 'maxComputeWorkgroupStorageSize'] as const;
+
+/** A model of @ricky0123/vad-web: its file, and its recurrent state (input name → output name, shape). */
+export interface VadModel {
+  readonly name: string;
+  readonly file: string;
+  readonly state: readonly { readonly input: string; readonly output: string; readonly dims: readonly number[] }[];
+}
+
+/** Every ONNX model an installed package ships (none loaded from the network): silero VAD legacy, v5 and v6. */
+export const VAD_MODELS: readonly VadModel[] = [
+  { name: 'silero-v5', file: 'silero_vad_v5.onnx', state: [{ input: 'state', output: 'stateN', dims: [2, 1, 128] }] },
+  { name: 'silero-v6', file: 'silero_vad_v6.onnx', state: [{ input: 'state', output: 'stateN', dims: [2, 1, 128] }] },
+  {
+    name: 'silero-legacy',
+    file: 'silero_vad_legacy.onnx',
+    state: [
+      { input: 'h', output: 'hn', dims: [2, 1, 64] },
+      { input: 'c', output: 'cn', dims: [2, 1, 64] },
+    ],
+  },
+];
+
+/** require() as @stowage/allocator-webgpu's own, to reach its devDependencies. */
+function allocatorRequire(): NodeJS.Require {
+  return createRequire(fileURLToPath(import.meta.resolve('@stowage/allocator-webgpu')));
+}
+
+/** The bytes of `model`'s file in @ricky0123/vad-web. */
+export function readVadModel(model: VadModel): Uint8Array {
+  return readFileSync(join(dirname(allocatorRequire().resolve('@ricky0123/vad-web')), model.file));
+}
+
+/**
+ * onnxruntime-web's WebGPU build (the native EP), after making `gpu` navigator.gpu and Dawn's classes globals, as
+ * onnxruntime-web looks for them; one WebAssembly thread, errors only.
+ */
+export async function loadOrtWebGpu(gpu: GPU): Promise<Ort> {
+  const dawn = (await import('webgpu')) as unknown as { globals: Record<string, unknown> };
+  const scope = globalThis as Record<string, unknown>;
+  for (const [name, value] of Object.entries(dawn.globals)) if (!(name in scope)) scope[name] = value;
+  if (!('navigator' in scope)) scope['navigator'] = {};
+  const navigator = scope['navigator'] as Record<string, unknown>;
+  if (navigator['gpu'] === undefined) Object.defineProperty(navigator, 'gpu', { value: gpu, configurable: true });
+  const dist = dirname(allocatorRequire().resolve('onnxruntime-web')); // its Node entry lies in dist/
+  const ort = (await import(pathToFileURL(join(dist, 'ort.webgpu.bundle.min.mjs')).href)) as Ort;
+  ort.env.wasm.numThreads = 1;
+  ort.env.logLevel = 'error';
+  return ort;
+}
+
+/** What a device's createBuffer made: calls, and the peak of live bytes of the buffers it made. */
+export interface BufferCount {
+  calls: number;
+  liveBytes: number;
+  peakBytes: number;
+}
+
+/**
+ * A device of its own with the adapter's limits (as onnxruntime-web asks for when it opens one), counting every
+ * buffer made at it and every destroy; its `writeBuffer` copies views of shared memory first (measure 4 of issue 36,
+ * which a plain device in dawn.node needs too).
+ */
+export async function countingDevice(gpu: GPU): Promise<{ device: GPUDevice; count: BufferCount }> {
+  const adapter = (await gpu.requestAdapter())!;
+  const requiredLimits = Object.fromEntries(ORT_LIMITS.map((name) => [name, adapter.limits[name]]));
+  const device = await adapter.requestDevice({ requiredLimits });
+  const queue = device.queue;
+  const writeBuffer = queue.writeBuffer.bind(queue);
+  queue.writeBuffer = ((buffer: GPUBuffer, offset: number, data: ArrayBufferView, dataOffset = 0, size?: number) => {
+    if (!(data.buffer instanceof SharedArrayBuffer)) return writeBuffer(buffer, offset, data as GPUAllowSharedBufferSource, dataOffset, size);
+    const elementBytes = (data as unknown as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1;
+    const bytes = (size ?? data.byteLength / elementBytes - dataOffset) * elementBytes;
+    return writeBuffer(buffer, offset, new Uint8Array(data.buffer, data.byteOffset + dataOffset * elementBytes, bytes).slice());
+  }) as GPUQueue['writeBuffer'];
+  const count: BufferCount = { calls: 0, liveBytes: 0, peakBytes: 0 };
+  const createBuffer = device.createBuffer.bind(device);
+  device.createBuffer = (descriptor: GPUBufferDescriptor) => {
+    const buffer = createBuffer(descriptor);
+    count.calls++;
+    count.liveBytes += descriptor.size;
+    count.peakBytes = Math.max(count.peakBytes, count.liveBytes);
+    const destroy = buffer.destroy.bind(buffer);
+    let destroyed = false;
+    buffer.destroy = () => {
+      if (!destroyed) count.liveBytes -= descriptor.size;
+      destroyed = true;
+      destroy();
+    };
+    return buffer;
+  };
+  return { device, count };
+}
+
+/** A session of `model` on `device` with its recurrent state, stepping through a fixed test signal. */
+export class VadRun {
+  #state: Record<string, OrtTensor>;
+  #step = 0;
+
+  private constructor(
+    private readonly ort: Ort,
+    private readonly model: VadModel,
+    readonly session: OrtSession,
+  ) {
+    this.#state = Object.fromEntries(model.state.map((s) => [s.input, new ort.Tensor('float32', new Float32Array(s.dims.reduce((a, b) => a * b, 1)), s.dims)]));
+  }
+
+  static async open(ort: Ort, model: VadModel, bytes: Uint8Array, device: GPUDevice): Promise<VadRun> {
+    const session = await ort.InferenceSession.create(bytes, { executionProviders: [{ name: 'webgpu', device }] });
+    return new VadRun(ort, model, session);
+  }
+
+  /** One step (512 samples at 16 kHz, the state fed back); returns the bytes of every output, read back. */
+  async step(): Promise<Uint8Array[]> {
+    const step = this.#step++;
+    const input = new this.ort.Tensor('float32', Float32Array.from({ length: 512 }, (_, i) => Math.sin((i + step * 512) / 7)), [1, 512]);
+    const sr = new this.ort.Tensor('int64', BigInt64Array.from([16000n]), []);
+    const result = await this.session.run({ input, sr, ...this.#state });
+    const outputs = [bytesOf(result['output']!)];
+    for (const s of this.model.state) {
+      const next = result[s.output]!;
+      this.#state[s.input] = next;
+      outputs.push(bytesOf(next));
+    }
+    return outputs;
+  }
+
+  release(): Promise<void> {
+    return this.session.release();
+  }
+}
+
+function bytesOf(tensor: OrtTensor): Uint8Array {
+  return new Uint8Array(tensor.data.slice().buffer);
+}
+
+/** True when two lists of output bytes are equal, bit for bit. */
+export function sameBytes(a: readonly Uint8Array[], b: readonly Uint8Array[]): boolean {
+  return a.length === b.length && a.every((x, i) => Buffer.from(x).equals(Buffer.from(b[i]!)));
+}
