@@ -2,20 +2,13 @@ import { expect } from 'chai';
 import { createRuntime, InvalidArgumentError } from '@stowage/core';
 import type { WebGpuAllocator, WebGpuContext } from '@stowage/allocator-webgpu';
 import { stowageDevice, stowageDeviceCounts, webgpu, WebGpuBuffers } from '@stowage/allocator-webgpu';
-import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, MAP_READ, STORAGE } from './testDevice.js';
+import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, MAP_READ, readBuffer, STORAGE } from './testDevice.js';
 
 const INDIRECT = 0x0100;
 
 /** Reads `size` bytes of `buffer` (a stand-in or not) through a staging buffer, all through `device`. */
-async function read(device: GPUDevice, buffer: GPUBuffer, size = buffer.size, offset = 0): Promise<Uint8Array> {
-  const staging = device.createBuffer({ size, usage: MAP_READ | COPY_DST });
-  const encoder = device.createCommandEncoder();
-  encoder.copyBufferToBuffer(buffer, offset, staging, 0, size);
-  device.queue.submit([encoder.finish()]);
-  await staging.mapAsync(1);
-  const bytes = new Uint8Array(staging.getMappedRange()).slice();
-  staging.destroy();
-  return bytes;
+function read(device: GPUDevice, buffer: GPUBuffer, size = buffer.size, offset = 0): Promise<Uint8Array> {
+  return readBuffer(device, buffer, offset, size);
 }
 
 async function readFloats(device: GPUDevice, buffer: GPUBuffer): Promise<number[]> {
