@@ -15,6 +15,7 @@ import type { StepHints } from './SynchronousStepPolicy.js';
 import { SynchronousStepPolicy } from './SynchronousStepPolicy.js';
 import { TensorBytesInFlightError } from './TensorBytesInFlightError.js';
 import { UniformCapture } from './UniformCapture.js';
+import { KernelReferences } from './KernelReferences.js';
 import type { DataId, WebGpuBackendInternalsClass } from './TfjsBackendInternals.js';
 import { webGpuAllocatorOf } from './webGpuAllocatorOf.js';
 
@@ -73,20 +74,6 @@ const UNIFORM_PLACES = ['stowage', 'tfjs'] as const;
 // Making every host copy at every async point costs a copy of the step's persistent tensors per step (weights
 // and optimizer state are rewritten every step); the package README has the figures.
 
-// Note [A failing kernel leaves nothing behind]: Stowage's allocation is synchronous, so a kernel that cannot get
-// its output's memory (OutOfMemoryError from `uploadToGPU`, under a budget) throws from inside tfjs's kernel code,
-// which never disposes what it made so far: tfjs's kernels hold intermediates as plain TensorInfos (the batched
-// matmul's reshaped inputs, each a reference to its input's data, a `fill`'s output), not as engine tensors a
-// `tidy` would dispose. Each such reference would keep its storage alive until the backend is removed, beyond the
-// reach of `emptyCache()`. So the backend keeps, per kernel depth (the engine's `kernelDepth`), the references to
-// tensor data the running kernel's own code took (`write`/`makeTensorInfo`, `incRef`) and gave back (`disposeData`,
-// `decRef`): the engine calls `numDataIds()` as each kernel starts, which opens that depth's count, and a call at a
-// shallower depth closes the deeper ones (those kernels returned; their outputs are the engine's). When
-// `runWebGPUProgram` throws, every open count's references still held are given back (the kernels at every open
-// depth are unwinding: tfjs's kernels catch nothing), the failing kernel's pins end, and storages released under
-// them are released. The references a kernel took to data of engine tensors it made itself are the engine's to
-// dispose (`tidy`), and are not counted: the engine records them at the depth that made them, not the kernel's.
-
 /** tfjs's class with the members it overrides visible (Note [Overriding tfjs's private members]). */
 const TfjsWebGpuBackend = WebGPUBackend as unknown as WebGpuBackendInternalsClass;
 
@@ -143,11 +130,8 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   #recording = false;
   /** Storages tfjs released while a pin held them (a kernel that failed before recording): released at the submit. */
   #releasedWhilePinned: StorageImpl[] = [];
-  /**
-   * Per open kernel depth (index 0: the outermost kernel), the references to tensor data the kernel's own code took
-   * and has not given back, by data id (Note [A failing kernel leaves nothing behind]).
-   */
-  #kernelRefs: Map<DataId, number>[] = [];
+  /** The references running kernels' own code holds (Note [A failing kernel leaves nothing behind], KernelReferences.ts). */
+  readonly #kernelRefs = new KernelReferences<DataId>();
   /** Storages a kernel has read since they were written (StepHints). */
   readonly #readSinceWritten = new WeakSet<StorageImpl>();
 
@@ -208,50 +192,29 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
 
   /** tfjs's; the engine calls it as each kernel starts, which opens the kernel's count (Note [A failing kernel leaves nothing behind]). */
   override numDataIds(): number {
-    const depth = kernelDepth();
-    if (depth > 0) {
-      this.#openRefs(depth - 1);
-      this.#kernelRefs.push(new Map());
-    }
+    this.#kernelRefs.kernelStarted(kernelDepth());
     return super.numDataIds();
   }
 
   override write(values: BackendValues | null, shape: number[], dtype: DataType): DataId {
     const dataId = super.write(values, shape, dtype);
-    this.#countRef(dataId, 1);
+    this.#kernelRefs.count(kernelDepth(), dataId, 1);
     return dataId;
   }
 
   override incRef(dataId: DataId): void {
     super.incRef(dataId);
-    this.#countRef(dataId, 1);
+    this.#kernelRefs.count(kernelDepth(), dataId, 1);
   }
 
   override decRef(dataId: DataId): void {
     super.decRef(dataId);
-    this.#countRef(dataId, -1);
+    this.#kernelRefs.count(kernelDepth(), dataId, -1);
   }
 
   override disposeData(dataId: DataId, force = false): boolean {
-    this.#countRef(dataId, force ? Number.NEGATIVE_INFINITY : -1);
+    this.#kernelRefs.count(kernelDepth(), dataId, force ? Number.NEGATIVE_INFINITY : -1);
     return super.disposeData(dataId, force);
-  }
-
-  /** Keeps the counts of the kernels open at `depth` and above; a new count for each depth up to it. */
-  #openRefs(depth: number): void {
-    if (this.#kernelRefs.length > depth) this.#kernelRefs.length = depth;
-    while (this.#kernelRefs.length < depth) this.#kernelRefs.push(new Map());
-  }
-
-  /** Counts a reference taken (`delta` 1) or given back by the running kernel's own code; nothing outside a kernel. */
-  #countRef(dataId: DataId, delta: number): void {
-    const depth = kernelDepth();
-    this.#openRefs(depth);
-    const refs = this.#kernelRefs[depth - 1];
-    if (refs === undefined) return;
-    const held = Math.max(0, (refs.get(dataId) ?? 0) + delta);
-    if (held === 0) refs.delete(dataId);
-    else refs.set(dataId, held);
   }
 
   /**
@@ -259,15 +222,11 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
    * failing kernel's pins end (Note [A failing kernel leaves nothing behind]).
    */
   #unwindKernels(): void {
-    const open = this.#kernelRefs;
-    this.#kernelRefs = [];
+    const held = this.#kernelRefs.unwind();
     for (const guard of this.#opPins.splice(0)) guard.release(); // its dispatch was never recorded
-    for (const refs of open.reverse()) {
-      for (const [dataId, held] of refs) {
-        for (let i = 0; i < held && this.tensorMap.has(dataId); i++) super.disposeData(dataId);
-      }
+    for (const [dataId, count] of held) {
+      for (let i = 0; i < count && this.tensorMap.has(dataId); i++) super.disposeData(dataId);
     }
-    this.#kernelRefs = [];
     this.#releaseUnpinned();
   }
 
