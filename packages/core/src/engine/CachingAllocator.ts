@@ -31,7 +31,7 @@ import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
 import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
-import { checkAllocateOptions, checkBoolean, checkByteCount, checkOptions } from '../validation/validate.js';
+import { checkAllocateOptions, checkByteCount } from '../validation/validate.js';
 import type { MemoryBackend, StreamId } from '../contracts/MemoryBackend.js';
 import type { MemorySnapshot, SnapshotFrame } from '../contracts/MemorySnapshot.js';
 import { Block, placementOf } from './Block.js';
@@ -43,14 +43,14 @@ import { resolveCachingOptions } from './CachingAllocatorOptions.js';
 import { EngineInvariants } from './EngineInvariants.js';
 import { EngineSnapshot } from './EngineSnapshot.js';
 import type { Request } from './EngineState.js';
-import { EngineState, maySplitFor, tryMerge } from './EngineState.js';
+import { EngineState, maySplitFor, shouldSplit, tryMerge } from './EngineState.js';
 import { ExpandableSegments } from './ExpandableSegments.js';
 import { FixedSegments } from './FixedSegments.js';
 import type { HistoryOptions } from './History.js';
 import { History } from './History.js';
 import { QuickLists, quickKey } from './QuickLists.js';
 import { SegmentRelease } from './SegmentRelease.js';
-import { isSmallRequest, MIN_BLOCK_BYTES, roundSize, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
+import { isSmallRequest, roundSize } from './SizeClass.js';
 import { checkBackend } from './checkEngineInputs.js';
 import { StreamEvents } from './StreamEvents.js';
 
@@ -196,11 +196,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
       this.#state.history = null;
       return;
     }
-    checkOptions('options', options, ['maxEntries', 'stacks']);
-    checkBoolean('options.stacks', options.stacks);
-    const maxEntries = options.maxEntries ?? 10_000;
-    if (!Number.isSafeInteger(maxEntries) || maxEntries < 1) throw new InvalidArgumentError('options.maxEntries', maxEntries, 'a positive integer');
-    this.#state.history = new History({ ...options, maxEntries });
+    this.#state.history = new History(options);
   }
 
   snapshot(): MemorySnapshot {
@@ -352,7 +348,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
     // Note [Best fit next to unmapped space]: PyTorch's rule for segments that unmap only under pressure.
     if (block.segment.expandable && this.options.fragmentationLimit === Number.POSITIVE_INFINITY) block = this.#expandable.bestFit(pool, block, r.size);
     if (!maySplitFor(block.size, r.size, this.options.maxSplitSize)) return undefined;
-    if (!this.options.splitBlocks && !block.segment.expandable && this.#shouldSplit(block, r.size)) return undefined;
+    if (!this.options.splitBlocks && !block.segment.expandable && shouldSplit(block, r.size, this.options)) return undefined;
     pool.remove(block);
     return block;
   }
@@ -433,7 +429,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
     const small = block.small;
     const alreadySplit = block.isSplit;
     const expandable = block.segment.expandable;
-    if ((expandable || this.options.splitBlocks) && this.#shouldSplit(block, r.size)) {
+    if ((expandable || this.options.splitBlocks) && shouldSplit(block, r.size, this.options)) {
       // As in PyTorch, a new block takes the front; the remainder keeps its identity and stays in the pool.
       const front = new Block<H>(block.segment, block.address, r.size);
       front.prev = block.prev;
@@ -495,12 +491,6 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
   #emitSegmentEvents(): void {
     const events = this.#state.segmentEvents.splice(0);
     for (const { reserved, address, bytes } of events) this.emitter.safeEmit(reserved ? 'segmentReserved' : 'segmentReleased', { address, bytes });
-  }
-
-  #shouldSplit(block: Block<H>, size: number): boolean {
-    const remaining = block.size - size;
-    if (block.small || block.segment.expandable || this.options.unifiedPools) return remaining >= MIN_BLOCK_BYTES;
-    return size < this.options.maxSplitSize && remaining > SMALL_REQUEST_MAX_BYTES;
   }
 
   // ---- free path ------------------------------------------------------------------------------------------

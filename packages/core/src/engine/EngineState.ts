@@ -16,7 +16,7 @@ import type { Block, Segment } from './Block.js';
 import { BlockPool } from './BlockPool.js';
 import type { ResolvedCachingOptions } from './CachingAllocatorOptions.js';
 import type { History } from './History.js';
-import { LARGE_SEGMENT_BYTES } from './SizeClass.js';
+import { LARGE_SEGMENT_BYTES, MIN_BLOCK_BYTES, SMALL_REQUEST_MAX_BYTES } from './SizeClass.js';
 
 /** One request on its way through the allocation path. */
 export interface Request<H> {
@@ -45,6 +45,17 @@ export function isPooledFree<H>(b: Block<H>): boolean {
  */
 export function maySplitFor(blockBytes: number, size: number, maxSplit: number): boolean {
   return size < maxSplit ? blockBytes < maxSplit : blockBytes < size + LARGE_SEGMENT_BYTES;
+}
+
+/**
+ * Whether `block` is split for a request of `size` (the rest stays free in its pool): a small-pool, expandable or
+ * unified-pool block when at least one minimum block is left; a large one, as PyTorch, when the request is under
+ * the max split size and more than a small request's bytes are left.
+ */
+export function shouldSplit<H>(block: Block<H>, size: number, options: Pick<ResolvedCachingOptions, 'unifiedPools' | 'maxSplitSize'>): boolean {
+  const remaining = block.size - size;
+  if (block.small || block.segment.expandable || options.unifiedPools) return remaining >= MIN_BLOCK_BYTES;
+  return size < options.maxSplitSize && remaining > SMALL_REQUEST_MAX_BYTES;
 }
 
 /** Merges a free pooled neighbour into `dst`, out of `pool`; returns the bytes merged (0 when it is not free). */

@@ -1,4 +1,6 @@
 import type { SnapshotAction, SnapshotFrame, SnapshotTraceEntry } from '../contracts/MemorySnapshot.js';
+import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
+import { checkBoolean, checkOptions } from '../validation/validate.js';
 
 export interface HistoryOptions {
   /** Entries kept; the oldest are dropped first. Default 10,000. */
@@ -59,9 +61,14 @@ export class History {
   readonly #ring: SnapshotTraceEntry[] = [];
   #next = 0;
 
+  /**
+   * @throws InvalidArgumentError for options that are not `{ maxEntries?: positive integer, stacks?: boolean }`
+   */
   constructor(options: HistoryOptions) {
+    checkOptions('options', options, ['maxEntries', 'stacks']);
+    this.stacks = checkBoolean('options.stacks', options.stacks) ?? false;
     this.maxEntries = options.maxEntries ?? 10_000;
-    this.stacks = options.stacks ?? false;
+    if (!Number.isSafeInteger(this.maxEntries) || this.maxEntries < 1) throw new InvalidArgumentError('options.maxEntries', options.maxEntries, 'a positive integer');
   }
 
   /**
