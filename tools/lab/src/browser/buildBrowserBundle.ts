@@ -17,6 +17,12 @@ export interface BrowserBundleOptions {
   readonly entryPoint: string;
   /** Absolute path of the bundle to write, under the package's dist-browser/ (Note [Linting the bundle]). */
   readonly outfile: string;
+  /**
+   * More imports to leave out of the bundle, beside `webgpu` and `node:*`: Node-only packages that a module the
+   * entry imports names but whose importers the bundle does not use (esbuild drops those importers, and with them
+   * the import, from a package marked `"sideEffects": false`; one still in use shows in `externalImports`).
+   */
+  readonly external?: readonly string[];
 }
 
 export interface BrowserBundle {
@@ -39,7 +45,7 @@ export interface BrowserBundle {
  * @throws esbuild's error, naming the file and import, when something cannot be bundled for the browser
  */
 export async function buildBrowserBundle(options: BrowserBundleOptions): Promise<BrowserBundle> {
-  const { entryPoint, outfile } = options;
+  const { entryPoint, outfile, external = [] } = options;
   const result = await build({
     entryPoints: [entryPoint],
     outfile,
@@ -47,7 +53,7 @@ export async function buildBrowserBundle(options: BrowserBundleOptions): Promise
     format: 'esm',
     platform: 'browser',
     target: 'es2022',
-    external: ['webgpu', 'node:*'],
+    external: ['webgpu', 'node:*', ...external],
     // Generated code: `eslint .` at the root must not lint it (Note [Linting the bundle]).
     banner: { js: '/* eslint-disable */' },
     metafile: true,
