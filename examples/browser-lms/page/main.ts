@@ -264,16 +264,22 @@ async function run(): Promise<void> {
       const same = sameBits(mask, stockMasks[i]!);
       report.sameBitsPerPrediction.push(same);
       drawMask($('stowage'), inputCanvas, mask, [168, 85, 247]);
-      $('stowage-caption').textContent = `tfjs on Stowage + LMS, prediction ${i + 1}: ${same ? "stock's bits" : 'NOT the same bits as stock'}`;
+      $('stowage-caption').textContent = `tfjs on Stowage ${withLms ? '+ LMS' : 'without LMS'}, prediction ${i + 1}: ${same ? "stock's bits" : 'NOT the same bits as stock'}`;
       if (withLms) await backend.endLmsStep(); // an async point: LMS learns the prediction, host copies of what it left dirty
       sample();
     });
     report.sameBits = report.sameBitsPerPrediction.length === predictions && report.sameBitsPerPrediction.every(Boolean);
     const stats = allocator.memoryStats() as unknown as Record<string, number>;
-    Object.assign(report.stowage, { devicePeakBytes: counter.peakBytes, createBufferCalls: counter.calls, msPerPrediction: ms, stats: { ...stats }, samples: chart.samples });
+    Object.assign(report.stowage, { msPerPrediction: ms, stats: { ...stats } });
+    // Frees wait for the next submit (Note [Submit epochs] in @stowage/allocator-webgpu), while the recorder logs
+    // them as completed at once; the memory page walks the trace back from the snapshot, so the two must agree:
+    // emptyCache completes the pending frees (and releases the cached segments, which the recorder logs too).
+    allocator.emptyCache();
     const snapshot = recorder.toSnapshot(allocator.snapshot());
     $<HTMLIFrameElement>('memory-page').srcdoc = buildVizPage(snapshot, { title: `Stowage memory: ${MODEL} under ${formatBytes(budgetBytes)}`, source: 'this run' });
   } finally {
+    // Also when a prediction failed: what the device held until then.
+    Object.assign(report.stowage, { devicePeakBytes: counter.peakBytes, createBufferCalls: counter.calls, samples: chart.samples });
     recorder?.dispose();
     chart.draw();
     if (tf.findBackendFactory('webgpu') != null) tf.removeBackend('webgpu');
