@@ -1,6 +1,7 @@
 import type { AllocateOptions, Allocator, AllocatorStats, BlockInspector, DataPtr, LmsStorage, MemorySnapshot, Pager, StorageImpl } from '@stowage/core';
 import { formatBytes, ForwardingAllocator, OutOfMemoryError } from '@stowage/core';
-import { Residency } from './Residency.js';
+import type { Residency } from './Residency.js';
+import { DeviceResidency } from './Residency.js';
 import type { LmsPolicy } from './LmsPolicy.js';
 import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
 import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
@@ -25,7 +26,7 @@ export class LmsAllocator extends ForwardingAllocator {
   /** `pager` and `inspector` are the device's services (the runtime's `Pager` and `BlockInspector` for it). */
   constructor(upstream: Allocator, pager: Pager, inspector: BlockInspector, policyOf: () => LmsPolicy, speculation: SpeculationSettings = SPECULATION_OFF) {
     super(upstream);
-    this.lms = new Residency(upstream.device, pager, inspector, policyOf, speculation);
+    this.lms = new DeviceResidency(upstream.device, pager, inspector, policyOf, speculation);
     upstream.events.on('segmentReserved', () => void this.#segmentsReserved++);
     upstream.events.on('segmentReleased', () => void this.#segmentsReleased++);
   }

@@ -1,9 +1,9 @@
-import type { Allocator, Device, DeviceLike, DeviceServices } from '@stowage/core';
+import type { Allocator, Device, DeviceLike, DeviceServices, Token } from '@stowage/core';
 import type { LmsController } from './LmsController.js';
 import type { MemoryReclaimer, ReclaimTarget } from '@stowage/core/plugin-kit';
 import { BlockInspector, formatDevice, InvalidArgumentError, Pager, parseDevice } from '@stowage/core';
 import { LmsAllocator } from './LmsAllocator.js';
-import type { Residency } from './Residency.js';
+import { Residency } from './Residency.js';
 import { checkPolicy, type LmsPolicy } from './LmsPolicy.js';
 import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
 import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
@@ -39,10 +39,10 @@ export class Residencies implements LmsController, MemoryReclaimer {
   }
 
   /**
-   * The allocator under LMS when its device can page (it offers the Pager and BlockInspector services);
-   * otherwise the allocator itself, unchanged.
+   * The allocator under LMS when its device can page (it offers the Pager and BlockInspector services), and the
+   * device's {@link Residency} provided as a device service; otherwise the allocator itself, unchanged.
    */
-  wrap(allocator: Allocator, device: Device, services: DeviceServices): Allocator {
+  wrap(allocator: Allocator, device: Device, services: DeviceServices, provide: <T>(token: Token<T>, service: T) => void): Allocator {
     const pager = services.get(Pager);
     const inspector = services.get(BlockInspector);
     if (pager === undefined || inspector === undefined) return allocator;
@@ -54,6 +54,7 @@ export class Residencies implements LmsController, MemoryReclaimer {
       throw new InvalidArgumentError('allocator', `a second allocator for ${key}`, `one allocator per device under LMS: ${key} has one already (dispose it first)`);
     }
     const wrapped = new LmsAllocator(allocator, pager, inspector, this.#policyOf, this.#speculation);
+    provide(Residency, wrapped.lms);
     this.#devices.set(key, { residency: wrapped.lms, allocator: wrapped });
     return wrapped;
   }

@@ -1,4 +1,4 @@
-import type { BlockInspector, Device, Pager, StorageImpl } from '@stowage/core';
+import type { BlockInspector, Device, Pager, StorageImpl, Token } from '@stowage/core';
 import type { PageOut, ReclaimTarget } from '@stowage/core/plugin-kit';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 import { chooseFragments, chooseOne } from './LmsPolicy.js';
@@ -34,7 +34,7 @@ import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
  * landed. A storage released or rewritten while its page-out is in flight cancels it (`PageOut.cancel`): the
  * device's room comes back at once.
  */
-export class Residency {
+export class DeviceResidency {
   readonly list = new ReclaimList<StorageResidency>();
   readonly stats = new LmsStats();
   readonly #emitter = new SafeEmitter<LmsEvents>();
@@ -253,3 +253,12 @@ export class Residency {
     return freed;
   }
 }
+
+/**
+ * LMS on one device, as a device service (Note [Device services] in core): `rt.service(Residency, 'webgpu:0')` once
+ * `lms()` is registered and the device's allocator pages; the same object as `LmsController#device`. Its reclaim
+ * list, statistics, events, and the reclaims the engine's out-of-memory chain asks of it.
+ */
+export type Residency = DeviceResidency;
+
+export const Residency: Token<Residency> = Symbol('stowage.lms.Residency');

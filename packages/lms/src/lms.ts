@@ -47,7 +47,7 @@ export function registerLms(container: DependencyContainer, options: LmsOptions 
   for (const deviceType of devices) {
     // Outermost: whatever adaptors are registered, and in whatever order, the allocator the runtime hands out is
     // LMS's, which answers asLmsStorage; LMS reaches the device through its services, never through the chain.
-    const decorator: AllocatorDecorator = { deviceType, outermost: true, wrap: (allocator, device, services) => controller.wrap(allocator, device, services) };
+    const decorator: AllocatorDecorator = { deviceType, outermost: true, wrap: (allocator, device, services, provide) => controller.wrap(allocator, device, services, provide) };
     container.register(AllocatorDecorator, { useValue: decorator });
   }
 }

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import type { AllocatorStats, Plugin, Runtime, Token } from '@stowage/core';
 import { BackendUnavailableError, CachingAllocator, CpuMemoryBackend, cpu, createRuntime, DeviceError, DisposedError, DisposeFailedError, wrapAllocators, InvalidArgumentError, OutOfMemoryError, resolve, StorageImpl, UseAfterReleaseError } from '@stowage/core';
 import type { LmsOptions, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
-import { LmsController, LmsPolicy, lms, LmsAllocator, StorageResidency, LruPolicy, pin } from '@stowage/lms';
+import { LmsController, LmsPolicy, lms, LmsAllocator, Residency, StorageResidency, LruPolicy, pin } from '@stowage/lms';
 import { Residencies } from '@stowage/lms/testing';
 import { adaptorCases, patternBytes, VirtualMemoryBackend } from '@stowage/core/testing';
 import { LmsReclaimer } from '@stowage/core/plugin-kit';
@@ -150,7 +150,7 @@ describe('LMS', () => {
       })());
       using engine = new CachingAllocator(new VirtualMemoryBackend({ capacityBytes: 64 * MiB }));
       const noServices = { device: engine.device, get: () => undefined };
-      expect(controller.wrap(engine, engine.device, noServices)).to.equal(engine); // a virtual backend has no pager
+      expect(controller.wrap(engine, engine.device, noServices, () => undefined)).to.equal(engine); // a virtual backend has no pager
       await using rt = await createRuntime({ plugins: [cpu(), lms({ devices: ['webgpu'] })] });
       const s = rt.storage(1024);
       expect(s.lms).to.equal(null);
@@ -404,6 +404,9 @@ describe('LMS', () => {
           pin(storages[0]!).release();
           expect(storages[0]!.lms!.state).to.equal('inactive');
           for (const [seed, s] of storages.entries()) await expectBytes(rt, s, seed);
+          const residency = rt.service(Residency, 'cpu');
+          expect(residency, 'the residency is a device service the adaptor cannot hide').to.equal(resolve(rt.container, LmsController).device('cpu'));
+          expect(residency!.stats.toRecord()['page_out']).to.equal(stats(rt)['page_out']);
         });
       }
     }
@@ -484,13 +487,22 @@ describe('LMS', () => {
   });
 
   describe('one residency per device', () => {
+    it('offers each paging device\'s residency as a device service, and none for a device LMS does not page', async () => {
+      await using rt = await createRuntime({ plugins: [cpu({ limit: 32 * MiB }), lms({ devices: ['cpu'] })] });
+      const residency = rt.service(Residency, 'cpu:0');
+      expect(residency).to.equal(resolve(rt.container, LmsController).device('cpu:0'));
+      expect(residency!.device).to.deep.equal({ type: 'cpu', index: 0 });
+      await using off = await createRuntime({ plugins: [cpu({ limit: 32 * MiB }), lms({ devices: ['webgpu'] })] });
+      expect(off.service(Residency, 'cpu')).to.equal(undefined);
+    });
+
     it('refuses a second live allocator for a device rather than letting it take the first one\'s reclaims and statistics', async () => {
       await using rt = await lmsRuntime(32 * MiB);
       const first = rt.allocator('cpu');
       const controller = resolve(rt.container, LmsController) as Residencies;
       const services = { device: first.device, get: <T>(token: Token<T>): T | undefined => rt.service(token, 'cpu') };
       using second = new CachingAllocator(new CpuMemoryBackend());
-      expect(() => controller.wrap(second, first.device, services)).to.throw(InvalidArgumentError, /one allocator per device under LMS: cpu:0/);
+      expect(() => controller.wrap(second, first.device, services, () => undefined)).to.throw(InvalidArgumentError, /one allocator per device under LMS: cpu:0/);
       expect(controller.device('cpu')).to.equal((first as LmsAllocator).lms, 'the first keeps its residency');
     });
   });

@@ -51,8 +51,12 @@ export interface AllocatorDecorator {
    * runtime hands out answers `asLmsStorage` even when a third party's wrapper does not forward it.
    */
   readonly outermost?: boolean;
-  /** `services` are the device's (its factory registered them): a decorator reads them, never the chain. */
-  wrap(allocator: Allocator, device: Device, services: DeviceServices): Allocator;
+  /**
+   * `services` are the device's (its factory registered them): a decorator reads them, never the chain.
+   * `provide` registers a service of the decorator's own for the device (LMS's residency), under the same rules as
+   * the factory's (Note [Device services]).
+   */
+  wrap(allocator: Allocator, device: Device, services: DeviceServices, provide: <T>(token: Token<T>, service: T) => void): Allocator;
 }
 
 export const AllocatorDecorator: Token<AllocatorDecorator> = Symbol('stowage.AllocatorDecorator');

@@ -73,9 +73,10 @@ export class AllocatorRegistry implements Disposable {
     try {
       checkServes(allocator, parsed);
       const services = this.#services.of(parsed);
+      const provide = <T>(token: Token<T>, service: T): void => this.#services.provide(parsed, token, service);
       for (const decorator of this.#decorators) {
         if (decorator.deviceType !== parsed.type) continue;
-        const wrapped: unknown = decorator.wrap(allocator, parsed, services);
+        const wrapped: unknown = decorator.wrap(allocator, parsed, services, provide);
         allocator = checkReturned(`the AllocatorDecorator for '${parsed.type}' (a wrapAllocators wrapper)`, wrapped, isAllocator, `an Allocator (the one it was given, wrapped)`);
       }
       checkServes(allocator, parsed);
