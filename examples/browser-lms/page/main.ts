@@ -4,10 +4,10 @@ import * as tf from '@tensorflow/tfjs-core';
 import { loadGraphModel } from '@tensorflow/tfjs-converter';
 import { WebGPUBackend } from '@tensorflow/tfjs-backend-webgpu';
 import type { Runtime, StorageImpl } from '@stowage/core';
-import { createRuntime, formatBytes, parseDevice, resolve } from '@stowage/core';
+import { createRuntime, formatBytes } from '@stowage/core';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { openWebGpuDevice, webgpu } from '@stowage/allocator-webgpu';
-import { LmsController, lms } from '@stowage/lms';
+import { lms, Residency } from '@stowage/lms';
 import { registerStowageWebGpuBackend, StowageWebGpuBackend, SynchronousStepPolicy } from '@stowage/tfjs-webgpu';
 import { budgetAt, DeviceMemoryCounter } from '@stowage/lab/tfjs';
 import { buildVizPage, MemoryEventRecorder } from '@stowage/cli';
@@ -227,7 +227,7 @@ async function run(): Promise<void> {
       ],
     });
     const allocator = runtime.allocator('webgpu');
-    const lmsDevice = withLms ? resolve(runtime.container, LmsController).device(parseDevice('webgpu')) : undefined;
+    const lmsDevice = runtime.service(Residency, 'webgpu'); // LMS on the device: its paging events
     recorder = new MemoryEventRecorder().attachAllocator(allocator);
     if (lmsDevice !== undefined) recorder.attachLms(lmsDevice.events);
     // Paged out now: storages LMS paged out and has not brought back (a released one no longer counts).
