@@ -103,7 +103,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
     this.#fixed = new FixedSegments<H>(state);
     this.#expandable = new ExpandableSegments<H>(state, (r) => this.#takeCached(r));
     this.#release = new SegmentRelease<H>(state, this.#events, this.#quick, this.#fixed, this.#expandable);
-    this.#outOfMemory = new OutOfMemoryChain<H>(state, this.#events, this.#quick, this.#fixed, this.#expandable, this.#release, {
+    this.#outOfMemory = new OutOfMemoryChain<H>(state, this.#fixed, this.#expandable, this.#release, {
       device: this.device,
       emitter: this.emitter,
       takeCached: (r) => this.#takeCached(r),

@@ -19,9 +19,7 @@ import type { Block } from './Block.js';
 import type { EngineState, Request } from './EngineState.js';
 import type { ExpandableSegments } from './ExpandableSegments.js';
 import type { FixedSegments } from './FixedSegments.js';
-import type { QuickLists } from './QuickLists.js';
 import type { SegmentRelease } from './SegmentRelease.js';
-import type { StreamEvents } from './StreamEvents.js';
 
 /** Calls of one reclaimer per failed allocation at most (Note [Out-of-memory chain]). */
 const MAX_RECLAIM_CALLS = 4096;
@@ -43,8 +41,6 @@ export interface OutOfMemoryOwner<H> {
 export class OutOfMemoryChain<H> {
   constructor(
     private readonly state: EngineState<H>,
-    private readonly events: StreamEvents<H>,
-    private readonly quick: QuickLists<H>,
     private readonly fixed: FixedSegments<H>,
     private readonly expandable: ExpandableSegments<H>,
     private readonly release: SegmentRelease<H>,
@@ -79,8 +75,7 @@ export class OutOfMemoryChain<H> {
       for (let asked = 0; asked < MAX_RECLAIM_CALLS && reclaimer.reclaim(owner.device, r.size, target) > 0; asked++) {
         // What it freed is in this engine's cache: merge it with its free neighbours and look there, then release
         // the cache and retry.
-        this.events.synchronize();
-        this.quick.flush();
+        release.settleFrees();
         block = owner.takeCached(r) ?? (release.releaseCachedBlocks() ? (owner.takeCached(r) ?? this.#newSegmentBlock(r, true)) : undefined) ?? this.#segmentInRoom(r);
         if (block) return block;
       }
