@@ -16,8 +16,8 @@
  *   reuse] in StreamEvents.ts).
  * - When no block fits: garbage-collect old cached segments if over the threshold, ask the backend for a new
  *   segment, then free cached oversize blocks and retry, then free every unsplit cached segment and retry, then
- *   call the reclaimers (IPC, then LMS), and only then throw OutOfMemoryError (Note [Out-of-memory chain];
- *   releasing: SegmentRelease.ts).
+ *   call the reclaimers (IPC, then LMS), and only then throw OutOfMemoryError (OutOfMemoryChain.ts; releasing:
+ *   SegmentRelease.ts).
  * - With expandable segments, each (kind, stream, pool) grows one segment by mapping pages instead of reserving
  *   new fixed segments; free pages are unmapped by emptyCache, trim and the chain (ExpandableSegments.ts).
  * - Statistics use PyTorch's names and meanings; `snapshot()` uses PyTorch's snapshot schema (EngineSnapshot.ts).
@@ -28,7 +28,6 @@ import { formatDevice } from '../contracts/Device.js';
 import type { DeviceError } from '../errors/DeviceError.js';
 import { ForeignPointerError } from '../errors/ForeignPointerError.js';
 import { InvalidArgumentError } from '../errors/InvalidArgumentError.js';
-import { OutOfMemoryError } from '../errors/OutOfMemoryError.js';
 import { UseAfterReleaseError } from '../errors/UseAfterReleaseError.js';
 import { AllocatorBase } from '../internal/AllocatorBase.js';
 import { checkAllocateOptions, checkByteCount } from '../validation/validate.js';
@@ -48,14 +47,12 @@ import { ExpandableSegments } from './ExpandableSegments.js';
 import { FixedSegments } from './FixedSegments.js';
 import type { HistoryOptions } from './History.js';
 import { History } from './History.js';
+import { OutOfMemoryChain } from './OutOfMemoryChain.js';
 import { QuickLists, quickKey } from './QuickLists.js';
 import { SegmentRelease } from './SegmentRelease.js';
 import { isSmallRequest, roundSize } from './SizeClass.js';
 import { checkBackend } from './checkEngineInputs.js';
 import { StreamEvents } from './StreamEvents.js';
-
-/** Calls of one reclaimer per failed allocation at most (Note [Out-of-memory chain]). */
-const MAX_RECLAIM_CALLS = 4096;
 
 /** The options of a call that passed none: one shared object, not a new one per call. */
 const NO_OPTIONS: AllocateOptions = Object.freeze({});
@@ -84,6 +81,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
   readonly #fixed: FixedSegments<H>;
   readonly #expandable: ExpandableSegments<H>;
   readonly #release: SegmentRelease<H>;
+  readonly #outOfMemory: OutOfMemoryChain<H>;
   readonly #snapshot: EngineSnapshot<H>;
   readonly #invariants: EngineInvariants<H>;
 
@@ -105,6 +103,13 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
     this.#fixed = new FixedSegments<H>(state);
     this.#expandable = new ExpandableSegments<H>(state, (r) => this.#takeCached(r));
     this.#release = new SegmentRelease<H>(state, this.#events, this.#quick, this.#fixed, this.#expandable);
+    this.#outOfMemory = new OutOfMemoryChain<H>(state, this.#fixed, this.#expandable, this.#release, {
+      device: this.device,
+      emitter: this.emitter,
+      takeCached: (r) => this.#takeCached(r),
+      emitSegmentEvents: () => this.#emitSegmentEvents(),
+      memoryStats: () => this.memoryStats(),
+    });
     this.#snapshot = new EngineSnapshot<H>(state);
     this.#invariants = new EngineInvariants<H>(state, this.#quick, this.#expandable);
   }
@@ -140,7 +145,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
     const request: Request<H> = { stream, kind, size, pool: this.#state.poolsOf(kind)[small ? 0 : 1] };
     let block: Block<H>;
     try {
-      block = this.#takeCached(request) ?? (this.#quick.flush() ? this.#takeCached(request) : undefined) ?? this.#reserveBlock(request, nbytes);
+      block = this.#takeCached(request) ?? (this.#quick.flush() ? this.#takeCached(request) : undefined) ?? this.#outOfMemory.reserveBlock(request, nbytes);
     } catch (error) {
       this.#emitSegmentEvents(); // out of memory: what was released on the way is still reported
       throw error;
@@ -351,76 +356,6 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
     if (!this.options.splitBlocks && !block.segment.expandable && shouldSplit(block, r.size, this.options)) return undefined;
     pool.remove(block);
     return block;
-  }
-
-  /**
-   * Note [Out-of-memory chain]: no cached block fits. In order: garbage-collect (with a threshold), reserve a
-   * new segment, release cached oversize blocks and retry, release every unsplit cached segment and retry,
-   * then each reclaimer in turn (IPC collect, LMS reclaim) followed by a retry, and only then throw. Each step
-   * runs only when the previous one failed, so a device with room never loses its cache. A retry after a
-   * reclaimer looks in the quick lists as well as the pools (#takeCached), so a block of exactly the request's
-   * size that the reclaimer freed serves it before any cached segment is released.
-   */
-  #reserveBlock(r: Request<H>, nbytes: number): Block<H> {
-    const release = this.#release;
-    if (this.options.garbageCollectionThreshold > 0) release.garbageCollect();
-    let block =
-      this.#newSegmentBlock(r, false) ??
-      (release.releaseAvailableCachedBlocks(r) ? this.#newSegmentBlock(r, false) : undefined) ??
-      // Releasing the cache completes pending frees and merges quick lists: a block may fit now.
-      (release.releaseCachedBlocks() ? (this.#takeCached(r) ?? this.#newSegmentBlock(r, true)) : undefined) ??
-      this.#segmentInRoom(r);
-    if (block) return block;
-    const target = { small: r.pool.small, kind: r.kind, stream: r.stream };
-    for (const reclaimer of this.options.reclaimers()) {
-      // A reclaimer may free a little at a time (LMS: one storage, then fragments, then everything inactive), so
-      // it is asked again while it says it freed something. Not while allocated bytes go down: a listener of the
-      // reclaimer may itself allocate what was freed. The bound only stops a reclaimer that always says it freed.
-      for (let asked = 0; asked < MAX_RECLAIM_CALLS && reclaimer.reclaim(this.device, r.size, target) > 0; asked++) {
-        // What it freed is in this engine's cache: merge it with its free neighbours and look there, then release
-        // the cache and retry.
-        this.#events.synchronize();
-        this.#quick.flush();
-        block = this.#takeCached(r) ?? (release.releaseCachedBlocks() ? (this.#takeCached(r) ?? this.#newSegmentBlock(r, true)) : undefined) ?? this.#segmentInRoom(r);
-        if (block) return block;
-      }
-    }
-    return this.#throwOutOfMemory(nbytes, r.stream);
-  }
-
-  /** Counts, records and reports the failed request of `nbytes` on `stream`, then throws OutOfMemoryError. */
-  #throwOutOfMemory(nbytes: number, stream: StreamId): never {
-    this.#emitSegmentEvents(); // what the chain released goes out first: listeners then see whole state
-    this.stats.num_ooms++;
-    const deviceFreeBytes = this.#deviceFreeBytes();
-    const free = deviceFreeBytes ?? (this.capacityBytes === undefined ? undefined : Math.max(0, this.capacityBytes - this.reservedBytes));
-    this.#state.history?.record('oom', 0, nbytes, stream, null, free === undefined ? undefined : { device_free: free });
-    const stats = this.memoryStats();
-    this.emitter.safeEmit('outOfMemory', { requestedBytes: nbytes, stats });
-    const hint = this.backend.outOfMemoryHint?.(nbytes);
-    const budgetBytes = Number.isFinite(this.#state.allowedBytes) ? this.#state.allowedBytes : undefined;
-    throw new OutOfMemoryError({ device: this.device, requestedBytes: nbytes, capacityBytes: this.capacityBytes, budgetBytes, deviceFreeBytes, stats, ...(hint === undefined ? {} : { hint }) });
-  }
-
-  /** The device's free bytes as its driver reports them, when the backend can say (a failing query says nothing). */
-  #deviceFreeBytes(): number | undefined {
-    try {
-      return this.backend.memoryInfo?.().freeBytes;
-    } catch {
-      return undefined;
-    }
-  }
-
-  /** Asks the backend for a new segment (or expandable pages) for `r`; undefined when it has no room. */
-  #newSegmentBlock(r: Request<H>, isRetry: boolean): Block<H> | undefined {
-    if (isRetry) this.stats.num_alloc_retries++;
-    if (this.options.expandableSegments && this.backend.pageMapping) return this.#expandable.grow(r);
-    return this.#fixed.reserve(r);
-  }
-
-  /** The last resort before the reclaimers: a fixed segment of what the budget has left (Note [Segments under a budget]). */
-  #segmentInRoom(r: Request<H>): Block<H> | undefined {
-    return this.options.expandableSegments && this.backend.pageMapping ? undefined : this.#fixed.reserveInRoom(r);
   }
 
   /** Splits `block` for the request when worth it, marks it allocated, counts it and wraps it in a DataPtr. */

@@ -2,8 +2,8 @@
  * The state the caching engine's mechanisms share, and the block rules more than one of them applies.
  *
  * - CachingAllocator owns one EngineState and hands it to the mechanisms that walk pools or segments
- *   (FixedSegments, ExpandableSegments, SegmentRelease, EngineSnapshot, EngineInvariants): the pools, the
- *   segments, the statistics, the backend and the options, nothing of another mechanism. QuickLists and
+ *   (FixedSegments, ExpandableSegments, SegmentRelease, OutOfMemoryChain, EngineSnapshot, EngineInvariants): the
+ *   pools, the segments, the statistics, the backend and the options, nothing of another mechanism. QuickLists and
  *   StreamEvents get only the options, statistics or backend they read.
  * - Each segment kind has a small and a large pool (Note [Segment kinds] in CachingAllocator.ts).
  * - A mechanism that reserves or releases memory queues a segment event here; CachingAllocator emits the queue

@@ -56,10 +56,18 @@ export class SegmentRelease<H> {
     return released >= wanted;
   }
 
-  /** Frees every unsplit cached segment and the free pages of expandable ones; true (as PyTorch). */
-  releaseCachedBlocks(): boolean {
+  /**
+   * Completes the frees waiting on events (waiting for them) and merges the quick lists into the pools: every free
+   * block is then whole and in its pool.
+   */
+  settleFrees(): void {
     this.events.synchronize();
     this.quick.flush();
+  }
+
+  /** Frees every unsplit cached segment and the free pages of expandable ones; true (as PyTorch). */
+  releaseCachedBlocks(): boolean {
+    this.settleFrees();
     for (const pool of this.state.allPools()) {
       for (const block of pool.blocks()) if (!block.isSplit && !block.segment.expandable) this.releaseSegment(block);
     }
@@ -73,8 +81,7 @@ export class SegmentRelease<H> {
    */
   trim(targetBytes: number): void {
     const state = this.state;
-    this.events.synchronize();
-    this.quick.flush();
+    this.settleFrees();
     const releasable = state.allPools().flatMap((pool) => [...pool.blocks()]).filter((b) => !b.isSplit && !b.segment.expandable);
     releasable.sort((a, b) => b.size - a.size);
     for (const block of releasable) {
