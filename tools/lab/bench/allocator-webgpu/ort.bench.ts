@@ -22,8 +22,10 @@ import { fileURLToPath } from 'node:url';
 import { createWebGpuAllocator, openWebGpuDevice, stowageDevice, stowageDeviceCounts } from '@stowage/allocator-webgpu';
 import type { WebGpuAllocator } from '@stowage/allocator-webgpu';
 import { BenchUsageError, median, parseBenchFlags, runBench } from '@stowage/lab/bench-kit';
-import type { BufferCount, Ort, VadModel } from './ortRun.js';
-import { countingDevice, loadOrtWebGpu, readVadModel, sameBytes, VAD_MODELS, VadRun } from './ortRun.js';
+import type { BufferCount } from '@stowage/lab/onnx';
+import { ortDevice } from '@stowage/lab/onnx';
+import type { Ort, VadModel } from './ortRun.js';
+import { loadOrtWebGpu, readVadModel, sameBytes, VAD_MODELS, VadRun } from './ortRun.js';
 
 const USAGE = 'Usage: pnpm bench:ort [-- --models silero-v5,silero-v6,silero-legacy] [--rounds 5] [--steps 3] [--shared silero-v5,silero-legacy] [--tries 8] [--granularity 64]';
 const GiB = 2 ** 30;
@@ -37,12 +39,12 @@ interface Side {
 }
 
 async function plainSide(gpu: GPU): Promise<Side> {
-  const { device, count } = await countingDevice(gpu);
+  const { device, count } = await ortDevice(gpu);
   return { name: 'plain', device, real: device, count };
 }
 
 async function stowageSide(gpu: GPU, limit: number | string): Promise<Side> {
-  const { device: real, count } = await countingDevice(gpu);
+  const { device: real, count } = await ortDevice(gpu);
   const allocator = createWebGpuAllocator({ device: real, keepAlive: gpu, adapterInfo: 'ort bench', owned: false }, { limit });
   return { name: 'stowage', device: stowageDevice(allocator), real, count, allocator };
 }

@@ -1,12 +1,13 @@
-// What `pnpm bench:ort` (ort.bench.ts) shares: onnxruntime-web's native WebGPU EP set up in Node on Dawn (as
-// packages/allocator-webgpu/test/StowageDevice.onnx.test.ts does), devices that count their buffers, and the
-// silero VAD models @ricky0123/vad-web ships, run step by step with their recurrent state fed back.
+// What `pnpm bench:ort` (ort.bench.ts) shares: onnxruntime-web's native WebGPU EP set up in Node on Dawn (with
+// @stowage/lab/onnx, as packages/allocator-webgpu/test/StowageDevice.onnx.test.ts does), and the silero VAD models
+// @ricky0123/vad-web ships, run step by step with their recurrent state fed back.
 // onnxruntime-web and @ricky0123/vad-web are devDependencies of @stowage/allocator-webgpu: they are resolved from
 // there (the lab does not depend on them), and typed here by the little the bench uses.
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { installWebGpuGlobals } from '@stowage/lab/onnx';
 
 /** The part of onnxruntime-web's Tensor the bench reads. */
 export interface OrtTensor {
@@ -23,9 +24,6 @@ export interface Ort {
   Tensor: new (type: string, data: Float32Array | BigInt64Array, dims: readonly number[]) => OrtTensor;
   InferenceSession: { create(model: Uint8Array, options: object): Promise<OrtSession> };
 }
-
-/** Limits onnxruntime-web's kernels need beyond WebGPU's core defaults (the silero LSTM binds 9 storage buffers). */
-const ORT_LIMITS = ['maxStorageBuffersPerShaderStage', 'maxBufferSize', 'maxStorageBufferBindingSize', 'maxComputeWorkgroupStorageSize'] as const;
 
 /** A model of @ricky0123/vad-web: its file, and its recurrent state (input name → output name, shape). */
 export interface VadModel {
@@ -63,60 +61,12 @@ export function readVadModel(model: VadModel): Uint8Array {
  * onnxruntime-web looks for them; one WebAssembly thread, errors only.
  */
 export async function loadOrtWebGpu(gpu: GPU): Promise<Ort> {
-  const dawn = (await import('webgpu')) as unknown as { globals: Record<string, unknown> };
-  const scope = globalThis as Record<string, unknown>;
-  for (const [name, value] of Object.entries(dawn.globals)) if (!(name in scope)) scope[name] = value;
-  if (!('navigator' in scope)) scope['navigator'] = {};
-  const navigator = scope['navigator'] as Record<string, unknown>;
-  if (navigator['gpu'] === undefined) Object.defineProperty(navigator, 'gpu', { value: gpu, configurable: true });
+  await installWebGpuGlobals(gpu);
   const dist = dirname(allocatorRequire().resolve('onnxruntime-web')); // its Node entry lies in dist/
   const ort = (await import(pathToFileURL(join(dist, 'ort.webgpu.bundle.min.mjs')).href)) as Ort;
   ort.env.wasm.numThreads = 1;
   ort.env.logLevel = 'error';
   return ort;
-}
-
-/** What a device's createBuffer made: calls, and the peak of live bytes of the buffers it made. */
-export interface BufferCount {
-  calls: number;
-  liveBytes: number;
-  peakBytes: number;
-}
-
-/**
- * A device of its own with the adapter's limits (as onnxruntime-web asks for when it opens one), counting every
- * buffer made at it and every destroy; its `writeBuffer` copies views of shared memory first (measure 4 of issue 36,
- * which a plain device in dawn.node needs too).
- */
-export async function countingDevice(gpu: GPU): Promise<{ device: GPUDevice; count: BufferCount }> {
-  const adapter = (await gpu.requestAdapter())!;
-  const requiredLimits = Object.fromEntries(ORT_LIMITS.map((name) => [name, adapter.limits[name]]));
-  const device = await adapter.requestDevice({ requiredLimits });
-  const queue = device.queue;
-  const writeBuffer = queue.writeBuffer.bind(queue);
-  queue.writeBuffer = ((buffer: GPUBuffer, offset: number, data: ArrayBufferView, dataOffset = 0, size?: number) => {
-    if (!(data.buffer instanceof SharedArrayBuffer)) return writeBuffer(buffer, offset, data as GPUAllowSharedBufferSource, dataOffset, size);
-    const elementBytes = (data as unknown as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1;
-    const bytes = (size ?? data.byteLength / elementBytes - dataOffset) * elementBytes;
-    return writeBuffer(buffer, offset, new Uint8Array(data.buffer, data.byteOffset + dataOffset * elementBytes, bytes).slice());
-  }) as GPUQueue['writeBuffer'];
-  const count: BufferCount = { calls: 0, liveBytes: 0, peakBytes: 0 };
-  const createBuffer = device.createBuffer.bind(device);
-  device.createBuffer = (descriptor: GPUBufferDescriptor) => {
-    const buffer = createBuffer(descriptor);
-    count.calls++;
-    count.liveBytes += descriptor.size;
-    count.peakBytes = Math.max(count.peakBytes, count.liveBytes);
-    const destroy = buffer.destroy.bind(buffer);
-    let destroyed = false;
-    buffer.destroy = () => {
-      if (!destroyed) count.liveBytes -= descriptor.size;
-      destroyed = true;
-      destroy();
-    };
-    return buffer;
-  };
-  return { device, count };
 }
 
 /** A session of `model` on `device` with its recurrent state, stepping through a fixed test signal. */
