@@ -14,7 +14,7 @@ import type { OnnxCheckPath, OnnxCheckReport, OnnxRun } from './OnnxCheckReport.
  * local files:
  * - 'native': onnxruntime-web's native WebGPU EP runs silero VAD v5 (3 steps, state fed back) and the PaddleOCR
  *   direction classifier on a plain device, then on a Stowage device over another;
- * - 'jsep-plain' / 'jsep-stowage': the JSEP build runs silero VAD v5 on the device its adapter's requestDevice
+ * - 'jsep-plain' / 'jsep-stowage': the JSEP build runs silero VAD v5 and the classifier on the device its adapter's requestDevice
  *   answers with (JSEP starts once per page, so each device has a page);
  * - 'transformers': transformers.js's image-classification pipeline, its model from /models/ only, on a plain
  *   device and on a Stowage device.
@@ -47,7 +47,9 @@ async function runStowageOnnxChecks(path: OnnxCheckPath): Promise<OnnxCheckRepor
   if (path === 'native') {
     setUp(ortNative, '/ort/');
     for (const device of ['plain', 'stowage'] as const) runs.push(await recorded('silero-v5', device, (d) => silero(ortNative, d, { executionProviders: [{ name: 'webgpu', device: d } as never] })));
-    for (const device of ['plain', 'stowage'] as const) runs.push(await recorded('paddle-classifier', device, (d) => classifier(ortNative, d)));
+    for (const device of ['plain', 'stowage'] as const) {
+      runs.push(await recorded('paddle-classifier', device, (d) => classifier(ortNative, { executionProviders: [{ name: 'webgpu', device: d } as never] })));
+    }
   } else if (path === 'jsep-plain' || path === 'jsep-stowage') {
     setUp(ortJsep as unknown as Ort, '/ort/');
     const device = path === 'jsep-plain' ? 'plain' : 'stowage';
@@ -61,6 +63,7 @@ async function runStowageOnnxChecks(path: OnnxCheckPath): Promise<OnnxCheckRepor
       },
     });
     runs.push(await recorded('silero-v5', device, () => silero(ortJsep as unknown as Ort, undefined, { executionProviders: ['webgpu'] }), () => made));
+    runs.push(await recorded('paddle-classifier', device, () => classifier(ortJsep as unknown as Ort, { executionProviders: ['webgpu'] }), () => made));
   } else {
     transformers.env.allowRemoteModels = false;
     transformers.env.allowLocalModels = true;
@@ -135,8 +138,8 @@ async function silero(ort: Ort, _device: GPUDevice | undefined, options: object)
 }
 
 /** The PaddleOCR direction classifier once, on test/paddleOcr.ts's input: the hex of its output. */
-async function classifier(ort: Ort, device: GPUDevice): Promise<string> {
-  const session = await ort.InferenceSession.create(await fetchBytes('/models/paddle-classifier.onnx'), { executionProviders: [{ name: 'webgpu', device } as never] });
+async function classifier(ort: Ort, options: object): Promise<string> {
+  const session = await ort.InferenceSession.create(await fetchBytes('/models/paddle-classifier.onnx'), options);
   try {
     const x = Float32Array.from({ length: CLASSIFIER_DIMS.reduce((a, b) => a * b, 1) }, (_, i) => Math.sin(i / 13));
     const result = await session.run({ x: new ort.Tensor('float32', x, CLASSIFIER_DIMS) });

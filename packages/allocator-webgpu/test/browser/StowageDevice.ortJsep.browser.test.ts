@@ -13,10 +13,14 @@ describe('stowageDevice under onnxruntime-web (JSEP) in headless Chromium', func
   });
   after(() => page?.dispose());
 
-  it('runs silero VAD v5 (3 steps) bit-identical to a plain device', async function () {
-    const plain = (await inPage(this, page, 'jsep-plain')).runs[0]!;
-    const stowage = (await inPage(this, page, 'jsep-stowage')).runs[0]!;
-    expect(stowage.output).to.equal(plain.output);
-    expect(stowage.counts?.['subAllocated'], 'JSEP ran on the Stowage device').to.be.greaterThan(0);
+  it('runs silero VAD v5 (3 steps) and the PaddleOCR classifier bit-identical to a plain device', async function () {
+    const plain = (await inPage(this, page, 'jsep-plain')).runs;
+    const stowage = (await inPage(this, page, 'jsep-stowage')).runs;
+    for (const model of ['silero-v5', 'paddle-classifier']) {
+      const [expected, actual] = [plain.find((r) => r.model === model), stowage.find((r) => r.model === model)];
+      expect(actual?.output, `${model} bit-identical`).to.equal(expected?.output);
+      expect(actual?.output, `${model} gave an output`).to.not.equal('');
+    }
+    expect(stowage[0]?.counts?.['subAllocated'], 'JSEP ran on the Stowage device').to.be.greaterThan(0);
   });
 });
