@@ -159,7 +159,7 @@ describe('stowageDevice under onnxruntime-web', function () {
     const vadDir = dirname(createRequire(import.meta.url).resolve('@ricky0123/vad-web'));
     const script = join(dirname(fileURLToPath(import.meta.url)), 'onnxJsepRun.js');
     const run = (mode: string) => {
-      const child = spawnSync(process.execPath, [script, mode, 'silero', join(vadDir, 'silero_vad_v5.onnx')], { encoding: 'utf8', timeout: 280_000 });
+      const child = spawnSync(process.execPath, [script, mode, join(vadDir, 'silero_vad_v5.onnx')], { encoding: 'utf8', timeout: 280_000 });
       const line = child.stdout.split('\n').find((l) => l.startsWith('{'));
       expect(line, `${mode}: ${child.stderr.slice(-2000)}`).to.be.a('string');
       return JSON.parse(line!) as { sha256: string; counts: Record<string, number> | null };
