@@ -6,55 +6,10 @@ import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator, stowageDevice, stowageDeviceCounts } from '@stowage/allocator-webgpu';
+import { installWebGpuGlobals, ortDevice, ortUnavailable } from '@stowage/lab/onnx';
 import { deviceOrSkip } from './testDevice.js';
 
 type Ort = typeof import('onnxruntime-web');
-
-/** Limits onnxruntime-web's kernels need beyond WebGPU's core defaults (the silero LSTM binds 9 storage buffers). */
-const ORT_LIMITS = ['maxStorageBuffersPerShaderStage', 'maxBufferSize', 'maxStorageBufferBindingSize', 'maxComputeWorkgroupStorageSize'] as const;
-
-/** What a device's createBuffer made: calls, and the peak of live bytes of the buffers it made. */
-interface BufferCount {
-  calls: number;
-  liveBytes: number;
-  peakBytes: number;
-}
-
-/**
- * A device of its own with the adapter's limits, as onnxruntime-web asks for when it opens one, counting its
- * buffers; its `writeBuffer` copies views of shared memory first (dawn.node refuses them, and onnxruntime-web's
- * threaded WebAssembly passes them: measure 4 of issue 36, which a plain device needs too).
- */
-async function ortDevice(gpu: GPU): Promise<{ device: GPUDevice; count: BufferCount }> {
-  const adapter = (await gpu.requestAdapter())!;
-  const requiredLimits = Object.fromEntries(ORT_LIMITS.map((name) => [name, adapter.limits[name]]));
-  const device = await adapter.requestDevice({ requiredLimits });
-  const queue = device.queue;
-  const writeBuffer = queue.writeBuffer.bind(queue);
-  queue.writeBuffer = ((buffer: GPUBuffer, offset: number, data: ArrayBufferView, dataOffset = 0, size?: number) => {
-    if (!(data.buffer instanceof SharedArrayBuffer)) return writeBuffer(buffer, offset, data as GPUAllowSharedBufferSource, dataOffset, size);
-    const elementBytes = (data as unknown as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1;
-    const bytes = (size ?? data.byteLength / elementBytes - dataOffset) * elementBytes;
-    return writeBuffer(buffer, offset, new Uint8Array(data.buffer, data.byteOffset + dataOffset * elementBytes, bytes).slice());
-  }) as GPUQueue['writeBuffer'];
-  const count: BufferCount = { calls: 0, liveBytes: 0, peakBytes: 0 };
-  const createBuffer = device.createBuffer.bind(device);
-  device.createBuffer = (descriptor: GPUBufferDescriptor) => {
-    const buffer = createBuffer(descriptor);
-    count.calls++;
-    count.liveBytes += descriptor.size;
-    count.peakBytes = Math.max(count.peakBytes, count.liveBytes);
-    const destroy = buffer.destroy.bind(buffer);
-    let destroyed = false;
-    buffer.destroy = () => {
-      if (!destroyed) count.liveBytes -= descriptor.size;
-      destroyed = true;
-      destroy();
-    };
-    return buffer;
-  };
-  return { device, count };
-}
 
 /** Runs silero VAD `steps` times on `device` (the recurrent state fed back), returning every output's bytes. */
 async function runSilero(ort: Ort, model: Uint8Array, device: GPUDevice, steps: number): Promise<Uint8Array[]> {
@@ -117,37 +72,12 @@ describe('stowageDevice under onnxruntime-web', function () {
   const restore: (() => void)[] = [];
   before(async function () {
     context = await deviceOrSkip(this);
-    const gpu = context.keepAlive as GPU | undefined;
-    if (gpu === undefined || typeof (gpu as Partial<GPU>).requestAdapter !== 'function') {
-      console.log('    skipped: no dawn.node GPU object (these tests run in Node)');
+    const unavailable = await ortUnavailable(context.keepAlive as GPU | undefined, context.adapterInfo);
+    if (unavailable !== undefined) {
+      console.log(`    skipped: ${unavailable}`);
       this.skip();
     }
-    // onnxruntime-web asks for a core (not compatibility) adapter, and silero binds 9 storage buffers per stage.
-    const adapter = await gpu.requestAdapter();
-    if (adapter === null) {
-      console.log(`    skipped: no WebGPU adapter of the core feature level for onnxruntime-web (this device: ${context.adapterInfo})`);
-      this.skip();
-    }
-    if (adapter.limits.maxStorageBuffersPerShaderStage < 9) {
-      console.log(`    skipped: the WebGPU adapter lacks maxStorageBuffersPerShaderStage 9 (this adapter: ${adapter.limits.maxStorageBuffersPerShaderStage})`);
-      this.skip();
-    }
-    // onnxruntime-web looks for navigator.gpu before it starts its WebGPU backend, and the Dawn classes as globals.
-    const dawn = (await import('webgpu')) as unknown as { globals: Record<string, unknown> };
-    const scope = globalThis as Record<string, unknown>;
-    for (const [name, value] of Object.entries(dawn.globals)) {
-      if (name in scope) continue;
-      scope[name] = value;
-      restore.push(() => delete scope[name]);
-    }
-    const hadNavigator = 'navigator' in scope;
-    if (!hadNavigator) scope['navigator'] = {};
-    const navigator = scope['navigator'] as Record<string, unknown>;
-    if (navigator['gpu'] === undefined) {
-      Object.defineProperty(navigator, 'gpu', { value: gpu, configurable: true });
-      restore.push(() => delete navigator['gpu']);
-    }
-    if (!hadNavigator) restore.push(() => delete scope['navigator']);
+    restore.push(await installWebGpuGlobals(context.keepAlive as GPU));
     ort = (await import('onnxruntime-web/webgpu')) as unknown as Ort;
     ort.env.wasm.numThreads = 1;
     ort.env.logLevel = 'error';

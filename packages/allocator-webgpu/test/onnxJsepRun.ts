@@ -1,21 +1,21 @@
-// A child process of StowageDevice.onnx.test.ts: onnxruntime-web's JSEP build starts its WebGPU backend once per
+// A child process of the onnxruntime-web tests: onnxruntime-web's JSEP build starts its WebGPU backend once per
 // process, from `env.webgpu.adapter`, so the plain and the Stowage device each run in a process of their own.
-// Usage: node onnxJsepRun.js plain|stowage <model.onnx>; prints one JSON line { sha256, counts }.
+// Usage: node onnxJsepRun.js plain|stowage <silero model.onnx>; prints one JSON line { sha256, counts }: a hash of
+// every output's bytes, and the Stowage device's counters.
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { createWebGpuAllocator, openWebGpuDevice, stowageDevice, stowageDeviceCounts } from '@stowage/allocator-webgpu';
+import { copySharedUploads, installWebGpuGlobals } from '@stowage/lab/onnx';
 
 type Ort = typeof import('onnxruntime-web');
 
 const [mode, modelPath] = process.argv.slice(2) as ['plain' | 'stowage', string];
 const context = await openWebGpuDevice();
 const gpu = context.keepAlive as GPU;
-const dawn = (await import('webgpu')) as unknown as { globals: Record<string, unknown> };
-Object.assign(globalThis, dawn.globals);
-Object.defineProperty(globalThis, 'navigator', { value: { gpu }, configurable: true });
+await installWebGpuGlobals(gpu);
 const ortDist = dirname(createRequire(import.meta.url).resolve('onnxruntime-web')); // its Node entry lies in dist/
 const ort = (await import(pathToFileURL(join(ortDist, 'ort.mjs')).href)) as Ort;
 ort.env.wasm.numThreads = 1;
@@ -30,7 +30,7 @@ ort.env.webgpu.adapter = new Proxy(adapter, {
       return async (descriptor?: GPUDeviceDescriptor) => {
         const real = await target.requestDevice(descriptor);
         if (mode === 'stowage') made = stowageDevice(createWebGpuAllocator({ device: real, keepAlive: gpu, adapterInfo: 'JSEP', owned: false }, { limit: '256MiB' }));
-        else made = withSharedUploads(real);
+        else made = copySharedUploads(real); // the plain device with measure 4 only
         return made;
       };
     }
@@ -38,22 +38,6 @@ ort.env.webgpu.adapter = new Proxy(adapter, {
     return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
   },
 });
-
-/** The plain device with measure 4 only: uploads from shared memory copied (dawn.node refuses them). */
-function withSharedUploads(device: GPUDevice): GPUDevice {
-  const queue = device.queue;
-  const writeBuffer = queue.writeBuffer.bind(queue);
-  queue.writeBuffer = ((buffer: GPUBuffer, offset: number, data: ArrayBufferView | ArrayBufferLike, dataOffset = 0, size?: number) => {
-    const view = ArrayBuffer.isView(data) ? data : undefined;
-    const backing = view ? view.buffer : (data as ArrayBufferLike);
-    if (!(backing instanceof SharedArrayBuffer)) return writeBuffer(buffer, offset, data as GPUAllowSharedBufferSource, dataOffset, size);
-    const elementBytes = (view as unknown as { BYTES_PER_ELEMENT?: number } | undefined)?.BYTES_PER_ELEMENT ?? 1;
-    const length = (view ? view.byteLength : backing.byteLength) / elementBytes;
-    const bytes = (size ?? length - dataOffset) * elementBytes;
-    return writeBuffer(buffer, offset, new Uint8Array(backing, (view?.byteOffset ?? 0) + dataOffset * elementBytes, bytes).slice());
-  }) as GPUQueue['writeBuffer'];
-  return device;
-}
 
 const session = await ort.InferenceSession.create(readFileSync(modelPath), { executionProviders: ['webgpu'] });
 const hash = createHash('sha256');

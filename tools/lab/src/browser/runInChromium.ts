@@ -9,6 +9,8 @@ export interface RunInChromiumOptions {
   readonly timeoutMs?: number;
   /** What the page's function is called with (plain JSON: it crosses into the page through `page.evaluate`). */
   readonly args?: readonly unknown[];
+  /** Files the page loads besides the bundle: URL path to absolute file path (see `serveBrowserBundle`). */
+  readonly files?: Readonly<Record<string, string>>;
 }
 
 export interface ChromiumRun<Report> {
@@ -19,15 +21,15 @@ export interface ChromiumRun<Report> {
 }
 
 /**
- * Serves the bundle on loopback (`serveBrowserBundle`), launches headless Chromium (`launchChromium`), opens the
+ * Serves the bundle and `files` on loopback (`serveBrowserBundle`), launches headless Chromium (`launchChromium`), opens the
  * page, waits up to 10 s for the bundle to define the global function `functionName`, calls it with `args` (none
  * by default) and resolves to what it resolved to. Closes the browser and the server whether it succeeds or not.
  * @throws when Chromium does not launch, the function is not defined in time, it rejects, or it runs past
  * `timeoutMs`
  */
 export async function runInChromium<Report>(bundlePath: string, functionName: string, options: RunInChromiumOptions = {}): Promise<ChromiumRun<Report>> {
-  const { title, timeoutMs = 120_000, args = [] } = options;
-  const server = await serveBrowserBundle(bundlePath, title);
+  const { title, timeoutMs = 120_000, args = [], files = {} } = options;
+  const server = await serveBrowserBundle(bundlePath, title, files);
   let browser: Browser | undefined;
   let timer: ReturnType<typeof setTimeout> | undefined;
   try {

@@ -1,7 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { basename } from 'node:path';
+import { basename, extname } from 'node:path';
 
 export interface BrowserBundleServer {
   /** The page's address, http://127.0.0.1:PORT/ (a secure context, so navigator.gpu is exposed). */
@@ -21,19 +21,33 @@ function pageOf(bundleFile: string, title: string): string {
 `;
 }
 
+/** Content types of the files a page loads besides its bundle (WebAssembly must be application/wasm to stream). */
+const CONTENT_TYPES: Readonly<Record<string, string>> = {
+  '.js': 'text/javascript; charset=utf-8',
+  '.mjs': 'text/javascript; charset=utf-8',
+  '.wasm': 'application/wasm',
+  '.json': 'application/json; charset=utf-8',
+  '.txt': 'text/plain; charset=utf-8',
+};
+
 /**
- * Serves, on a random loopback port, a page at `/` that loads the bundle as a module, and the bundle at
- * `/<its file name>`; every other path is 404. The bundle is read on each request.
+ * Serves, on a random loopback port, a page at `/` that loads the bundle as a module, the bundle at
+ * `/<its file name>`, and each of `files` (URL path, such as `/ort/ort-wasm-simd-threaded.asyncify.wasm`, to an
+ * absolute file path: the WebAssembly and model files a page loads, never from the network); every other path is
+ * 404. Files are read on each request.
  */
-export async function serveBrowserBundle(bundlePath: string, title = 'Stowage browser checks'): Promise<BrowserBundleServer> {
+export async function serveBrowserBundle(bundlePath: string, title = 'Stowage browser checks', files: Readonly<Record<string, string>> = {}): Promise<BrowserBundleServer> {
   const bundleFile = basename(bundlePath);
   const page = pageOf(bundleFile, title);
+  const served = new Map<string, string>([[`/${encodeURIComponent(bundleFile)}`, bundlePath]]);
+  for (const [path, file] of Object.entries(files)) served.set(path, file);
   const server = createServer((request, response) => {
+    const file = served.get((request.url ?? '').split('?')[0]!);
     if (request.url === '/') {
       response.writeHead(200, { 'content-type': 'text/html; charset=utf-8' }).end(page);
-    } else if (request.url === `/${encodeURIComponent(bundleFile)}`) {
-      readFile(bundlePath).then(
-        (body) => response.writeHead(200, { 'content-type': 'text/javascript; charset=utf-8' }).end(body),
+    } else if (file !== undefined) {
+      readFile(file).then(
+        (body) => response.writeHead(200, { 'content-type': CONTENT_TYPES[extname(file)] ?? 'application/octet-stream' }).end(body),
         (error: Error) => response.writeHead(500, { 'content-type': 'text/plain' }).end(error.message),
       );
     } else {
