@@ -22,8 +22,9 @@ import type { SpeculationSettings } from './SpeculationOptions.js';
  * - Prefetch (IBM has none; `speculation.prefetch`): at each pin, the learned sequence's coming events (up to
  *   `lookahead`; by default the rest of the iteration) are scanned for pins of storages that are reclaimed now with
  *   their bytes on the host, and each is paged in (left inactive, at the reclaim list's most recent end), in pin
- *   order, while the room allows (Note [Prefetch room]): into free room, or into room the policy's victims give
- *   back when each of them is used later than the prefetched storage (Belady's rule) and is reclaimed anyway by the
+ *   order, while the room allows (Note [Prefetch room]): into free room, or (within RECLAIM_HORIZON events) into
+ *   room the policy's victims give back when each of them is used later than the prefetched storage (Belady's
+ *   rule) and is reclaimed anyway by the
  *   learned sequence (predicted at its unpin; a speculative page-out may have copied it already); the room the
  *   sequence allocates before that pin stays free. The first storage that cannot come in ends the scan, and nothing
  *   is reclaimed for it. So a page-in starts as early as the room allows, behind as many kernels as that gives; a
@@ -141,8 +142,9 @@ export class Speculation {
         const lms = history.storageAt(i);
         if (lms === undefined || lms.isReleased || lms.state !== 'reclaimed' || lms.lmsDevice !== this.device) continue;
         room ??= this.#roomNow();
-        const distance = i - from;
-        if (!lms.hostCopyReady || !room.admits(lms.byteLength + peak, distance) || !this.#prefetchOne(lms, distance, peak, room.free)) {
+        // Beyond RECLAIM_HORIZON only free room serves (Note [Prefetch room]): the floor no victim can pass.
+        const floor = i - from <= RECLAIM_HORIZON ? i - from : Number.POSITIVE_INFINITY;
+        if (!lms.hostCopyReady || !room.admits(lms.byteLength + peak, floor) || !this.#prefetchOne(lms, floor, peak, room.free)) {
           this.#scannedTo = i; // look here again next time
           return;
         }
@@ -196,11 +198,18 @@ export class Speculation {
  *
  *   its bytes + the most the sequence makes (net of releases) before its pin ≤ free + leaving(distance)
  *
- * where free is the bytes the allocator is known to be able to hold (the most it has held at once) minus those it
- * holds now, and leaving(distance) is the bytes of inactive storages the learned sequence reclaims anyway and uses
- * later than the prefetched one: those a reclaim may take for it (Belady's rule), now or when the sequence's
- * allocations need their room. Prefetches go in pin order and stop at the first that fails, so every earlier pin's
- * storage is in already; this is what lets the lookahead reach as far as the room allows.
+ * where free is the bytes the storages under LMS are known to be able to hold (the most they have held at once,
+ * Note [Held bytes] in Residency.ts) minus those they hold now, and leaving(distance) is the bytes of inactive
+ * storages the learned sequence reclaims anyway and uses later than the prefetched one: those a reclaim may take for
+ * it (Belady's rule), now or when the sequence's allocations need their room. Prefetches go in pin order and stop
+ * at the first that fails, so every earlier pin's storage is in already; this is what lets the lookahead reach as
+ * far as the room allows.
+ *
+ * Victims count only within RECLAIM_HORIZON events: a prefetch farther ahead takes free room alone. "Reclaimed
+ * anyway" is learned from LMS's own schedule, so a victim taken early for a far prefetch is then predicted
+ * reclaimed because of it, and the next iteration takes it again even where a demand schedule would have kept it:
+ * on the bench's generated traces (`pnpm bench:lms`), victims at any distance moved 1.19 × Belady-MIN's bytes on
+ * the U-Net at P/4 and 1.24 × on the optimizer trace at P/2; within 16 events, 1.03 × and 1.03 ×.
  */
 class PrefetchRoom {
   /** `leaving` sorted by next use, ascending; `laterBytes[k]`: the bytes of entries k and after. */
@@ -241,6 +250,9 @@ class PrefetchRoom {
     this.#freeBytes -= bytes;
   }
 }
+
+/** Events ahead within which a prefetch may reclaim (Note [Prefetch room]); farther, it takes free room only. */
+const RECLAIM_HORIZON = 16;
 
 /** Thrown through the caching engine by a reclaim that may not make room for a prefetch; never reaches a caller. */
 class PrefetchDeclined extends Error {
