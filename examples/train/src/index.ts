@@ -30,6 +30,8 @@ export type {
   TransformerVaryingTraceShapes,
   UnetTraceShapes,
 } from './traces/index.js';
+// The trace generators' layer kit, for generators of other models (tools/lab's published setups).
+export { add, attentionScores, attentionValues, concat, gelu, linear, loss, norm, relu, softmax, Tape, weighted } from './traces/index.js';
 export {
   DEFAULT_MLP_TRACE_SHAPES,
   DEFAULT_OPTIMIZER_TRACE_SHAPES,

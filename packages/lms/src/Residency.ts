@@ -58,6 +58,9 @@ export class DeviceResidency {
   #refusedSinceSettled = false;
   /** Storages whose page-out was refused during the current reclaim call. */
   #refused: Set<StorageResidency> | null = null;
+  /** Device bytes the storages under LMS hold now (Note [Held bytes]), and the most they held at once. */
+  #heldBytes = 0;
+  #heldPeakBytes = 0;
 
   constructor(
     readonly device: Device,
@@ -80,6 +83,27 @@ export class DeviceResidency {
   /** True when a page-out was refused since the page-outs in flight last settled. */
   get refusedSinceSettled(): boolean {
     return this.#refusedSinceSettled;
+  }
+
+  /**
+   * Note [Held bytes]: the bytes of device memory the live, unreclaimed storages under LMS hold, each counted at
+   * its size when it was made or last paged in. Speculation reads it, and its high-water mark (`heldPeakBytes`: room
+   * the device is known to have), to tell how much room a prefetch may take (Note [Prefetch room]); it never decides
+   * a reclaim. Memory allocated outside LMS is not counted.
+   */
+  get heldBytes(): number {
+    return this.#heldBytes;
+  }
+
+  /** The most bytes the storages under LMS held at once (Note [Held bytes]). */
+  get heldPeakBytes(): number {
+    return this.#heldPeakBytes;
+  }
+
+  /** A storage under LMS came to hold `bytes` of device memory (negative: gave them back). */
+  held(bytes: number): void {
+    this.#heldBytes += bytes;
+    if (this.#heldBytes > this.#heldPeakBytes) this.#heldPeakBytes = this.#heldBytes;
   }
 
   /** Counts a page-out in flight until its bytes landed or it failed. */

@@ -57,11 +57,15 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
   /** Brought in by a prefetch, and not pinned since. */
   #prefetched = false;
   #released = false;
+  /** The device bytes this storage is counted as holding (Note [Held bytes] in Residency.ts): 0 while reclaimed. */
+  #heldBytes: number;
 
   constructor(
     readonly storage: StorageImpl,
     readonly lmsDevice: Residency,
   ) {
+    this.#heldBytes = storage.byteLength;
+    lmsDevice.held(this.#heldBytes);
     lmsDevice.learner?.onCreate(this);
   }
 
@@ -222,6 +226,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     }
     this.#released = true;
     const device = this.lmsDevice;
+    this.#letGoHeld();
     device.list.remove(this);
     device.forgetReclaimed(this);
     if (this.#host !== null) this.#dropHostCopy();
@@ -299,6 +304,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     device.list.remove(this);
     this.#state = 'reclaimed';
     device.rememberReclaimed(this);
+    this.#letGoHeld();
     device.stats.reclaim(bytes);
     // Note [Paging in device order] in core's Pager: the copy is ordered before any later use of the block.
     ptr.letGo(storage);
@@ -367,8 +373,15 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     }
     storage.setDataPtr(ptr);
     device.forgetReclaimed(this);
+    this.#heldBytes = bytes.byteLength;
+    device.held(this.#heldBytes);
     device.stats.pageIn(bytes.byteLength, prefetch);
     return bytes.byteLength;
+  }
+
+  #letGoHeld(): void {
+    this.lmsDevice.held(-this.#heldBytes);
+    this.#heldBytes = 0;
   }
 
   #dropHostCopy(): void {

@@ -308,6 +308,80 @@ describe('prefetch', () => {
     expect(checkedCalls, 'prefetches had to make room').to.be.above(0);
   });
 
+  /**
+   * A loop over persistent a, b, x (16 KiB each) under 64 KiB: a, then a 32 KiB temporary (a is reclaimed for it:
+   * its next use is the farthest), then b twelve times, then x, then a. With `middle`, one more 32 KiB temporary
+   * is made and released after the sixth op on b. Returns, per iteration from the third, the op index at which a
+   * was paged in (-1: not paged in) and the statistics' change.
+   */
+  async function farPrefetchLoop(options: LmsOptions, middle: boolean): Promise<{ pagedInAt: number[]; perStep: Record<string, number>[] }> {
+    await using rt = await lmsRuntime(64 * KiB, options);
+    const [a, b, x] = [0, 1, 2].map((i) => {
+      const storage = rt.storage(16 * KiB);
+      rt.write(storage, patternBytes(16 * KiB, i));
+      pin(storage).release();
+      return storage;
+    }) as [StorageImpl, StorageImpl, StorageImpl];
+    const controller = resolve(rt.container, LmsController);
+    controller.endIteration();
+    let opIndex = 0;
+    let pagedInAt = -1;
+    lmsDevice(rt).events.on('pagedIn', ({ storage }) => {
+      if (storage === a) pagedInAt = opIndex;
+    });
+    const temporary = (): void => {
+      const t = rt.storage(32 * KiB);
+      op([], [t], (_, [out]) => out!.fill(7));
+      t.release();
+      opIndex++;
+    };
+    const perStep: Record<string, number>[] = [];
+    const at: number[] = [];
+    for (let iteration = 0; iteration < 6; iteration++) {
+      opIndex = 0;
+      pagedInAt = -1;
+      op([a], [], () => {});
+      opIndex++;
+      temporary();
+      for (let k = 0; k < 12; k++) {
+        op([b], [], () => {});
+        opIndex++;
+        if (middle && k === 5) temporary();
+      }
+      op([x], [], () => {});
+      opIndex++;
+      op([a], [], () => {});
+      controller.endIteration();
+      perStep.push({ ...stats(rt) });
+      if (iteration >= 2) at.push(pagedInAt);
+    }
+    for (const [i, storage] of [a, b, x].entries()) expect(Buffer.from(await rt.read(storage)).equals(Buffer.from(patternBytes(16 * KiB, i)))).to.equal(true);
+    return { pagedInAt: at, perStep };
+  }
+
+  it('brings a storage back as soon as the room allows, however many events ahead its pin is', async () => {
+    const far = await farPrefetchLoop({ policy: 'speculative', speculation: true }, false);
+    const capped = await farPrefetchLoop({ policy: 'speculative', speculation: { lookahead: 16 } }, false);
+    // a's pin is op 15; the room is free from op 2 (the first on b), after the temporary's release.
+    expect(far.pagedInAt).to.deep.equal([2, 2, 2, 2]);
+    for (const at of capped.pagedInAt) expect(at, 'with a lookahead of 16 events: later').to.be.within(3, 14);
+    for (let i = 2; i < 6; i++) {
+      expect(delta(far.perStep, i, 'prefetch_hits'), `step ${i}`).to.equal(1);
+      expect(delta(far.perStep, i, 'page_in'), `step ${i}`).to.equal(1);
+    }
+  });
+
+  it('leaves the room the sequence allocates before a storage\'s pin free, bringing it back only after that (Note [Prefetch room])', async () => {
+    const { pagedInAt, perStep } = await farPrefetchLoop({ policy: 'speculative', speculation: true }, true);
+    // The second temporary is made at op 8 and released with it: a comes in at op 9, not before.
+    expect(pagedInAt).to.deep.equal([9, 9, 9, 9]);
+    for (let i = 2; i < 6; i++) {
+      expect(delta(perStep, i, 'prefetch_hits'), `step ${i}`).to.equal(1);
+      expect(delta(perStep, i, 'prefetch_wasted_bytes'), `step ${i}`).to.equal(0);
+      expect(delta(perStep, i, 'page_in'), `step ${i}`).to.equal(1);
+    }
+  });
+
   it('declines to bring a storage back when only a storage used sooner could make room', async () => {
     // Room for two of a, b, x; each iteration uses a, then b, then x. At a's pin, x (reclaimed) comes after b, and
     // only b (used sooner) could make room: no prefetch. At b's pin, a is used next only in the next iteration: a

@@ -45,9 +45,12 @@ export class Tape {
     return this.trace.tensor(name, elements * this.bytesPerElement);
   }
 
-  /** Declares the iteration's data batch and emits the op that loads it; it takes no gradient. */
-  input(name: string, elements: number): number {
-    const x = this.activation(name, elements);
+  /**
+   * Declares the iteration's data batch (`bytesPerElement` each, the tape's by default: 4 for token ids) and emits
+   * the op that loads it; it takes no gradient.
+   */
+  input(name: string, elements: number, bytesPerElement: number = this.bytesPerElement): number {
+    const x = this.trace.tensor(name, elements * bytesPerElement);
     this.trace.op(`load ${name}`, { writes: [x], flops: 0 });
     this.#inputs.add(x);
     return x;

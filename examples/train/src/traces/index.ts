@@ -4,6 +4,7 @@ import type { ModelTrace } from './Trace.js';
 import { transformerTrace, transformerVaryingTrace } from './transformerTrace.js';
 import { unetTrace } from './unetTrace.js';
 
+export { add, attentionScores, attentionValues, concat, gelu, linear, loss, norm, relu, softmax, weighted } from './layers.js';
 export { maxOpWorkingSet } from './maxOpWorkingSet.js';
 export type { MlpTraceShapes } from './mlpTrace.js';
 export { DEFAULT_MLP_TRACE_SHAPES, mlpTrace } from './mlpTrace.js';
@@ -12,6 +13,7 @@ export { peakLiveBytes } from './peakLiveBytes.js';
 export type { IterationTrace, ModelTrace, TraceOp, TraceTensor } from './Trace.js';
 export { toOfflineTrace } from './toOfflineTrace.js';
 export type { BuiltIteration, OpUses } from './TraceBuilder.js';
+export { Tape } from './Tape.js';
 export { TraceBuilder } from './TraceBuilder.js';
 export type { TransformerTraceShapes, TransformerVaryingTraceShapes } from './transformerTrace.js';
 export { DEFAULT_TRANSFORMER_TRACE_SHAPES, DEFAULT_TRANSFORMER_VARYING_TRACE_SHAPES, transformerTrace, transformerVaryingTrace } from './transformerTrace.js';

@@ -41,15 +41,22 @@ export function softmax(tape: Tape, name: string, x: number): number {
 
 /**
  * A layer norm over the `features` axis of x (or a batch norm over the channels): normalises, then scales by a
- * weight of `features` elements. Backward reads x, ∂y and the scale; writes ∂x and ∂scale.
+ * weight of `features` elements (and, with `shift`, adds a second). Backward reads x, ∂y and the scale; writes ∂x
+ * and the weights' gradients.
  */
-export function norm(tape: Tape, name: string, x: number, features: number): number {
+export function norm(tape: Tape, name: string, x: number, features: number, options: { readonly shift?: boolean } = {}): number {
   const scale = tape.parameter(`${name}.scale`, features);
+  const shift = options.shift === true ? tape.parameter(`${name}.shift`, features) : undefined;
   const elements = tape.elementsOf(x);
   const y = tape.activation(`${name}.out`, elements);
-  tape.trace.op(name, { reads: [x, scale], writes: [y], flops: 5 * elements });
+  tape.trace.op(name, { reads: shift === undefined ? [x, scale] : [x, scale, shift], writes: [y], flops: 5 * elements });
   tape.onBackward(() => {
-    const writes = tape.requiresGrad(x) ? [tape.grad(x), tape.grad(scale)] : [tape.grad(scale)];
+    let writes: number[];
+    if (shift === undefined) writes = tape.requiresGrad(x) ? [tape.grad(x), tape.grad(scale)] : [tape.grad(scale)];
+    else {
+      const weights = [tape.grad(scale), tape.grad(shift)]; // declared before ∂x, as the published setups always did
+      writes = tape.requiresGrad(x) ? [tape.grad(x), ...weights] : weights;
+    }
     tape.trace.op(`${name}.backward`, { reads: [x, tape.grad(y), scale], writes, flops: 8 * elements });
   });
   return y;
@@ -117,8 +124,12 @@ export function loss(tape: Tape, y: number): void {
   tape.trace.op('loss', { reads: [y], writes: [tape.grad(y)], flops: 3 * tape.elementsOf(y) });
 }
 
-function weighted(tape: Tape, name: string, x: number, shape: { weightElements: number; outElements: number; flops: number }): number {
-  const w = tape.parameter(`${name}.weight`, shape.weightElements);
+/**
+ * A weighted layer of any shape (the rules in this file's header): y of `outElements` from x and a weight of
+ * `weightElements` declared as `<name>.weight`, or an existing `weight` (a head tied to an embedding).
+ */
+export function weighted(tape: Tape, name: string, x: number, shape: { readonly weightElements?: number; readonly weight?: number; readonly outElements: number; readonly flops: number }): number {
+  const w = shape.weight ?? tape.parameter(`${name}.weight`, shape.weightElements!);
   const y = tape.activation(`${name}.out`, shape.outElements);
   tape.trace.op(name, { reads: [x, w], writes: [y], flops: shape.flops });
   tape.onBackward(() => {

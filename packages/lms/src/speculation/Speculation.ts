@@ -19,14 +19,16 @@ import type { SpeculationSettings } from './SpeculationOptions.js';
  *   wasted). So a wrong prediction costs a copy, never a result. Unlike IBM's, the bit for an unpin is set by
  *   whichever reclaim follows it, in this iteration or the next: persistent storages (weights, optimizer state
  *   unpinned at the end of one step and reclaimed in the next) are predicted too.
- * - Prefetch (IBM has none; `speculation.prefetch`): at each pin, the learned sequence's next `lookahead` events are
- *   scanned for pins of storages that are reclaimed now with their bytes on the host, and each is paged in (left
- *   inactive, at the reclaim list's most recent end) into free room, or into room the policy's victims give back
- *   when each of them is used later than the prefetched storage (Belady's rule) and is reclaimed anyway by the
- *   learned sequence (predicted at its unpin; a speculative page-out may have copied it already); the room the sequence allocates before that pin
- *   stays free. Otherwise the prefetch stops there and reclaims nothing. So it changes when victims leave, never
- *   which, and copies out nothing that would not be copied out anyway; what it can still cost is a page-in: a victim taken early is one a later
- *   allocation (a tensor made before the pin, used later still) would have spared (measured in `pnpm bench:lms`).
+ * - Prefetch (IBM has none; `speculation.prefetch`): at each pin, the learned sequence's coming events (up to
+ *   `lookahead`; by default the rest of the iteration) are scanned for pins of storages that are reclaimed now with
+ *   their bytes on the host, and each is paged in (left inactive, at the reclaim list's most recent end), in pin
+ *   order, while the room allows (Note [Prefetch room]): into free room, or (within RECLAIM_HORIZON events) into
+ *   room the policy's victims give back when each of them is used later than the prefetched storage (Belady's
+ *   rule) and is reclaimed anyway by the
+ *   learned sequence (predicted at its unpin; a speculative page-out may have copied it already); the room the
+ *   sequence allocates before that pin stays free. The first storage that cannot come in ends the scan, and nothing
+ *   is reclaimed for it. So a page-in starts as early as the room allows, behind as many kernels as that gives; a
+ *   prefetch changes when victims leave, never which, and copies out nothing that would not be copied out anyway.
  * - Victims by next use: `ReclaimCandidate.nextUse` (events until the next predicted pin) for the `speculative`
  *   policy, which asks for predictions even with speculation off.
  *
@@ -42,6 +44,8 @@ export class Speculation {
   #freedForPrefetch = 0;
   /** Bytes the learned sequence makes before the prefetched storage's pin: kept free for them. */
   #reserve = 0;
+  /** Free room the device was known to have when the current prefetch began (Note [Prefetch room]). */
+  #freeForPrefetch = 0;
   #prefetching = false;
   /** Where the last prefetch scan ended, and the device's reclaim count then: events before it need no new look. */
   #scannedTo = 0;
@@ -92,11 +96,11 @@ export class Speculation {
 
   /**
    * During a prefetch, called by the device's reclaim with the storages it may reclaim: throws (ending the
-   * prefetch's allocation, nothing reclaimed by this call) when they and what the prefetch already freed cannot
-   * make `bytes` of room.
+   * prefetch's allocation, nothing reclaimed by this call) when they, what the prefetch already freed and the free
+   * room known when it began (Note [Prefetch room]) cannot make `bytes` of room and the sequence's own allocations.
    */
   checkPrefetchRoom(bytes: number, eligibleBytes: number): void {
-    if (this.#freedForPrefetch + eligibleBytes < bytes + this.#reserve) throw PREFETCH_DECLINED;
+    if (this.#freedForPrefetch + eligibleBytes + this.#freeForPrefetch < bytes + this.#reserve) throw PREFETCH_DECLINED;
   }
 
   /** During a prefetch: ends its allocation, nothing reclaimed by this call (the policy chose a storage used sooner). */
@@ -104,7 +108,10 @@ export class Speculation {
     throw PREFETCH_DECLINED;
   }
 
-  /** Pages in the storages the learned sequence pins in the next `lookahead` events (Note [Speculation]). */
+  /**
+   * Pages in the storages the learned sequence pins in the next `lookahead` events, in the order they are pinned,
+   * while the room test of Note [Prefetch room] passes (Note [Speculation]); stops at the first that cannot come in.
+   */
   #prefetch(): void {
     const history = this.history;
     const predictor = history.predictor;
@@ -120,20 +127,29 @@ export class Speculation {
     // Since the last scan, with no reclaim in between, only events past its end can hold a new candidate.
     const start = reclaims === this.#scannedAtReclaims ? Math.max(from, this.#scannedTo) : from;
     this.#prefetching = true;
-    // The bytes allocated between now and event i: what the sequence makes before it.
-    let before = 0;
-    for (let i = from; i < start; i++) if (predictor.kinds[i] === AccessKind.Create) before += predictor.sizes[i]!;
+    // The bytes the sequence makes minus those it releases between now and event i, and the most that sum reaches.
+    let net = 0;
+    let peak = 0;
+    let room: PrefetchRoom | null = null;
     try {
-      for (let i = start; i < end; i++) {
+      for (let i = from; i < end; i++) {
         const kind = predictor.kinds[i];
-        if (kind === AccessKind.Create) before += predictor.sizes[i]!;
-        if (kind !== AccessKind.Pin) continue;
+        if (kind === AccessKind.Create) {
+          net += predictor.sizes[i]!;
+          if (net > peak) peak = net;
+        } else if (kind === AccessKind.Release) net -= predictor.sizes[i]!;
+        if (i < start || kind !== AccessKind.Pin) continue;
         const lms = history.storageAt(i);
         if (lms === undefined || lms.isReleased || lms.state !== 'reclaimed' || lms.lmsDevice !== this.device) continue;
-        if (!lms.hostCopyReady || !this.#prefetchOne(lms, i - from, before)) {
+        room ??= this.#roomNow();
+        // Beyond RECLAIM_HORIZON only free room serves (Note [Prefetch room]): the floor no victim can pass.
+        const floor = i - from <= RECLAIM_HORIZON ? i - from : Number.POSITIVE_INFINITY;
+        if (!lms.hostCopyReady || !room.admits(lms.byteLength + peak, floor) || !this.#prefetchOne(lms, floor, peak, room.free)) {
           this.#scannedTo = i; // look here again next time
           return;
         }
+        if (this.#freedForPrefetch > 0) room = null; // victims left: measure again
+        else room.took(lms.byteLength);
       }
       this.#scannedTo = end;
     } finally {
@@ -142,12 +158,26 @@ export class Speculation {
     }
   }
 
+  /** The device's room for prefetches now (Note [Prefetch room]). */
+  #roomNow(): PrefetchRoom {
+    const device = this.device;
+    const history = this.history;
+    const leaving: { nextUse: number; bytes: number }[] = [];
+    for (const inactive of this.device.list) {
+      if (!inactive.reclaimPredicted) continue;
+      const nextUse = history.nextUse(inactive);
+      if (nextUse !== undefined) leaving.push({ nextUse, bytes: inactive.byteLength });
+    }
+    return new PrefetchRoom(device.heldPeakBytes - device.heldBytes, leaving);
+  }
+
   /**
    * Pages `lms` in, reclaiming only storages used later than `distance` events from now and leaving room for the
-   * `reserve` bytes allocated before its pin; false when it cannot.
+   * `reserve` bytes allocated before its pin, `freeBytes` being the free room known now; false when it cannot.
    */
-  #prefetchOne(lms: StorageResidency, distance: number, reserve: number): boolean {
+  #prefetchOne(lms: StorageResidency, distance: number, reserve: number, freeBytes: number): boolean {
     this.#floor = distance;
+    this.#freeForPrefetch = Math.max(0, freeBytes);
     this.#freedForPrefetch = 0;
     this.#reserve = reserve;
     try {
@@ -160,6 +190,69 @@ export class Speculation {
     }
   }
 }
+
+/**
+ * Note [Prefetch room]: a prefetch takes room that the sequence may need before the prefetched storage's pin; if the
+ * operations in between then have to reclaim it, or a storage used sooner, the prefetch cost a copy instead of
+ * hiding one. So a storage pinned `distance` events ahead comes in only when
+ *
+ *   its bytes + the most the sequence makes (net of releases) before its pin ≤ free + leaving(distance)
+ *
+ * where free is the bytes the storages under LMS are known to be able to hold (the most they have held at once,
+ * Note [Held bytes] in Residency.ts) minus those they hold now, and leaving(distance) is the bytes of inactive
+ * storages the learned sequence reclaims anyway and uses later than the prefetched one: those a reclaim may take for
+ * it (Belady's rule), now or when the sequence's allocations need their room. Prefetches go in pin order and stop
+ * at the first that fails, so every earlier pin's storage is in already; this is what lets the lookahead reach as
+ * far as the room allows.
+ *
+ * Victims count only within RECLAIM_HORIZON events: a prefetch farther ahead takes free room alone. "Reclaimed
+ * anyway" is learned from LMS's own schedule, so a victim taken early for a far prefetch is then predicted
+ * reclaimed because of it, and the next iteration takes it again even where a demand schedule would have kept it:
+ * on the bench's generated traces (`pnpm bench:lms`), victims at any distance moved 1.19 × Belady-MIN's bytes on
+ * the U-Net at P/4 and 1.24 × on the optimizer trace at P/2; within 16 events, 1.03 × and 1.03 ×.
+ */
+class PrefetchRoom {
+  /** `leaving` sorted by next use, ascending; `laterBytes[k]`: the bytes of entries k and after. */
+  readonly #nextUses: number[];
+  readonly #laterBytes: number[];
+  /** Free bytes, as far as known. */
+  #freeBytes: number;
+
+  constructor(freeBytes: number, leaving: { nextUse: number; bytes: number }[]) {
+    this.#freeBytes = freeBytes;
+    leaving.sort((a, b) => a.nextUse - b.nextUse);
+    this.#nextUses = leaving.map((l) => l.nextUse);
+    this.#laterBytes = new Array<number>(leaving.length + 1);
+    this.#laterBytes[leaving.length] = 0;
+    for (let k = leaving.length - 1; k >= 0; k--) this.#laterBytes[k] = this.#laterBytes[k + 1]! + leaving[k]!.bytes;
+  }
+
+  /** True when `bytes` fit in the free room and the room of storages used later than `distance` events from now. */
+  admits(bytes: number, distance: number): boolean {
+    const uses = this.#nextUses;
+    let lo = 0;
+    let hi = uses.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (uses[mid]! <= distance) lo = mid + 1;
+      else hi = mid;
+    }
+    return bytes <= this.#freeBytes + this.#laterBytes[lo]!;
+  }
+
+  /** Free bytes, as far as known. */
+  get free(): number {
+    return this.#freeBytes;
+  }
+
+  /** A prefetch took `bytes` of free room. */
+  took(bytes: number): void {
+    this.#freeBytes -= bytes;
+  }
+}
+
+/** Events ahead within which a prefetch may reclaim (Note [Prefetch room]); farther, it takes free room only. */
+const RECLAIM_HORIZON = 16;
 
 /** Thrown through the caching engine by a reclaim that may not make room for a prefetch; never reaches a caller. */
 class PrefetchDeclined extends Error {

@@ -9,7 +9,11 @@ export interface SpeculationOptions {
   readonly prefetch?: boolean;
   /** Learned sequences kept (iterations of different shapes); the most recent that matches predicts. Default 4. */
   readonly history?: number;
-  /** How far ahead prefetch looks, in pins and unpins of the learned sequence. Default 16 (a few operations of a training loop: far enough to hide a copy behind a kernel or two, near enough that what comes in is not pushed out again before its pin; 8, 16, 24 and 32 were measured on the bench traces). */
+  /**
+   * How far ahead prefetch may look, in events of the learned sequence (makes, pins, unpins, releases). Default:
+   * the rest of the iteration, so that the room decides (Note [Prefetch room] in Speculation.ts): a page-in starts
+   * as early as the room allows, which hides it behind as many kernels as it needs; a smaller value caps it.
+   */
   readonly lookahead?: number;
 }
 
@@ -22,7 +26,7 @@ export interface SpeculationSettings {
   readonly lookahead: number;
 }
 
-export const SPECULATION_OFF: SpeculationSettings = Object.freeze({ learn: false, pageOut: false, prefetch: false, history: 4, lookahead: 16 });
+export const SPECULATION_OFF: SpeculationSettings = Object.freeze({ learn: false, pageOut: false, prefetch: false, history: 4, lookahead: Number.POSITIVE_INFINITY });
 
 /**
  * The settings of `lms({ speculation })`: `true` for every default, `false` or absent for none.
@@ -30,7 +34,7 @@ export const SPECULATION_OFF: SpeculationSettings = Object.freeze({ learn: false
  */
 export function resolveSpeculation(given: boolean | SpeculationOptions | undefined): SpeculationSettings {
   if (given === undefined || given === false) return SPECULATION_OFF;
-  if (given === true) return Object.freeze({ learn: true, pageOut: true, prefetch: true, history: 4, lookahead: 16 });
+  if (given === true) return Object.freeze({ learn: true, pageOut: true, prefetch: true, history: 4, lookahead: Number.POSITIVE_INFINITY });
   if (typeof given !== 'object' || given === null) {
     throw new InvalidArgumentError('options.speculation', given, 'true, false, or { pageOut?, prefetch?, history?, lookahead? }');
   }
@@ -44,5 +48,5 @@ export function resolveSpeculation(given: boolean | SpeculationOptions | undefin
   if (options.lookahead !== undefined) checkCount('options.speculation.lookahead', options.lookahead);
   const pageOut = options.pageOut ?? true;
   const prefetch = options.prefetch ?? true;
-  return Object.freeze({ learn: pageOut || prefetch, pageOut, prefetch, history: options.history ?? 4, lookahead: options.lookahead ?? 16 });
+  return Object.freeze({ learn: pageOut || prefetch, pageOut, prefetch, history: options.history ?? 4, lookahead: options.lookahead ?? Number.POSITIVE_INFINITY });
 }

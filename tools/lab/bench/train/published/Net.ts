@@ -1,21 +1,20 @@
 import type { IterationTrace, ModelTrace } from '@stowage/example-train';
-import { TraceBuilder } from '@stowage/example-train';
+import { attentionScores, attentionValues, loss, norm as normOf, softmax, Tape, TraceBuilder, weighted } from '@stowage/example-train';
 import { InvalidArgumentError } from '@stowage/core';
 
-// The layer kit of the published setups' traces (published/models.ts): a reverse-mode tape over example-train's
-// TraceBuilder, with the layers of ResNet-50, VGG-16, 3D U-Net, BERT and GPT-2. It follows the rules of
-// example-train's trace layers (traces/layers.ts), which it does not import (they are internal to that package):
+// The published setups' traces (published/models.ts) are built from example-train's layer kit (its `Tape` and
+// layers: the rules are in its traces/layers.ts: one GEMM forward and two backward per weighted layer, no biases,
+// what each layer saves for backward, the flops of elementwise ops, residuals sharing ∂y). This file adds what the
+// papers' models need beyond it:
 //
-// - A weighted layer (convolution of any kernel, stride and dimension; a linear layer) is one GEMM forward and two
-//   backward ops, ∂x = ∂y·Wᵀ (reads ∂y, W) and ∂W = xᵀ·∂y (reads x, ∂y), each with the forward's flops; no biases.
-// - Saved for backward, as the frameworks the papers used keep them: a weighted layer its input, a batch or layer
-//   norm its input (and its scale and shift), ReLU and softmax their output, GELU its input, max pooling its input,
-//   average pooling nothing. No op works in place (TensorFlow's ops do not).
-// - Elementwise ops count 1 flop per output element, GELU 8, a norm 5 forward and 8 backward, softmax 5 and 3.
-// - A residual's two inputs share ∂y (example-train's Tape#shareGrad, Note [Gradient accumulation] there).
-// - The optimizer runs after backward, one op per weight: SGD with momentum (a persistent velocity per weight),
-//   Adam (persistent m and v), or mixed-precision Adam (fp16 weights and gradients, an fp32 master copy, m and v:
-//   16 bytes per parameter, as ZeRO counts them).
+// - Convolutions of any kernel, stride and dimension (2D images, 3D volumes) and transposed ones, as weighted layers.
+// - Batch and layer norms with a scale and a shift; max pooling (saves its input) and average pooling (saves
+//   nothing); embeddings; materialised multi-head attention; a head tied to the embedding (`linearWith`).
+// - The optimizer, after backward, one op per weight: SGD with momentum (a persistent velocity per weight), Adam
+//   (persistent m and v), or mixed-precision Adam (fp16 weights and gradients, an fp32 master copy, m and v: 16
+//   bytes per parameter, as ZeRO counts them).
+
+export { add, concat, gelu, linear, relu } from '@stowage/example-train';
 
 /** How the weights are updated after backward. */
 export type Optimizer = 'momentum' | 'adam' | 'mixed-adam';
@@ -23,73 +22,13 @@ export type Optimizer = 'momentum' | 'adam' | 'mixed-adam';
 /** A tensor handle of the tape's TraceBuilder, with its shape in elements. */
 export type Handle = number;
 
-export class Net {
-  readonly trace = new TraceBuilder();
-  readonly #backward: (() => void)[] = [];
-  readonly #grads = new Map<Handle, Handle>();
-  readonly #inputs = new Set<Handle>();
-  readonly #parameters: Handle[] = [];
-
+/** A tape over a trace of its own. */
+export class Net extends Tape {
   /**
    * @param bytesPerElement bytes of one element of activations, gradients and weights (4 for fp32, 2 for fp16)
    */
-  constructor(readonly bytesPerElement: number) {}
-
-  get parameters(): readonly Handle[] {
-    return this.#parameters;
-  }
-
-  parameter(name: string, elements: number): Handle {
-    const p = this.trace.persistent(name, elements * this.bytesPerElement);
-    this.#parameters.push(p);
-    return p;
-  }
-
-  activation(name: string, elements: number): Handle {
-    return this.trace.tensor(name, elements * this.bytesPerElement);
-  }
-
-  /** The iteration's data batch (`bytesPerElement` each: 4 for token ids), loaded by an op of its own; it takes no gradient. */
-  input(name: string, elements: number, bytesPerElement: number = this.bytesPerElement): Handle {
-    const x = this.trace.tensor(name, elements * bytesPerElement);
-    this.trace.op(`load ${name}`, { writes: [x], flops: 0 });
-    this.#inputs.add(x);
-    return x;
-  }
-
-  elementsOf(x: Handle): number {
-    return this.trace.bytesOf(x) / this.bytesPerElement;
-  }
-
-  requiresGrad(x: Handle): boolean {
-    return !this.#inputs.has(x);
-  }
-
-  grad(x: Handle): Handle {
-    let g = this.#grads.get(x);
-    if (g === undefined) {
-      g = this.trace.tensor(`grad.${this.trace.nameOf(x)}`, this.trace.bytesOf(x));
-      this.#grads.set(x, g);
-    }
-    return g;
-  }
-
-  /** Makes y's gradient the gradient of each of `to` too (a residual's inputs). */
-  shareGrad(y: Handle, to: readonly Handle[]): void {
-    const g = this.grad(y);
-    for (const x of to) {
-      if (!this.requiresGrad(x)) continue;
-      if (this.#grads.has(x)) throw new InvalidArgumentError('shareGrad', this.trace.nameOf(x), 'a tensor without a gradient yet');
-      this.#grads.set(x, g);
-    }
-  }
-
-  onBackward(step: () => void): void {
-    this.#backward.push(step);
-  }
-
-  backward(): void {
-    while (this.#backward.length > 0) this.#backward.pop()!();
+  constructor(bytesPerElement: number) {
+    super(new TraceBuilder(), bytesPerElement);
   }
 }
 
@@ -111,7 +50,7 @@ export function modelTrace(spec: ModelSpec): ModelTrace {
   const build = () => {
     const net = new Net(spec.bytesPerElement);
     const y = spec.forward(net);
-    net.trace.op('loss', { reads: [y], writes: [net.grad(y)], flops: 3 * net.elementsOf(y) });
+    loss(net, y);
     net.backward();
     for (const w of net.parameters) updateWeight(net, spec.optimizer, w);
     return net.trace.build();
@@ -191,55 +130,9 @@ export function upConv(net: Net, name: string, x: Handle, shape: Omit<ConvShape,
   });
 }
 
-/** y [rows, out] = x [rows, in] · W [in, out]. */
-export function linear(net: Net, name: string, x: Handle, rows: number, inFeatures: number, outFeatures: number): Handle {
-  return weighted(net, name, x, { weightElements: inFeatures * outFeatures, outElements: rows * outFeatures, flops: 2 * rows * inFeatures * outFeatures });
-}
-
 /** A batch norm over channels (or a layer norm over features): scale and shift of `features` each; saves its input. */
 export function norm(net: Net, name: string, x: Handle, features: number): Handle {
-  const scale = net.parameter(`${name}.scale`, features);
-  const shift = net.parameter(`${name}.shift`, features);
-  const elements = net.elementsOf(x);
-  const y = net.activation(`${name}.out`, elements);
-  net.trace.op(name, { reads: [x, scale, shift], writes: [y], flops: 5 * elements });
-  net.onBackward(() => {
-    const params = [net.grad(scale), net.grad(shift)];
-    net.trace.op(`${name}.backward`, { reads: [x, net.grad(y), scale], writes: net.requiresGrad(x) ? [net.grad(x), ...params] : params, flops: 8 * elements });
-  });
-  return y;
-}
-
-export function relu(net: Net, name: string, x: Handle): Handle {
-  return elementwise(net, name, x, { flops: 1, saves: 'output' });
-}
-
-export function gelu(net: Net, name: string, x: Handle): Handle {
-  return elementwise(net, name, x, { flops: 8, saves: 'input' });
-}
-
-export function softmax(net: Net, name: string, x: Handle): Handle {
-  return elementwise(net, name, x, { flops: 5, backwardFlops: 3, saves: 'output' });
-}
-
-/** y = a + b; both take ∂y itself. */
-export function add(net: Net, name: string, a: Handle, b: Handle): Handle {
-  const elements = net.elementsOf(a);
-  const y = net.activation(`${name}.out`, elements);
-  net.trace.op(name, { reads: [a, b], writes: [y], flops: elements });
-  net.onBackward(() => net.shareGrad(y, [a, b]));
-  return y;
-}
-
-/** y = a and b side by side (a U-Net's concatenation); backward splits ∂y. */
-export function concat(net: Net, name: string, a: Handle, b: Handle): Handle {
-  const elements = net.elementsOf(a) + net.elementsOf(b);
-  const y = net.activation(`${name}.out`, elements);
-  net.trace.op(name, { reads: [a, b], writes: [y], flops: elements });
-  net.onBackward(() => {
-    net.trace.op(`${name}.backward`, { reads: [net.grad(y)], writes: [a, b].filter((t) => net.requiresGrad(t)).map((t) => net.grad(t)), flops: elements });
-  });
-  return y;
+  return normOf(net, name, x, features, { shift: true });
 }
 
 /**
@@ -270,43 +163,12 @@ export function embedding(net: Net, name: string, ids: Handle, table: Handle, ro
  * [batch·heads, sequence, sequence] = Q·Kᵀ, probabilities = softmax(scores), context = probabilities · V.
  */
 export function attention(net: Net, name: string, qkv: Handle, batch: number, heads: number, sequence: number, model: number): Handle {
-  const scores = net.activation(`${name}.scores.out`, batch * heads * sequence * sequence);
-  const flops = 2 * batch * sequence * sequence * model;
-  net.trace.op(`${name}.scores`, { reads: [qkv], writes: [scores], flops });
-  net.onBackward(() => net.trace.op(`${name}.scores.backward`, { reads: [net.grad(scores), qkv], writes: [net.grad(qkv)], flops: 2 * flops }));
+  const scores = attentionScores(net, `${name}.scores`, qkv, batch, heads, sequence, model);
   const probabilities = softmax(net, `${name}.softmax`, scores);
-  const context = net.activation(`${name}.values.out`, batch * sequence * model);
-  net.trace.op(`${name}.values`, { reads: [probabilities, qkv], writes: [context], flops });
-  net.onBackward(() => {
-    net.trace.op(`${name}.values.backward`, { reads: [net.grad(context), probabilities, qkv], writes: [net.grad(probabilities), net.grad(qkv)], flops: 2 * flops });
-  });
-  return context;
+  return attentionValues(net, `${name}.values`, probabilities, qkv, batch, sequence, model);
 }
 
 /** y [rows, out] = x [rows, in] · Wᵀ with an existing weight W [out, in] (a language model's head tied to its embedding). */
 export function linearWith(net: Net, name: string, x: Handle, w: Handle, rows: number, inFeatures: number, outFeatures: number): Handle {
   return weighted(net, name, x, { weight: w, outElements: rows * outFeatures, flops: 2 * rows * inFeatures * outFeatures });
-}
-
-function weighted(net: Net, name: string, x: Handle, shape: { weightElements?: number; weight?: Handle; outElements: number; flops: number }): Handle {
-  const w = shape.weight ?? net.parameter(`${name}.weight`, shape.weightElements!);
-  const y = net.activation(`${name}.out`, shape.outElements);
-  net.trace.op(name, { reads: [x, w], writes: [y], flops: shape.flops });
-  net.onBackward(() => {
-    const gy = net.grad(y);
-    if (net.requiresGrad(x)) net.trace.op(`${name}.backward.input`, { reads: [gy, w], writes: [net.grad(x)], flops: shape.flops });
-    net.trace.op(`${name}.backward.weight`, { reads: [x, gy], writes: [net.grad(w)], flops: shape.flops });
-  });
-  return y;
-}
-
-function elementwise(net: Net, name: string, x: Handle, kind: { flops: number; backwardFlops?: number; saves: 'input' | 'output' }): Handle {
-  const elements = net.elementsOf(x);
-  const y = net.activation(`${name}.out`, elements);
-  net.trace.op(name, { reads: [x], writes: [y], flops: kind.flops * elements });
-  net.onBackward(() => {
-    if (!net.requiresGrad(x)) return;
-    net.trace.op(`${name}.backward`, { reads: [kind.saves === 'input' ? x : y, net.grad(y)], writes: [net.grad(x)], flops: (kind.backwardFlops ?? kind.flops) * elements });
-  });
-  return y;
 }
