@@ -92,13 +92,14 @@ const HOST_COPIES = ['predicted', 'all'] as const;
 //
 // Note [Host copies where a reclaim is predicted]: a host copy made at an async point costs a copy of the tensor
 // through a staging buffer (inside the budget), and a step that rewrites its persistent tensors (weights,
-// optimizer state) would pay it every step. So an async point copies a dirty inactive tensor only where a reclaim
-// is predicted: when the stretch that just ended was under pressure (LMS reclaimed in it, or the allocator's
-// reserved bytes reached half the budget), every dirty inactive tensor (a loop's next stretch is alike; its first
-// reclaims must find clean tensors); otherwise only those the learned sequence reclaims before their next pin
-// (`reclaimPredicted`). A program that knows better asks for every copy (`lmsSettle({ hostCopies: 'all' })`).
-// Uploaded tensors need none (Note [Clean uploads]): inference (weights uploaded, activations freed within the
-// stretch) copies nothing at its async points, whatever the budget.
+// optimizer state) would pay it every step. So once LMS has learned a step (after the first `endLmsStep()`), an
+// async point copies a dirty inactive tensor only where a reclaim is predicted: every one when the stretch that
+// just ended reclaimed (a loop's next stretch is alike, and its reclaims must find clean tensors), otherwise only
+// those the learned sequence reclaims before their next pin (`reclaimPredicted`). Before that nothing is learned,
+// and every dirty inactive tensor is copied (a loop's first step is a guess: its reclaims must find clean ones).
+// A program that knows better asks for every copy (`lmsSettle({ hostCopies: 'all' })`). Uploaded tensors need
+// none (Note [Clean uploads]): inference (weights uploaded, activations freed within the prediction, outputs read
+// and disposed) finds nothing dirty to copy at its async points, whatever the budget.
 
 /** tfjs's class with the members it overrides visible (Note [Overriding tfjs's private members]). */
 const TfjsWebGpuBackend = WebGPUBackend as unknown as WebGpuBackendInternalsClass;
@@ -162,8 +163,8 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   readonly #readSinceWritten = new WeakSet<StorageImpl>();
   /** LMS's `reclaimedBytes` at the end of the last async point (Note [Host copies where a reclaim is predicted]). */
   #reclaimedBytesAtSettle = 0;
-  /** The most bytes the allocator reserved since the last async point (sampled at each tensor's allocation). */
-  #stretchReservedBytes = 0;
+  /** `endLmsStep()` calls so far. */
+  #endedSteps = 0;
 
   /**
    * @throws InvalidArgumentError when the runtime's `device` allocator is not Stowage's WebGPU allocator; tfjs's
@@ -274,7 +275,6 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     const byteLength = webgpu_util.GPUBytesPerElement(data.dtype) * util.sizeFromShape(data.shape);
     if (this.lmsDevice !== null) this.#makeRoom(byteLength);
     const storage = this.storageManager.acquireStorage(byteLength);
-    if (this.lmsDevice !== null) this.#stretchReservedBytes = Math.max(this.#stretchReservedBytes, this.storageManager.allocator.engine.reservedBytes);
     if (this.lmsDevice !== null && this.#inProgram) this.#opPins.push(this.#pin([storage]));
     if (data.values != null) {
       const values = gpuValues(data.dtype, data.values);
@@ -429,9 +429,8 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     if (lmsDevice === null) return;
     if (this.#pendingPins.length > 0) this.#submitNow();
     const stats = lmsDevice.stats;
-    const { engine } = this.storageManager.allocator;
-    // Note [Host copies where a reclaim is predicted]: the stretch that just ended reclaimed, or filled half the budget.
-    const pressed = stats.reclaimedBytes > this.#reclaimedBytesAtSettle || this.#stretchReservedBytes >= (engine.capacityBytes ?? Number.POSITIVE_INFINITY) / 2;
+    // Note [Host copies where a reclaim is predicted]: nothing learned yet, or the stretch that just ended reclaimed.
+    const copyAll = hostCopies === 'all' || this.#endedSteps === 0 || stats.reclaimedBytes > this.#reclaimedBytesAtSettle;
     for (;;) {
       const started = stats.pageOut;
       let refused = false;
@@ -439,7 +438,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
       for (const storage of this.storageManager.storages) {
         const lms = storage.lms;
         if (!(lms instanceof StorageResidency) || lms.state !== 'inactive') continue;
-        if (!lms.hasHostCopy && (pressed || lms.reclaimPredicted || hostCopies === 'all') && !lms.pageOutEarly()) refused = true;
+        if (!lms.hasHostCopy && (copyAll || lms.reclaimPredicted) && !lms.pageOutEarly()) refused = true;
         if (!lms.hostCopyReady) waits.push(lms.hostCopySettled());
       }
       await Promise.all(waits);
@@ -447,7 +446,6 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
       // Refused copies get the room the landed ones gave back; none landed this round: no room will come.
       if (!refused || stats.pageOut === started) break;
     }
-    this.#stretchReservedBytes = engine.reservedBytes;
     this.#reclaimedBytesAtSettle = stats.reclaimedBytes;
   }
 
@@ -459,6 +457,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   async endLmsStep(): Promise<void> {
     if (this.lmsDevice === null) return;
     this.lmsDevice.endIteration();
+    this.#endedSteps++;
     await this.lmsSettle();
   }
 

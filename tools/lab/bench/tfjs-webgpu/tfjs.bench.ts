@@ -125,6 +125,10 @@ if (lmsSteps > 0) {
       const { run } = await runUnderLms(context, make, lmsSteps, budget);
       return run !== undefined && isSameRun(run, stock.run);
     };
+    // An async point inside each training step (computeGradients, await lmsSettle(), applyGradients): the floor
+    // is then the larger of the two stretches' working sets.
+    const splitWorkingSet = await inStepWorkingSet(context, make, lmsSteps, true);
+    const quarterSplit = await runUnderLms(context, make, lmsSteps, budgetAt(stock.peakGpuBytes, 0.25), undefined, true, true);
     const halfRuns = await runsAt(budgetAt(stock.peakGpuBytes, 0.5));
     const quarterRuns = await runsAt(budgetAt(stock.peakGpuBytes, 0.25));
     const smallest = await smallestLmsBudget(context, make, lmsSteps, stock.run, Math.max(0, workingSet.maxBytes - 4096), stock.peakGpuBytes);
@@ -141,6 +145,9 @@ if (lmsSteps > 0) {
       quarterBudgetBytes: budgetAt(stock.peakGpuBytes, 0.25),
       quarterRuns,
       quarterBelowWorkingSet: budgetAt(stock.peakGpuBytes, 0.25) < workingSet.maxBytes,
+      splitStepWorkingSetBytes: splitWorkingSet.maxBytes,
+      quarterRunsWithSplitSteps: quarterSplit.run !== undefined && isSameRun(quarterSplit.run, stock.run),
+      quarterSplitStepsError: quarterSplit.error === undefined ? null : ((quarterSplit.error as { code?: string }).code ?? String(quarterSplit.error)),
       smallestBudgetBytes: smallest,
       smallestBudgetOfStockPeak: smallest === null ? null : Math.round((smallest / stock.peakGpuBytes) * 1000) / 1000,
     };

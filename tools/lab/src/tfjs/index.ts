@@ -7,7 +7,7 @@ export type { LmsRun, StockRun, WorkingSet } from './lmsRuns.js';
 export { inStepWorkingSet, isSameRun, runStock, runUnderLms, smallestLmsBudget } from './lmsRuns.js';
 export type { RealBackend, RealFloor, RealRun } from './realLmsRuns.js';
 export type { AlternatingTimes } from './realLmsRuns.js';
-export { alternatingTimes, realFloor, runReal, runsLike, sameBits, smallestRealBudget } from './realLmsRuns.js';
+export { alternatingTimes, REAL_PAGING_RESERVE, realFloor, runReal, runsLike, sameBits } from './realLmsRuns.js';
 export type { Model, ModelRun } from './models.js';
 export { convNet, mlp, MODELS, runModel, transformerBlock } from './models.js';
 export type { BackendKind } from './onBackend.js';

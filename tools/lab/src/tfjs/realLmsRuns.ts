@@ -208,38 +208,6 @@ export function runsLike(run: RealRun, expected: RealModelRun): boolean {
   return run.error === undefined && run.run !== undefined && run.stable && sameBits(run.run, expected);
 }
 
-/**
- * The smallest LMS budget (within `resolutionBytes`, between `lowBytes` and `highBytes`) under which the model's
- * predictions give `expected`'s bits, by bisection (assuming a budget that runs makes every larger one run), with
- * the run there; null when even `highBytes` fails. `predictions`: timed predictions after the first of each run.
- */
-export async function smallestRealBudget(
-  context: WebGpuContext,
-  model: RealModel,
-  load: () => Promise<GraphModelLike>,
-  expected: RealModelRun,
-  lowBytes: number,
-  highBytes: number,
-  resolutionBytes: number,
-  predictions = 1,
-): Promise<{ budgetBytes: number; run: RealRun; tries: number } | null> {
-  let tries = 0;
-  const at = async (budgetBytes: number): Promise<RealRun> => {
-    tries++;
-    return runReal(context, model, load, { kind: 'lms', budgetBytes }, predictions);
-  };
-  let best = await at(highBytes);
-  if (!runsLike(best, expected)) return null;
-  let [fails, works] = [lowBytes, highBytes];
-  while (works - fails > resolutionBytes) {
-    const mid = Math.round((fails + works) / 2 / BLOCK_BYTES) * BLOCK_BYTES;
-    const run = await at(mid);
-    if (runsLike(run, expected)) [works, best] = [mid, run];
-    else fails = mid;
-  }
-  return { budgetBytes: works, run: best, tries };
-}
-
 /** Per-prediction times of stock and Stowage, in rounds that alternate them in one process. */
 export interface AlternatingTimes {
   readonly stockMs: readonly number[];
