@@ -29,7 +29,9 @@
 // GPU bytes are counted at the device (every createBuffer and destroy while the model runs, staging and uniform
 // buffers included); peak live tensor bytes are tfjs's `numBytesInGPU` sampled after each
 // step. Options: --steps N (timed steps after 2 untimed; default 10), --models a,b (none: only the kernels), --kernels
-// matMul,conv2d,add (none: only the models), --lms-steps N (default 5; 0: no LMS lines), --only-lms, --real a,b (the
+// matMul,conv2d,add (none: only the models), --lms-steps N (default 5; 0: no LMS lines), --only-lms, --lms-split-only (per model only
+// {"scenario":"lmsSplit"}: the working sets with and without an async point inside each step, and the runs at a
+// quarter of stock's peak), --real a,b (the
 // real models to run; default all; '' none), --real-predictions N (timed, after the untimed first; default 1; 0:
 // peaks only), --real-backends (default stock,stowage), --no-real-lms (no LMS runs), --lms-resolution F (default
 // 0.05 of the floor), --time-rounds N (default 5; 0: no alternating rounds).
@@ -57,6 +59,7 @@ const { values } = parseArgs({
     kernels: { type: 'string' },
     'lms-steps': { type: 'string', default: '5' },
     'only-lms': { type: 'boolean', default: false },
+    'lms-split-only': { type: 'boolean', default: false },
     real: { type: 'string' },
     'real-backends': { type: 'string', default: 'stock,stowage' },
     'real-predictions': { type: 'string', default: '1' },
@@ -129,6 +132,24 @@ if (lmsSteps > 0) {
     // is then the larger of the two stretches' working sets.
     const splitWorkingSet = await inStepWorkingSet(context, make, lmsSteps, true);
     const quarterSplit = await runUnderLms(context, make, lmsSteps, budgetAt(stock.peakGpuBytes, 0.25), undefined, true, true);
+    if (values['lms-split-only']) {
+      const quarter = await runUnderLms(context, make, lmsSteps, budgetAt(stock.peakGpuBytes, 0.25));
+      emit({
+        scenario: 'lmsSplit',
+        model: modelName,
+        steps: lmsSteps,
+        stockPeakGpuBytes: stock.peakGpuBytes,
+        workingSetBytes: workingSet.maxBytes,
+        splitStepWorkingSetBytes: splitWorkingSet.maxBytes,
+        quarterBudgetBytes: budgetAt(stock.peakGpuBytes, 0.25),
+        quarterRuns: quarter.run !== undefined && isSameRun(quarter.run, stock.run),
+        quarterError: quarter.error === undefined ? null : ((quarter.error as { code?: string }).code ?? String(quarter.error)),
+        quarterRunsWithSplitSteps: quarterSplit.run !== undefined && isSameRun(quarterSplit.run, stock.run),
+        quarterSplitStepsError: quarterSplit.error === undefined ? null : ((quarterSplit.error as { code?: string }).code ?? String(quarterSplit.error)),
+        seconds: Math.round((performance.now() - started) / 100) / 10,
+      });
+      continue;
+    }
     const halfRuns = await runsAt(budgetAt(stock.peakGpuBytes, 0.5));
     const quarterRuns = await runsAt(budgetAt(stock.peakGpuBytes, 0.25));
     const smallest = await smallestLmsBudget(context, make, lmsSteps, stock.run, Math.max(0, workingSet.maxBytes - 4096), stock.peakGpuBytes);
