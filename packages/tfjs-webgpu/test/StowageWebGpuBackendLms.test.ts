@@ -87,7 +87,7 @@ describe('StowageWebGpuBackend under LMS', function () {
 
   describe('real pretrained models (REAL_MODELS in @stowage/lab/tfjs)', () => {
     it('keeps every buffer at the device within the budget plus max(1 MiB, 2 %) while paging the selfie segmentation model at a quarter of its stock peak, bit-identical to stock', async () => {
-      // One prediction each (the weights' upload included): stock peaks at 26.8 MB, the model's floor is 4.2 MB.
+      // One prediction each (the weights' upload included): stock peaks at 26 MB, the model's floor is 4.2 MB.
       const model = realModel('selfie');
       const load = () => loadRealModel(model);
       const stock = await runReal(context, model, load, { kind: 'stock' }, 0);

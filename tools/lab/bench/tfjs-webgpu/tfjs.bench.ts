@@ -353,6 +353,7 @@ for (const real of values['only-lms'] ? [] : realModels) {
       msStockMedian: Math.round(median(times.stockMs)),
       msStowageMedian: Math.round(median(times.stowageMs)),
       timeRatioMedian: round3(times.ratioMedian),
+      timeRatios: times.stowageMs.map((ms, i) => round3(ms / times.stockMs[i]!)),
       timeSameBits: times.sameBits,
     });
   }
