@@ -92,6 +92,11 @@ export class LmsStats {
     return this.#reclaimed;
   }
 
+  /** Bytes reclaimed so far. */
+  get reclaimedBytes(): number {
+    return this.#reclaimedBytes;
+  }
+
   /** Bytes in host memory now: reclaimed storages' bytes and clean host copies. */
   get hostBytes(): number {
     return this.#hostBytes;
@@ -134,6 +139,12 @@ export class LmsStats {
       this.#speculativePageOut++;
       this.#speculativePageOutBytes += bytes;
     }
+    this.#hostBytes += bytes;
+    if (this.#hostBytes > this.#hostBytesPeak) this.#hostBytesPeak = this.#hostBytes;
+  }
+
+  /** A host copy of `bytes` came from the caller (`StorageResidency#adoptHostCopy`): host bytes, no page-out. */
+  hostCopyAdopted(bytes: number): void {
     this.#hostBytes += bytes;
     if (this.#hostBytes > this.#hostBytesPeak) this.#hostBytesPeak = this.#hostBytes;
   }

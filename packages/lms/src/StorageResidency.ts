@@ -253,6 +253,23 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
   }
 
   /**
+   * Takes `bytes` as the storage's host copy (Note [Host copies]) without a page-out: for a caller that has just
+   * written exactly these bytes (an upload from host values), so that a later reclaim only frees the block and a
+   * page-in can start at once. LMS keeps `bytes` (the caller must not change them). Nothing happens for a storage
+   * released, reclaimed, or with a host copy already; a later write drops it, as any host copy.
+   * @throws InvalidArgumentError, changing nothing, when `bytes` is not the storage's length
+   */
+  adoptHostCopy(bytes: Uint8Array): void {
+    if (this.#released || this.#state === 'reclaimed' || this.#host !== null) return;
+    if (bytes.byteLength !== this.storage.byteLength) {
+      throw new InvalidArgumentError('bytes.byteLength', bytes.byteLength, `the storage's byte length (${this.storage.byteLength})`);
+    }
+    this.#host = { byteLength: bytes.byteLength, bytes, done: Promise.resolve(bytes) };
+    this.#hostFailure = undefined;
+    this.lmsDevice.stats.hostCopyAdopted(bytes.byteLength);
+  }
+
+  /**
    * Brings a reclaimed storage back ahead of its pin and leaves it inactive, the most recently unpinned (a
    * prefetch, Note [Speculation]); false when it is not reclaimed, its bytes are not on the host yet, or what
    * bringing it back ran brought it back first. Throws what the allocation throws (OutOfMemoryError), changing

@@ -19,6 +19,15 @@ import { KernelReferences } from './KernelReferences.js';
 import type { DataId, WebGpuBackendInternalsClass } from './TfjsBackendInternals.js';
 import { webGpuAllocatorOf } from './webGpuAllocatorOf.js';
 
+/** What `lmsSettle` copies to host memory (Note [Host copies where a reclaim is predicted]). */
+export interface LmsSettleOptions {
+  /**
+   * `'predicted'` (default): the dirty inactive tensors where a reclaim is predicted; `'all'`: every inactive
+   * tensor without a host copy.
+   */
+  readonly hostCopies?: 'predicted' | 'all';
+}
+
 export interface StowageWebGpuBackendOptions {
   /** The runtime's WebGPU device the tensors live on. Default `'webgpu'` (`webgpu:0`). */
   readonly device?: string;
@@ -34,6 +43,7 @@ export interface StowageWebGpuBackendOptions {
 }
 
 const UNIFORM_PLACES = ['stowage', 'tfjs'] as const;
+const HOST_COPIES = ['predicted', 'all'] as const;
 
 // Note [LMS inside a synchronous step]: under `lms()`, a tfjs model whose tensors exceed the budget (the webgpu
 // plugin's `limit`, the device's one budget: Stowage's segments and the staging buffers of its reads and page-outs;
@@ -58,11 +68,13 @@ const UNIFORM_PLACES = ['stowage', 'tfjs'] as const;
 //   end just before tfjs's `queue.submit` (nothing allocates in between). When an allocation would pass the budget
 //   while recorded kernels hold pins, the backend submits them first (`#makeRoom`), so that one kernel's tensors,
 //   not fifteen's, is what must be resident;
-// - async points: `read` (every `data()`), `lmsSettle()` and `endLmsStep()` start a host copy of every inactive
-//   tensor that has none and wait for every page-out in flight, so that the next step's reclaims find clean
-//   tensors (weights, optimizer state, inputs); copies the device refuses for lack of room are made once earlier
-//   ones landed; `endLmsStep()` also marks the end of an iteration, from which LMS
-//   learns the step's sequence of pins (Note [Speculation] in @stowage/lms) and predicts the next steps;
+// - uploads are clean (Note [Clean uploads]);
+// - async points: `read` (every `data()`), `lmsSettle()` and `endLmsStep()` start host copies of inactive tensors
+//   where a reclaim is predicted (Note [Host copies where a reclaim is predicted]) and wait for every page-out in
+//   flight, so that the next step's reclaims find clean tensors (weights, optimizer state, inputs); copies the
+//   device refuses for lack of room are made once earlier ones landed; `endLmsStep()` also marks the end of an
+//   iteration, from which LMS learns the step's sequence of pins (Note [Speculation] in @stowage/lms) and predicts
+//   the next steps;
 // - the policy (`SynchronousStepPolicy`, to be given to `lms({ policy })`) reclaims clean tensors first, then dirty
 //   ones the learned sequence does not pin again this step, then, in a step nothing predicts (the first, or one
 //   that left the learned sequence), dirty ones that look dead from what the backend knows (read since written,
@@ -71,8 +83,23 @@ const UNIFORM_PLACES = ['stowage', 'tfjs'] as const;
 // - uniforms stay in tfjs's pool by default under LMS: LMS offers only tensors of the request's segment kind
 //   before reclaim_all, so a uniform request under pressure would page out every inactive tensor, dirty ones
 //   included.
-// Making every host copy at every async point costs a copy of the step's persistent tensors per step (weights
-// and optimizer state are rewritten every step); the package README has the figures.
+//
+// Note [Clean uploads]: `uploadToGPU` writes a tensor's host values (a model's weights, a prediction's input) with
+// `queue.writeBuffer`; under LMS a copy of those values becomes the storage's host copy (`adoptHostCopy`), so the
+// tensor is clean from its upload: a reclaim, even inside the synchronous step that uploaded it, only frees its
+// block, and bringing it back is a `writeBuffer`. Weights therefore never need a page-out, and the floor of a
+// prediction is its activations (tools/lab's `realFloor`), not its activations plus its weights.
+//
+// Note [Host copies where a reclaim is predicted]: a host copy made at an async point costs a copy of the tensor
+// through a staging buffer (inside the budget), and a step that rewrites its persistent tensors (weights,
+// optimizer state) would pay it every step. So once LMS has learned a step (after the first `endLmsStep()`), an
+// async point copies a dirty inactive tensor only where a reclaim is predicted: every one when the stretch that
+// just ended reclaimed (a loop's next stretch is alike, and its reclaims must find clean tensors), otherwise only
+// those the learned sequence reclaims before their next pin (`reclaimPredicted`). Before that nothing is learned,
+// and every dirty inactive tensor is copied (a loop's first step is a guess: its reclaims must find clean ones).
+// A program that knows better asks for every copy (`lmsSettle({ hostCopies: 'all' })`). Uploaded tensors need
+// none (Note [Clean uploads]): inference (weights uploaded, activations freed within the prediction, outputs read
+// and disposed) finds nothing dirty to copy at its async points, whatever the budget.
 
 /** tfjs's class with the members it overrides visible (Note [Overriding tfjs's private members]). */
 const TfjsWebGpuBackend = WebGPUBackend as unknown as WebGpuBackendInternalsClass;
@@ -134,6 +161,10 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   readonly #kernelRefs = new KernelReferences<DataId>();
   /** Storages a kernel has read since they were written (StepHints). */
   readonly #readSinceWritten = new WeakSet<StorageImpl>();
+  /** LMS's `reclaimedBytes` at the end of the last async point (Note [Host copies where a reclaim is predicted]). */
+  #reclaimedBytesAtSettle = 0;
+  /** `endLmsStep()` calls so far. */
+  #endedSteps = 0;
 
   /**
    * @throws InvalidArgumentError when the runtime's `device` allocator is not Stowage's WebGPU allocator; tfjs's
@@ -246,7 +277,10 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     const storage = this.storageManager.acquireStorage(byteLength);
     if (this.lmsDevice !== null && this.#inProgram) this.#opPins.push(this.#pin([storage]));
     if (data.values != null) {
-      if (byteLength > 0) this.runtime.write(storage, gpuValues(data.dtype, data.values));
+      const values = gpuValues(data.dtype, data.values);
+      if (byteLength > 0) this.runtime.write(storage, values);
+      // Under LMS the values are the storage's host copy: a reclaim only frees its block (Note [Clean uploads]).
+      if (byteLength > 0 && storage.lms instanceof StorageResidency) storage.lms.adoptHostCopy(new Uint8Array(values.buffer.slice(values.byteOffset, values.byteOffset + byteLength)));
       data.values = null; // as tfjs: once uploaded, the values live only on the GPU
     }
     data.resource = storage;
@@ -382,31 +416,37 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
 
   /**
    * An async point for LMS (Note [LMS inside a synchronous step]): submits what tfjs recorded (its kernels' pins
-   * end), starts a host copy of every inactive tensor that has no valid one, and waits until no page-out of the
-   * backend's tensors is in flight; so reclaims in the next synchronous step find complete host copies and only
-   * free blocks. The copies' staging is inside the device's budget (Note [One budget] in
-   * @stowage/allocator-webgpu): those the device refuses for lack of room are made in further rounds, once the
-   * page-outs in flight landed. Does nothing without LMS.
+   * end), then starts host copies of the inactive tensors that have none where a reclaim is predicted (Note [Host
+   * copies where a reclaim is predicted]), and waits until no page-out of the backend's tensors is in flight; so
+   * reclaims in the next synchronous step find complete host copies and only free blocks. The copies' staging is
+   * inside the device's budget (Note [One budget] in @stowage/allocator-webgpu): those the device refuses for lack
+   * of room are made in further rounds, once the page-outs in flight landed. Does nothing without LMS.
    */
-  async lmsSettle(): Promise<void> {
+  async lmsSettle(options: LmsSettleOptions = {}): Promise<void> {
+    checkEnum('options.hostCopies', options.hostCopies, HOST_COPIES);
+    const hostCopies = options.hostCopies ?? 'predicted';
     const lmsDevice = this.lmsDevice;
     if (lmsDevice === null) return;
     if (this.#pendingPins.length > 0) this.#submitNow();
+    const stats = lmsDevice.stats;
+    // Note [Host copies where a reclaim is predicted]: nothing learned yet, or the stretch that just ended reclaimed.
+    const copyAll = hostCopies === 'all' || this.#endedSteps === 0 || stats.reclaimedBytes > this.#reclaimedBytesAtSettle;
     for (;;) {
-      const started = lmsDevice.stats.pageOut;
+      const started = stats.pageOut;
       let refused = false;
       const waits: Promise<void>[] = [];
       for (const storage of this.storageManager.storages) {
         const lms = storage.lms;
-        if (!(lms instanceof StorageResidency)) continue;
-        if (!lms.pageOutEarly()) refused = true; // only an inactive storage without a valid host copy
+        if (!(lms instanceof StorageResidency) || lms.state !== 'inactive') continue;
+        if (!lms.hasHostCopy && (copyAll || lms.reclaimPredicted) && !lms.pageOutEarly()) refused = true;
         if (!lms.hostCopyReady) waits.push(lms.hostCopySettled());
       }
       await Promise.all(waits);
       await lmsDevice.settlePageOuts();
       // Refused copies get the room the landed ones gave back; none landed this round: no room will come.
-      if (!refused || lmsDevice.stats.pageOut === started) return;
+      if (!refused || stats.pageOut === started) break;
     }
+    this.#reclaimedBytesAtSettle = stats.reclaimedBytes;
   }
 
   /**
@@ -417,6 +457,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   async endLmsStep(): Promise<void> {
     if (this.lmsDevice === null) return;
     this.lmsDevice.endIteration();
+    this.#endedSteps++;
     await this.lmsSettle();
   }
 

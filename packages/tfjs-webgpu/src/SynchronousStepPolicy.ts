@@ -39,8 +39,9 @@ export function stepRisk(candidate: ReclaimCandidate, hints: StepHints | null = 
  * LMS's policy for tfjs steps on WebGPU: reclaims by `stepRisk` first; within a risk, the farthest predicted next
  * use (Belady's rule on the learned sequence), then the least recently unpinned (activations saved early are
  * needed last in backward; of the temporaries that look dead, the oldest are the likeliest to be). reclaim_one takes the best candidate whose freed run holds the request
- * or whose reclaim frees its whole segment (room the engine gives back to the budget); reclaim_fragments takes the
- * best candidates, in that order, until their blocks add up to the request. So a storage whose bytes would still
+ * or whose reclaim frees its whole segment (room the engine gives back to the budget), unless a safer candidate
+ * (a lower risk) exists, whose run does not hold it; reclaim_fragments takes the
+ * best candidates of the safest risk present, in that order, until their blocks add up to the request. So a storage whose bytes would still
  * be in flight when the step needs it again is reclaimed only when nothing safer makes room.
  *
  * The Stowage backend gives the policy its `StepHints` (`attach`) when it is made on a runtime whose LMS uses it.
@@ -57,30 +58,40 @@ export class SynchronousStepPolicy implements LmsPolicy {
   }
 
   chooseOne(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): ReclaimCandidate | undefined {
-    const rank = this.#ranker();
+    const { rank, risk } = this.#ranker();
     let best: ReclaimCandidate | undefined;
+    let safest = Number.POSITIVE_INFINITY;
     for (const candidate of candidates) {
+      safest = Math.min(safest, risk(candidate));
       const run = freedRun(candidate);
       if (run < request.bytes && run < candidate.placement.segmentBytes) continue;
       if (best === undefined || rank(candidate, best) < 0) best = candidate;
     }
-    return best;
+    // A riskier storage only once no safer one is left: reclaim_fragments frees the safer ones first (their blocks
+    // merge, or empty their segment, which the engine gives back to the budget).
+    return best !== undefined && risk(best) <= safest ? best : undefined;
   }
 
   chooseFragments(request: ReclaimRequest, candidates: Iterable<ReclaimCandidate>): readonly ReclaimCandidate[] {
-    const ranked = [...candidates].sort(this.#ranker());
+    const { rank, risk } = this.#ranker();
+    const ranked = [...candidates].sort(rank);
     const chosen: ReclaimCandidate[] = [];
     let bytes = 0;
     for (const candidate of ranked) {
-      if (bytes >= request.bytes) break;
+      // Only the safest risk present: if they do not make the room, the engine asks again and the next step
+      // takes the next risk (by reclaim_one first).
+      if (bytes >= request.bytes || (chosen.length > 0 && risk(candidate) > risk(chosen[0]!))) break;
       chosen.push(candidate);
       bytes += candidate.placement.size;
     }
     return chosen;
   }
 
-  /** A comparison, negative when `a` is reclaimed before `b`, for one reclaim step (the tape read once). */
-  #ranker(): (a: ReclaimCandidate, b: ReclaimCandidate) => number {
+  /**
+   * A comparison, negative when `a` is reclaimed before `b`, and each candidate's `stepRisk`, for one reclaim step
+   * (the tape read once).
+   */
+  #ranker(): { rank: (a: ReclaimCandidate, b: ReclaimCandidate) => number; risk: (c: ReclaimCandidate) => number } {
     const hints = this.#hints;
     let saved: ReadonlySet<StorageImpl> | undefined;
     const risks = new Map<ReclaimCandidate, number>();
@@ -89,7 +100,7 @@ export class SynchronousStepPolicy implements LmsPolicy {
       if (risk === undefined) risks.set(c, (risk = stepRisk(c, hints, (saved ??= hints?.savedForBackward()))));
       return risk;
     };
-    return (a, b) => {
+    const rank = (a: ReclaimCandidate, b: ReclaimCandidate): number => {
       const riskA = riskOf(a);
       const riskB = riskOf(b);
       if (riskA !== riskB) return riskA - riskB;
@@ -98,5 +109,6 @@ export class SynchronousStepPolicy implements LmsPolicy {
       if (nextA !== nextB) return nextB - nextA > 0 ? 1 : -1;
       return a.unpinnedAt - b.unpinnedAt;
     };
+    return { rank, risk: riskOf };
   }
 }

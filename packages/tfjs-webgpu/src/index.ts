@@ -3,7 +3,7 @@ export { readWriteStorageDevice } from './ReadWriteStorage.js';
 export type { RegisterStowageWebGpuOptions } from './registerStowageWebGpuBackend.js';
 export { registerStowageWebGpuBackend } from './registerStowageWebGpuBackend.js';
 export { StowageBufferManager, TENSOR_USAGE } from './StowageBufferManager.js';
-export type { StowageWebGpuBackendOptions } from './StowageWebGpuBackend.js';
+export type { LmsSettleOptions, StowageWebGpuBackendOptions } from './StowageWebGpuBackend.js';
 export { StowageWebGpuBackend } from './StowageWebGpuBackend.js';
 export type { StepHints } from './SynchronousStepPolicy.js';
 export { stepRisk, SynchronousStepPolicy } from './SynchronousStepPolicy.js';

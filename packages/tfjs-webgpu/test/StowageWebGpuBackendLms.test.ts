@@ -1,15 +1,18 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs-core';
 import type { StorageImpl } from '@stowage/core';
-import { OutOfMemoryError } from '@stowage/core';
+import { InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
+import type { StorageResidency } from '@stowage/lms';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import type { StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
 import { TensorBytesInFlightError } from '@stowage/tfjs-webgpu';
 import type { Model } from '@stowage/lab/tfjs';
-import { budgetAt, convNet, inStepWorkingSet, isSameRun, mlp, runStock, runUnderLms, transformerBlock } from '@stowage/lab/tfjs';
+import { budgetAt, convNet, inStepWorkingSet, isSameRun, mlp, realModel, runReal, runStock, runUnderLms, sameBits, transformerBlock } from '@stowage/lab/tfjs';
+import { loadRealModel } from '@stowage/lab/tfjs/node';
 import { useTfjsGpuSuite } from './gpuSuite.js';
 
 const KiB = 1024;
+const MiB = 1024 * KiB;
 const STEPS = 5;
 
 // Note [Budgets of a synchronous step under one budget]: the WebGPU device's budget covers the staging buffers of
@@ -82,6 +85,53 @@ describe('StowageWebGpuBackend under LMS', function () {
     });
   });
 
+  describe('real pretrained models (REAL_MODELS in @stowage/lab/tfjs)', () => {
+    it('keeps every buffer at the device within the budget plus max(1 MiB, 2 %) while paging the selfie segmentation model at a quarter of its stock peak, bit-identical to stock', async () => {
+      // One prediction each (the weights' upload included): stock peaks at 26 MB, the model's floor is 4.2 MB.
+      const model = realModel('selfie');
+      const load = () => loadRealModel(model);
+      const stock = await runReal(context, model, load, { kind: 'stock' }, 0);
+      const budget = budgetAt(stock.peakGpuBytes, 0.25);
+      const lms = await runReal(context, model, load, { kind: 'lms', budgetBytes: budget }, 0);
+      expect(lms.error).to.equal(undefined);
+      expect(sameBits(lms.run!, stock.run!), 'mask bits').to.equal(true);
+      expect(lms.stats!['reclaimed'], 'tensors left the device').to.be.greaterThan(0);
+      expect(lms.peakGpuBytes, 'every GPUBuffer alive at the device, at its peak').to.be.at.most(budget + Math.max(MiB, 0.02 * budget));
+      expect(lms.createBufferCalls, "createBuffer calls against stock's").to.be.at.most(stock.createBufferCalls);
+    });
+  });
+
+  describe('#lmsSettle', () => {
+    it('copies a dirty tensor to host memory only where a reclaim is predicted, and an uploaded one never (clean from its upload)', async () => {
+      let checked = false;
+      const { error } = await runUnderLms(context, noModel, 0, 1024 * KiB, async (backend, runtime) => {
+        const stats = (): Readonly<Record<string, number>> => runtime.allocator('webgpu').memoryStats() as Readonly<Record<string, number>>;
+        await backend.endLmsStep(); // a step learned: from now on copies follow what is predicted
+        const uploaded = tf.tensor(new Float32Array(4096).fill(5)); // 16 KiB of host values
+        const written = tf.add(uploaded, 1); // 16 KiB made by a kernel: dirty
+        await written.data(); // an async point after a stretch that reclaimed nothing
+        expect(stats()['page_out'], 'no reclaim predicted: nothing copied').to.equal(0);
+        const residency = (t: tf.Tensor): StorageResidency => storageOf(backend, t).lms as StorageResidency;
+        expect(residency(uploaded).hasHostCopy, "the upload's values are its host copy").to.equal(true);
+        expect(residency(written).hasHostCopy).to.equal(false);
+        await backend.lmsSettle({ hostCopies: 'all' });
+        expect(stats()['page_out']).to.equal(1);
+        expect(residency(written).hostCopyReady).to.equal(true);
+        let refused: unknown;
+        try {
+          await backend.lmsSettle({ hostCopies: 'every' as 'all' });
+        } catch (caught) {
+          refused = caught;
+        }
+        expect(refused).to.be.instanceOf(InvalidArgumentError);
+        tf.dispose([uploaded, written]);
+        checked = true;
+      });
+      expect(error).to.equal(undefined);
+      expect(checked).to.equal(true);
+    });
+  });
+
   describe('#runWebGPUProgram', () => {
     it("keeps a kernel's inputs and output pinned until the submit that runs it", async () => {
       await runUnderLms(context, noModel, 0, 1024 * KiB, async (backend) => {
@@ -104,7 +154,7 @@ describe('StowageWebGpuBackend under LMS', function () {
       // smallest that runs is 81 KiB; from 86 KiB four tensors fit beside the paging reserve and a stays resident.
       const { error } = await runUnderLms(context, noModel, 0, 82 * KiB, async (backend, runtime) => {
         const a = tf.fill([4096], 3); // 16 KiB
-        await a.data(); // an async point: a gets a complete host copy
+        await a.data(); // an async point: a gets a complete host copy (nothing is learned yet)
         const others = [1, 2, 4].map((v) => tf.fill([4096], v)); // the last one needs a's room
         expect(storageOf(backend, a).lms!.state).to.equal('reclaimed');
         const e = tf.add(a, 1);

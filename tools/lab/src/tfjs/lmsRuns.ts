@@ -54,6 +54,7 @@ export interface LmsRun {
  * webgpu plugin's `limit`; one segment per allocation, never split, so that the budget is tensor bytes: Note
  * [Segments under a small budget] in examples/train), ending every step with `endLmsStep()`. `body`, when given,
  * runs instead of the model (with the backend and runtime). `withLms` false: the same runtime without `lms()`.
+ * `splitSteps`: each training step has an async point between its gradients and its update (`runModel`'s `midStep`).
  */
 export async function runUnderLms(
   context: WebGpuContext,
@@ -62,6 +63,7 @@ export async function runUnderLms(
   budgetBytes: number,
   body?: (backend: StowageWebGpuBackend, runtime: Runtime) => Promise<void>,
   withLms = true,
+  splitSteps = false,
 ): Promise<LmsRun> {
   const device = webgpu({ device: context.device, limit: budgetBytes, segmentSize: (rounded: number) => rounded, splitBlocks: false });
   const runtime = await createRuntime({ plugins: withLms ? [device, lms({ policy: new SynchronousStepPolicy(), devices: ['webgpu'] })] : [device] });
@@ -73,7 +75,7 @@ export async function runUnderLms(
     const backend = tf.backend();
     if (!(backend instanceof StowageWebGpuBackend)) throw new Error('expected the Stowage backend');
     if (body !== undefined) await body(backend, runtime);
-    else run = await runModel(make, steps, () => backend.endLmsStep(), () => backend.lmsSettle());
+    else run = await runModel(make, steps, () => backend.endLmsStep(), () => backend.lmsSettle(), splitSteps ? () => backend.lmsSettle() : undefined);
   } catch (caught) {
     error = caught;
   }
@@ -138,9 +140,10 @@ export interface WorkingSet {
  * must be resident) plus the bytes of every tensor made earlier in the same step (dirty: no host copy can exist
  * before the step returns to the event loop) that a later kernel of the step reads; the largest over the step's
  * kernels. Sizes rounded to the engine's blocks. Recorded on the Stowage backend without a budget; the
- * prediction before training is left out.
+ * prediction before training is left out. `splitSteps`: each step is two stretches (an async point between its
+ * gradients and its update), each its own working set; `perStepBytes` then lists both.
  */
-export async function inStepWorkingSet(context: WebGpuContext, make: () => Model, steps: number): Promise<WorkingSet> {
+export async function inStepWorkingSet(context: WebGpuContext, make: () => Model, steps: number, splitSteps = false): Promise<WorkingSet> {
   const kernelsPerStep: KernelRecord[][] = [];
   let current: KernelRecord[] | null = null;
   await onBackend(context, 'stowage', async (backend) => {
@@ -153,10 +156,11 @@ export async function inStepWorkingSet(context: WebGpuContext, make: () => Model
       current?.push({ inputs: inputs.map(storageOf).filter((s) => s !== undefined), output: storageOf(result) });
       return result;
     };
-    await runModel(make, steps, async () => {
+    const boundary = async (): Promise<void> => {
       if (current !== null) kernelsPerStep.push(current);
       current = [];
-    });
+    };
+    await runModel(make, steps, boundary, boundary, splitSteps ? boundary : undefined);
   });
   const perStepBytes = kernelsPerStep.map(workingSetOfStep);
   return { perStepBytes, maxBytes: Math.max(...perStepBytes) };

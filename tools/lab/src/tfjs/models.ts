@@ -106,9 +106,17 @@ export const MODELS: readonly { readonly name: string; readonly make: () => Mode
 /**
  * Predicts, then trains `steps` Adam steps on softmax cross-entropy, reading each loss; disposes the model.
  * `afterStep` runs after each step, once its loss is read (the LMS backend's `endLmsStep`, say), and
- * `afterPredict` after the prediction (default `afterStep`).
+ * `afterPredict` after the prediction (default `afterStep`). With `midStep`, each step is split at an async point:
+ * `optimizer.computeGradients`, `await midStep()` (the LMS backend's `lmsSettle`), `optimizer.applyGradients` (the
+ * same bits as `minimize`).
  */
-export async function runModel(make: () => Model, steps: number, afterStep?: () => Promise<void>, afterPredict: (() => Promise<void>) | undefined = afterStep): Promise<ModelRun> {
+export async function runModel(
+  make: () => Model,
+  steps: number,
+  afterStep?: () => Promise<void>,
+  afterPredict: (() => Promise<void>) | undefined = afterStep,
+  midStep?: () => Promise<void>,
+): Promise<ModelRun> {
   const model = make();
   try {
     const before = tf.tidy(() => model.predict(model.x));
@@ -118,7 +126,16 @@ export async function runModel(make: () => Model, steps: number, afterStep?: () 
     const optimizer = tf.train.adam(0.01);
     const losses: number[] = [];
     for (let step = 0; step < steps; step++) {
-      const loss = optimizer.minimize(() => tf.losses.softmaxCrossEntropy(model.labels, model.predict(model.x)) as tf.Scalar, true, model.variables);
+      const lossOf = (): tf.Scalar => tf.losses.softmaxCrossEntropy(model.labels, model.predict(model.x)) as tf.Scalar;
+      let loss: tf.Scalar | null;
+      if (midStep === undefined) loss = optimizer.minimize(lossOf, true, model.variables);
+      else {
+        const { value, grads } = optimizer.computeGradients(lossOf, model.variables);
+        await midStep(); // the async point inside the step: the gradients can get host copies
+        optimizer.applyGradients(grads as unknown as Parameters<typeof optimizer.applyGradients>[0]); // tfjs types it as variables; any tensors do
+        tf.dispose(grads);
+        loss = value;
+      }
       losses.push((await loss!.data())[0]!);
       loss!.dispose();
       await afterStep?.();
