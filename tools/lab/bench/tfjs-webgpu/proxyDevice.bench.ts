@@ -11,7 +11,8 @@
 //   compiled: its bits are compared with stock's), then --predictions timed ones. Peak device bytes and createBuffer
 //   calls are counted at the real device (DeviceMemoryCounter: every buffer, segments, staging and uniforms
 //   included) from before the weights are uploaded; `programCreateBufferCalls` are the calls tfjs made on the
-//   proxy (stowageDeviceCounts), `subAllocated` how many of them became ranges.
+//   proxy (stowageDeviceCounts), `subAllocated` how many of them became ranges, `passedThrough` how many went to
+//   the real device (uniforms, staging, and every upload tfjs makes mapped at creation: weights and inputs).
 //   {"scenario":"proxySummary", model, rounds, ms{stock,proxy,stowage} (medians over rounds), timeVsStock,
 //    peakVsStock, createBufferVsStock, sameBits}   backends alternate within each round, the order rotating
 //   {"scenario":"proxyBudget", model, backend, fraction, budgetBytes, runs, sameBits, error, peakGpuBytes, …}   under
@@ -20,8 +21,11 @@
 // Backends: `stock` (tfjs's WebGPUBackend on the device), `proxy` (tfjs's WebGPUBackend on stowageDevice(rt)),
 // `stowage` (StowageWebGpuBackend on the same runtime's device). Each is registered as 'webgpu' in turn: tfjs's
 // kernels are registered for that backend name only.
+// `proxy-destroy` (optional): `proxy` with tfjs's BufferManager destroying released storage buffers instead of pooling
+// them (public members only), so that the proxy gets tensors' ranges back.
 // Options: --models a,b (default selfie,nanodet), --rounds N (default 5), --predictions N (timed per round, default
-// 2), --budgets f,g (fractions of stock's peak; default 0.75,0.5; '' none).
+// 2), --budgets f,g (fractions of stock's peak; default 0.75,0.5; '' none), --backends (default stock,proxy,stowage;
+// also proxy-destroy), --budget-backends (default proxy,stowage,stowage-lms; also proxy-destroy).
 import 'reflect-metadata';
 import { parseArgs } from 'node:util';
 import * as tf from '@tensorflow/tfjs-core';
@@ -35,9 +39,12 @@ import type { RealModel, RealModelRun } from '@stowage/lab/tfjs';
 import { budgetAt, DeviceMemoryCounter, predictRealModel, realModel } from '@stowage/lab/tfjs';
 import { loadRealModel } from '@stowage/lab/tfjs/node';
 
-const BACKENDS = ['stock', 'proxy', 'stowage'] as const;
-type BackendName = (typeof BACKENDS)[number];
-type BudgetBackend = 'proxy' | 'stowage' | 'stowage-lms';
+const ALL_BACKENDS = ['stock', 'proxy', 'proxy-destroy', 'stowage'] as const;
+type BackendName = (typeof ALL_BACKENDS)[number];
+type BudgetBackend = 'proxy' | 'proxy-destroy' | 'stowage' | 'stowage-lms';
+/** GPUBufferUsage.STORAGE and the mapping usages (spec values). */
+const STORAGE = 0x0080;
+const MAP = 0x0001 | 0x0002;
 
 const { values } = parseArgs({
   args: process.argv.slice(2).filter((arg) => arg !== '--'),
@@ -46,12 +53,17 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '5' },
     predictions: { type: 'string', default: '2' },
     budgets: { type: 'string', default: '0.75,0.5' },
+    backends: { type: 'string', default: 'stock,proxy,stowage' },
+    'budget-backends': { type: 'string', default: 'proxy,stowage,stowage-lms' },
   },
 });
 const models = values.models.split(',').filter((n) => n !== '').map(realModel);
 const rounds = Number(values.rounds);
 const predictions = Number(values.predictions);
 const fractions = values.budgets.split(',').filter((f) => f !== '').map(Number);
+const BACKENDS = values.backends.split(',').filter((b) => b !== '') as BackendName[];
+if (!BACKENDS.includes('stock') || BACKENDS.some((b) => !ALL_BACKENDS.includes(b))) throw new Error(`--backends: stock and any of ${ALL_BACKENDS.join(', ')}`);
+const budgetBackends = values['budget-backends'].split(',').filter((b) => b !== '') as BudgetBackend[];
 
 const context = await openWebGpuDevice();
 await installWebGpuGlobals(context.keepAlive);
@@ -63,11 +75,22 @@ emit({ scenario: 'environment', adapter: context.adapterInfo, node: process.vers
 async function useBackend(name: BackendName | BudgetBackend, limit: number | string = '2GiB'): Promise<Runtime | undefined> {
   if (tf.findBackendFactory('webgpu') != null) tf.removeBackend('webgpu');
   let runtime: Runtime | undefined;
-  if (name === 'stock') tf.registerBackend('webgpu', () => new WebGPUBackend(device));
-  else if (name === 'proxy') {
+  if (name === 'stock') {
+    tf.registerBackend('webgpu', () => new WebGPUBackend(device));
+  } else if (name === 'proxy' || name === 'proxy-destroy') {
     runtime = await createRuntime({ plugins: [webgpu({ device, limit })] });
     const proxy = stowageDevice(runtime, 'webgpu:0');
-    tf.registerBackend('webgpu', () => new WebGPUBackend(proxy));
+    tf.registerBackend('webgpu', () => {
+      const backend = new WebGPUBackend(proxy);
+      if (name === 'proxy-destroy') {
+        // Through public members only: tfjs's BufferManager destroys a released storage buffer instead of pooling
+        // it, so the proxy frees its range (tfjs releases a tensor's buffer after the submit of its last use).
+        const manager = backend.bufferManager;
+        const release = manager.releaseBuffer.bind(manager);
+        manager.releaseBuffer = (buffer: GPUBuffer, reuse = true) => release(buffer, reuse && ((buffer.usage & STORAGE) === 0 || (buffer.usage & MAP) !== 0));
+      }
+      return backend;
+    });
   } else if (name === 'stowage') {
     runtime = await createRuntime({ plugins: [webgpu({ device, limit })] });
     await registerStowageWebGpuBackend(runtime, { gpu: context.keepAlive });
@@ -110,10 +133,13 @@ async function round(model: RealModel, name: BackendName | BudgetBackend, timed:
         deviceStorageCreateBufferCalls: counter.storageCalls,
         peakGpuBytes: counter.peakBytes,
       };
-      const counts = name === 'proxy' ? stowageDeviceCounts((backend as WebGPUBackend).device) : undefined;
+      const counts = name.startsWith('proxy') ? stowageDeviceCounts((backend as WebGPUBackend).device) : undefined;
       if (counts) {
         line['programCreateBufferCalls'] = counts.createBuffer;
         line['subAllocated'] = counts.subAllocated;
+        // tfjs uploads a tensor with values (weights, inputs) into a buffer mapped at creation: not a range, the real
+        // device's, outside the budget (as are its uniform and staging buffers).
+        line['passedThrough'] = counts.createBuffer - counts.subAllocated;
         line['scratch'] = counts.scratch;
         line['aliasCopies'] = counts.aliasCopies;
       } else if (backend instanceof StowageWebGpuBackend) {
@@ -157,7 +183,7 @@ function describeError(error: unknown): string {
 }
 
 for (const model of models) {
-  const ms: Record<BackendName, number[]> = { stock: [], proxy: [], stowage: [] };
+  const ms = Object.fromEntries(BACKENDS.map((b) => [b, [] as number[]])) as Record<BackendName, number[]>;
   const firstLines = new Map<BackendName, Record<string, number>>();
   const bits = new Map<BackendName, boolean>();
   let stockRun: RealModelRun | undefined;
@@ -196,7 +222,7 @@ for (const model of models) {
   // Under a budget below stock's peak.
   for (const fraction of fractions) {
     const budgetBytes = budgetAt(stock['peakGpuBytes']!, fraction);
-    for (const name of ['proxy', 'stowage', 'stowage-lms'] as const) {
+    for (const name of budgetBackends) {
       const started = performance.now();
       const line: Record<string, unknown> = { scenario: 'proxyBudget', model: model.name, backend: name, fraction, budgetBytes, stockPeakGpuBytes: stock['peakGpuBytes'] };
       try {
