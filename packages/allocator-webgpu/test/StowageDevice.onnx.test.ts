@@ -6,10 +6,10 @@ import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator, stowageDevice, stowageDeviceCounts } from '@stowage/allocator-webgpu';
-import { installWebGpuGlobals, ortDevice, ortUnavailable } from '@stowage/lab/onnx';
-import { deviceOrSkip } from './testDevice.js';
+import { ortDevice } from '@stowage/lab/onnx';
+import type { Ort } from './ortOnDawn.js';
+import { useOrtOnDawn } from './ortOnDawn.js';
 
-type Ort = typeof import('onnxruntime-web');
 
 /** Runs silero VAD `steps` times on `device` (the recurrent state fed back), returning every output's bytes. */
 async function runSilero(ort: Ort, model: Uint8Array, device: GPUDevice, steps: number): Promise<Uint8Array[]> {
@@ -67,24 +67,10 @@ async function sileroStepper(ort: Ort, model: Uint8Array, device: GPUDevice, sta
 // asyncify WebAssembly build) on the Stowage device, in Node on Dawn, against the same EP on a plain device.
 describe('stowageDevice under onnxruntime-web', function () {
   this.timeout(600_000);
+  const suite = useOrtOnDawn();
   let context: WebGpuContext;
   let ort: Ort;
-  const restore: (() => void)[] = [];
-  before(async function () {
-    context = await deviceOrSkip(this);
-    const unavailable = await ortUnavailable(context.keepAlive as GPU | undefined, context.adapterInfo);
-    if (unavailable !== undefined) {
-      console.log(`    skipped: ${unavailable}`);
-      this.skip();
-    }
-    restore.push(await installWebGpuGlobals(context.keepAlive as GPU));
-    ort = (await import('onnxruntime-web/webgpu')) as unknown as Ort;
-    ort.env.wasm.numThreads = 1;
-    ort.env.logLevel = 'error';
-  });
-  after(() => {
-    for (const undo of restore.reverse()) undo();
-  });
+  before(() => ({ context, ort } = suite()));
 
   it('runs silero VAD v5 (3 steps, state fed back) bit-identical to a plain device, its storage buffers ranges of a few segments', async () => {
     const vadDir = dirname(createRequire(import.meta.url).resolve('@ricky0123/vad-web'));

@@ -2,11 +2,11 @@ import { readFileSync } from 'node:fs';
 import { expect } from 'chai';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator, stowageDevice, stowageDeviceCounts } from '@stowage/allocator-webgpu';
-import { installWebGpuGlobals, ortDevice, ortUnavailable } from '@stowage/lab/onnx';
+import { ortDevice } from '@stowage/lab/onnx';
 import { CLASSIFIER_DIMS, classifierInput, PADDLE_CLASSIFIER, paddleOcrModel } from './paddleOcr.js';
-import { deviceOrSkip } from './testDevice.js';
+import type { Ort } from './ortOnDawn.js';
+import { useOrtOnDawn } from './ortOnDawn.js';
 
-type Ort = typeof import('onnxruntime-web');
 
 /** Runs the PaddleOCR direction classifier once on `device`, returning the bytes of its output. */
 async function classify(ort: Ort, device: GPUDevice): Promise<Buffer> {
@@ -28,24 +28,10 @@ async function classify(ort: Ort, device: GPUDevice): Promise<Buffer> {
 // 10 minutes on the shared machine (the JSEP test of silero, StowageDevice.onnx.test.ts, runs in Node).
 describe('stowageDevice under onnxruntime-web, on the PaddleOCR direction classifier', function () {
   this.timeout(600_000);
+  const suite = useOrtOnDawn();
   let context: WebGpuContext;
   let ort: Ort;
-  const restore: (() => void)[] = [];
-  before(async function () {
-    context = await deviceOrSkip(this);
-    const unavailable = await ortUnavailable(context.keepAlive as GPU | undefined, context.adapterInfo);
-    if (unavailable !== undefined) {
-      console.log(`    skipped: ${unavailable}`);
-      this.skip();
-    }
-    restore.push(await installWebGpuGlobals(context.keepAlive as GPU));
-    ort = (await import('onnxruntime-web/webgpu')) as unknown as Ort;
-    ort.env.wasm.numThreads = 1;
-    ort.env.logLevel = 'error';
-  });
-  after(() => {
-    for (const undo of restore.reverse()) undo();
-  });
+  before(() => ({ context, ort } = suite()));
 
   it('classifies bit-identically on the native WebGPU EP, its storage buffers ranges of segments', async () => {
     const gpu = context.keepAlive as GPU;

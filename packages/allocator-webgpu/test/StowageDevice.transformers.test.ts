@@ -6,9 +6,9 @@ import { expect } from 'chai';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator, stowageDevice, stowageDeviceCounts } from '@stowage/allocator-webgpu';
 import type { OrtWebModule } from '@stowage/lab/onnx';
-import { installOrtForTransformersJs, installWebGpuGlobals, ortDevice, ortUnavailable } from '@stowage/lab/onnx';
+import { installOrtForTransformersJs, ortDevice } from '@stowage/lab/onnx';
 import { classifierImagePixels, writeClassifierForTransformersJs } from './paddleOcr.js';
-import { deviceOrSkip } from './testDevice.js';
+import { useOrtOnDawn } from './ortOnDawn.js';
 
 type Transformers = typeof import('@huggingface/transformers');
 
@@ -19,31 +19,20 @@ const MODEL_ID = 'paddle-ocr-direction';
 // model from local files only (Note [The classifier in transformers.js's layout], paddleOcr.ts).
 describe('stowageDevice under transformers.js', function () {
   this.timeout(600_000);
+  const suite = useOrtOnDawn();
   let context: WebGpuContext;
   let transformers: Transformers;
   let modelRoot: string;
-  const restore: (() => void)[] = [];
-  before(async function () {
-    context = await deviceOrSkip(this);
-    const unavailable = await ortUnavailable(context.keepAlive as GPU | undefined, context.adapterInfo);
-    if (unavailable !== undefined) {
-      console.log(`    skipped: ${unavailable}`);
-      this.skip();
-    }
-    restore.push(await installWebGpuGlobals(context.keepAlive as GPU));
-    const ort = (await import('onnxruntime-web/webgpu')) as unknown as OrtWebModule & { env: { wasm: { numThreads: number }; logLevel: string } };
-    ort.env.wasm.numThreads = 1;
-    ort.env.logLevel = 'error';
-    restore.push(installOrtForTransformersJs(ort, dirname(createRequire(import.meta.url).resolve('onnxruntime-web'))));
+  before(async () => {
+    const { ort, restore } = suite();
+    context = suite().context;
+    restore.push(installOrtForTransformersJs(ort as unknown as OrtWebModule, dirname(createRequire(import.meta.url).resolve('onnxruntime-web'))));
     modelRoot = mkdtempSync(join(tmpdir(), 'stowage-transformers-'));
     restore.push(() => rmSync(modelRoot, { recursive: true, force: true }));
     writeClassifierForTransformersJs(modelRoot, MODEL_ID);
     transformers = await import('@huggingface/transformers');
     transformers.env.allowRemoteModels = false;
     transformers.env.localModelPath = `${modelRoot}/`;
-  });
-  after(() => {
-    for (const undo of restore.reverse()) undo();
   });
 
   /** The image-classification pipeline on `device`: both labels with their scores for the fixed image. */
