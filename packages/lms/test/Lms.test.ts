@@ -486,6 +486,39 @@ describe('LMS', () => {
     });
   });
 
+  describe('adopted host copies (StorageResidency#adoptHostCopy)', () => {
+    it('reclaims a storage whose host copy was adopted without copying it, and pages the adopted bytes back in', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const first = inactiveStorage(rt, 12 * MiB, 0);
+      lmsOf(first).adoptHostCopy(patternBytes(12 * MiB, 0));
+      expect(lmsOf(first).hasHostCopy).to.equal(true);
+      const copied: boolean[] = [];
+      rt.service(Residency, 'cpu')!.events.on('pagedOut', (e) => void copied.push(e.copied));
+      const others = [1, 2].map((seed) => inactiveStorage(rt, 12 * MiB, seed));
+      expect([first, ...others].map((s) => s.lms?.state)).to.deep.equal(['reclaimed', 'inactive', 'inactive']);
+      expect(copied, 'the adopted copy served: nothing was copied to the host').to.deep.equal([false]);
+      pin(first).release();
+      await expectBytes(rt, first, 0);
+      for (const [i, s] of others.entries()) await expectBytes(rt, s, i + 1);
+    });
+
+    it('refuses host bytes of another length with InvalidArgumentError and keeps no copy', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const storage = inactiveStorage(rt, 1 * MiB, 3);
+      expect(() => lmsOf(storage).adoptHostCopy(new Uint8Array(10))).to.throw(InvalidArgumentError, /byte length/);
+      expect(lmsOf(storage).hasHostCopy).to.equal(false);
+    });
+
+    it('drops an adopted copy once the storage is written again', async () => {
+      await using rt = await lmsRuntime(32 * MiB);
+      const storage = inactiveStorage(rt, 1 * MiB, 4);
+      lmsOf(storage).adoptHostCopy(patternBytes(1 * MiB, 4));
+      rt.write(storage, patternBytes(1 * MiB, 5));
+      expect(lmsOf(storage).hasHostCopy).to.equal(false);
+      await expectBytes(rt, storage, 5);
+    });
+  });
+
   describe('one residency per device', () => {
     it('offers each paging device\'s residency as a device service, and none for a device LMS does not page', async () => {
       await using rt = await createRuntime({ plugins: [cpu({ limit: 32 * MiB }), lms({ devices: ['cpu'] })] });
