@@ -221,8 +221,9 @@ async function run(): Promise<void> {
   try {
     runtime = await createRuntime({
       plugins: [
-        // One segment per allocation, never split: under a budget of a few MB, the budget is then tensor bytes.
-        webgpu({ device: context.device, limit: budgetBytes, segmentSize: (bytes: number) => bytes, splitBlocks: false }),
+        // The default shared segments, with a sixteenth of the budget kept for paging's staging (the reserve the
+        // real-model bench runs under, REAL_PAGING_RESERVE in @stowage/lab/tfjs): fewer buffers than stock's.
+        webgpu({ device: context.device, limit: budgetBytes, pagingReserve: { fraction: 1 / 16 } }),
         ...(withLms ? [lms({ policy: new SynchronousStepPolicy(), devices: ['webgpu'] })] : []),
       ],
     });
