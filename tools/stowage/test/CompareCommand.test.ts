@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { expect } from 'chai';
 import type { SnapshotComparison } from '@stowage/cli';
 import { EXIT } from '@stowage/cli';
-import { expectCleanFailure, flameBoxes, realTrace, runStowage, scratchDir } from './runStowage.js';
+import { expectCleanFailure, flameBoxes, realTrace, runStowage, scratchDir, writeSmallTrace } from './runStowage.js';
 
 describe('stowage compare', function () {
   this.timeout(120_000);
@@ -41,7 +41,14 @@ describe('stowage compare', function () {
     expect(flameBoxes(readFileSync(diff, 'utf8')).filter((b) => b.depth === 1).map((b) => b.name)).to.include('only after');
   });
 
-  it('refuses a missing second input, exit 3', () => {
+  it('says in one message, exit 4, that both replays ran out of memory', () => {
+    const small = writeSmallTrace(dir);
+    const run = runStowage(['compare', small, small, '--limit', '2MiB']);
+    expectCleanFailure(run, EXIT.outOfMemory, /^stowage: the replay of small ran out of memory at event 0 of 7;.*\n {2}The replay of small ran out of memory too, at event 0 of 7\.\n$/);
+    expect(run.stderr.match(/^stowage: /gm)).to.have.length(1);
+  });
+
+    it('refuses a missing second input, exit 3', () => {
     expectCleanFailure(runStowage(['compare', join(dir, 'a.json'), join(dir, 'b.json')]), EXIT.input, /No file at .*a\.json/);
   });
 });

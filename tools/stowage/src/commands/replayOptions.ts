@@ -83,10 +83,15 @@ export async function loadSnapshot(path: string, flags: ReplayFlags, progress: P
 
 /**
  * When `replayed` ran out of memory, says so on stderr (the output then shows the allocator's state at the failed
- * allocation) and sets the exit code to 4, as `stowage replay` does.
+ * allocation) and sets the exit code to 4, as `stowage replay` does. A command that replays twice (`compare`) says
+ * it in one message: a second replay out of memory adds a line to the first's.
  */
 export function noteOutOfMemory(context: CliContext, input: Input, replayed: ReplaySnapshot): void {
   if (replayed.outOfMemoryAt === null) return;
+  if (context.exitCode === EXIT.outOfMemory) {
+    context.err(`  The replay of ${input.name} ran out of memory too, at event ${replayed.outOfMemoryAt} of ${input.events.length}.\n`);
+    return;
+  }
   context.err(`stowage: the replay of ${input.name} ran out of memory at event ${replayed.outOfMemoryAt} of ${input.events.length}; the output shows the allocator's state when it failed. Give a larger --capacity (or --limit) to replay it to its end.\n`);
   context.exitCode = EXIT.outOfMemory;
 }
