@@ -16,6 +16,7 @@ import { SynchronousStepPolicy } from './SynchronousStepPolicy.js';
 import { TensorBytesInFlightError } from './TensorBytesInFlightError.js';
 import { UniformCapture } from './UniformCapture.js';
 import { KernelReferences } from './KernelReferences.js';
+import { settleHostCopies } from './settleHostCopies.js';
 import type { DataId, WebGpuBackendInternalsClass } from './TfjsBackendInternals.js';
 import { webGpuAllocatorOf } from './webGpuAllocatorOf.js';
 
@@ -90,16 +91,6 @@ const HOST_COPIES = ['predicted', 'all'] as const;
 // block, and bringing it back is a `writeBuffer`. Weights therefore never need a page-out, and the floor of a
 // prediction is its activations (tools/lab's `realFloor`), not its activations plus its weights.
 //
-// Note [Host copies where a reclaim is predicted]: a host copy made at an async point costs a copy of the tensor
-// through a staging buffer (inside the budget), and a step that rewrites its persistent tensors (weights,
-// optimizer state) would pay it every step. So once LMS has learned a step (after the first `endLmsStep()`), an
-// async point copies a dirty inactive tensor only where a reclaim is predicted: every one when the stretch that
-// just ended reclaimed (a loop's next stretch is alike, and its reclaims must find clean tensors), otherwise only
-// those the learned sequence reclaims before their next pin (`reclaimPredicted`). Before that nothing is learned,
-// and every dirty inactive tensor is copied (a loop's first step is a guess: its reclaims must find clean ones).
-// A program that knows better asks for every copy (`lmsSettle({ hostCopies: 'all' })`). Uploaded tensors need
-// none (Note [Clean uploads]): inference (weights uploaded, activations freed within the prediction, outputs read
-// and disposed) finds nothing dirty to copy at its async points, whatever the budget.
 
 /** tfjs's class with the members it overrides visible (Note [Overriding tfjs's private members]). */
 const TfjsWebGpuBackend = WebGPUBackend as unknown as WebGpuBackendInternalsClass;
@@ -431,21 +422,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     const stats = lmsDevice.stats;
     // Note [Host copies where a reclaim is predicted]: nothing learned yet, or the stretch that just ended reclaimed.
     const copyAll = hostCopies === 'all' || this.#endedSteps === 0 || stats.reclaimedBytes > this.#reclaimedBytesAtSettle;
-    for (;;) {
-      const started = stats.pageOut;
-      let refused = false;
-      const waits: Promise<void>[] = [];
-      for (const storage of this.storageManager.storages) {
-        const lms = storage.lms;
-        if (!(lms instanceof StorageResidency) || lms.state !== 'inactive') continue;
-        if (!lms.hasHostCopy && (copyAll || lms.reclaimPredicted) && !lms.pageOutEarly()) refused = true;
-        if (!lms.hostCopyReady) waits.push(lms.hostCopySettled());
-      }
-      await Promise.all(waits);
-      await lmsDevice.settlePageOuts();
-      // Refused copies get the room the landed ones gave back; none landed this round: no room will come.
-      if (!refused || stats.pageOut === started) break;
-    }
+    await settleHostCopies(lmsDevice, this.storageManager.storages, copyAll);
     this.#reclaimedBytesAtSettle = stats.reclaimedBytes;
   }
 
