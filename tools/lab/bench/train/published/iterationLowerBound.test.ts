@@ -3,6 +3,7 @@ import fc from 'fast-check';
 import { InvalidArgumentError } from '@stowage/core';
 import type { ComputeModel, IterationTrace, ModelTrace, TraceOp, TraceTensor } from '@stowage/example-train';
 import { kernelDurationNs, maxOpWorkingSet, peakLiveBytes } from '@stowage/example-train';
+import type { BuiltInPolicyName } from '@stowage/lms';
 import type { LinkProfile, SimulatedHandle } from '@stowage/lab';
 import { SimulatedDevice } from '@stowage/lab';
 import type { MemoryBlock } from '@stowage/core/plugin-kit';
@@ -186,16 +187,16 @@ async function withFreeAfterPendingOperations(body: () => Promise<void>): Promis
 }
 
 describe('iterationLowerBound against simulated schedules', () => {
-  it('is never above the time, nor its unhidden copy times above those, of LMS schedules of random traces', async () => {
+  it('is never above the time, nor its unhidden copy times above those, of LMS schedules of random traces, with each policy, speculation on and off', async () => {
     let checked = 0;
     let copiesBind = 0; // runs whose bound is above the kernels' time: the cuts decide it
     await withFreeAfterPendingOperations(() => fc.assert(
-      fc.asyncProperty(randomTrace, fc.double({ min: 0, max: 1, noNaN: true }), fc.boolean(), async (r, slack, speculative) => {
+      fc.asyncProperty(randomTrace, fc.double({ min: 0, max: 1, noNaN: true }), fc.constantFrom<BuiltInPolicyName>('lru', 'best-fit', 'speculative'), fc.boolean(), async (r, slack, policy, speculation) => {
         const trace = modelTraceOf(r);
         const floor = Math.max(maxOpWorkingSet(trace, 0), r.persistent.reduce((s, w) => Math.max(s, w.bytes), 0));
         const peak = peakLiveBytes(trace, 1);
         const budgetBytes = Math.ceil((floor + slack * (peak - floor) + 4 * UNIT) / UNIT) * UNIT;
-        const run = await runAddressOnly({ trace, iterations: 3, budgetBytes, link: LINK, computeModel: COMPUTE, policy: speculative ? 'speculative' : 'lru', speculation: speculative });
+        const run = await runAddressOnly({ trace, iterations: 3, budgetBytes, link: LINK, computeModel: COMPUTE, policy, speculation });
         if (!run.fits) return; // the allocator's own overheads: no schedule to compare with
         const b = iterationLowerBound(r.persistent, r.iteration, {
           capacityBytes: budgetBytes,
