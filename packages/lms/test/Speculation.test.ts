@@ -182,6 +182,22 @@ describe('AccessHistory', () => {
     expect(predictedWith(2)).to.deep.equal([false, false, false, false, false, false, false, false, false]);
   });
 
+  it("says whether the learned iteration reclaims after an event, and the bytes it pins after it", () => {
+    const history = new AccessHistory<LearnedStorage>(4);
+    const w = learned(128);
+    expect(history.predictsReclaimLater(0), 'nothing predicted: a reclaim may come').to.equal(true);
+    iteration(history, w);
+    history.recordReclaim(w); // after event 7 (a's release), before event 8
+    history.record(AccessKind.Pin, w);
+    history.record(AccessKind.Unpin, w);
+    history.endIteration();
+    expect(history.predictsReclaimLater(4)).to.equal(true);
+    expect(history.predictsReclaimLater(7)).to.equal(true);
+    expect(history.predictsReclaimLater(8)).to.equal(false);
+    expect(history.pinnedBytesAfter(4), 'a (64) at event 5, w (128) at event 8').to.equal(192);
+    expect(history.pinnedBytesAfter(8)).to.equal(0);
+  });
+
   it('marks an unpin as followed by a reclaim even when the reclaim comes in the next iteration', () => {
     const history = new AccessHistory<LearnedStorage>(4);
     const w = learned(128);
@@ -249,6 +265,55 @@ describe('speculative page-out', () => {
     expect(Buffer.from(await rt.read(loop.weights[0]!)).equals(Buffer.from(patternBytes(16 * KiB, 99)))).to.equal(true);
     y.release();
     y1.release();
+  });
+
+  it("holds a page-out predicted past the iteration's last reclaim, with too little work left to hide it, back to the next iteration's first pin", async () => {
+    // Room for three 16 KiB storages: weights w0, w1. Each iteration: x = f(w0); y = g(x) (w1, least recently
+    // unpinned, is reclaimed for y: the iteration's only reclaim); h(y, w1); update w0; update w1 (last).
+    await using rt = await lmsRuntime(48 * KiB, { policy: 'lru', speculation: { prefetch: false } });
+    const [w0, w1] = [0, 1].map((i) => {
+      const w = rt.storage(16 * KiB);
+      op([], [w], (_, [out]) => out!.set(patternBytes(16 * KiB, i)));
+      return w;
+    }) as [StorageImpl, StorageImpl];
+    const controller = resolve(rt.container, LmsController);
+    controller.endIteration();
+    const w1State = w1.lms as StorageResidency;
+    const firstOps = (): StorageImpl => {
+      const x = rt.storage(16 * KiB);
+      op([w0], [x], ([w], [out]) => out!.set(w!));
+      const y = rt.storage(16 * KiB);
+      op([x], [y], ([v], [out]) => out!.set(v!));
+      x.release();
+      return y;
+    };
+    const lastOps = (y: StorageImpl): void => {
+      op([y, w1], [], () => {});
+      y.release();
+      op([], [w0], (_, [w]) => w!.fill(3));
+      op([], [w1], (_, [w]) => w!.fill(4));
+    };
+    for (let i = 0; i < 3; i++) {
+      lastOps(firstOps());
+      controller.endIteration();
+    }
+    const pageOuts = stats(rt)['page_out']!;
+    lastOps(firstOps());
+    expect(w1State.state).to.equal('inactive');
+    expect(w1State.hasHostCopy, 'no copy started at the unpin').to.equal(false);
+    expect(stats(rt)['page_out']).to.equal(pageOuts + 1, "this iteration's own reclaim of w1 only");
+    controller.endIteration();
+    const hits = stats(rt)['speculative_hits']!;
+    const x = rt.storage(16 * KiB);
+    op([w0], [x], () => {});
+    expect(w1State.hasHostCopy, 'copied once the next iteration pinned').to.equal(true);
+    const y = rt.storage(16 * KiB);
+    op([x], [y], () => {});
+    expect(w1State.state).to.equal('reclaimed');
+    expect(stats(rt)['speculative_hits'], 'the reclaim found the copy').to.equal(hits + 1);
+    x.release();
+    y.release();
+    expect(Buffer.from(await rt.read(w1)).equals(Buffer.from(new Uint8Array(16 * KiB).fill(4)))).to.equal(true);
   });
 
   it('gives the bytes of the unconstrained run with every policy, speculation and prefetch on or off', async () => {

@@ -100,6 +100,21 @@ export class AccessHistory<S extends LearnedStorage> {
   recordReclaim(storage: S): void {
     const recording = storage.lastUnpin;
     if (recording !== null) recording.reclaimedAfter[storage.lastUnpinIndex] = 1;
+    this.#current.lastReclaimAt = this.#current.length;
+  }
+
+  /**
+   * True when the predictor's iteration reclaimed something after its event `index`, or when nothing is predicted;
+   * false when its last reclaim came before that event (Note [Page-outs past the last reclaim] in Speculation.ts).
+   */
+  predictsReclaimLater(index: number): boolean {
+    const predictor = this.predictor;
+    return predictor === null || predictor.lastReclaimAt > index;
+  }
+
+  /** The bytes the predictor's iteration pins after its event `index` (pins counted each time); 0 when nothing is predicted. */
+  pinnedBytesAfter(index: number): number {
+    return this.predictor?.pinnedBytesFrom(index + 1) ?? 0;
   }
 
   /** True when the predictor's event `index` (this iteration's matched event) is an unpin followed by a reclaim. */

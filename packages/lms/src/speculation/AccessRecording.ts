@@ -28,7 +28,11 @@ export class AccessRecording<S extends object> {
   /** Per event: 1 when it is an unpin after which the storage was reclaimed before its next pin. */
   readonly reclaimedAfter: number[] = [];
   readonly storages: RecordedStorage<S>[] = [];
+  /** Events recorded when the iteration's last reclaim came (0: none came); a reclaim in a later iteration does not count. */
+  lastReclaimAt = 0;
   readonly #ordinalOf = new Map<S, number>();
+  /** pinnedAfter[i]: the bytes of the Pin events at index i and after; built on first use, for a finished recording. */
+  #pinnedAfter: Float64Array | null = null;
 
   get length(): number {
     return this.kinds.length;
@@ -45,6 +49,20 @@ export class AccessRecording<S extends object> {
     this.storages.push({ storage, released: false, pins: [] });
     this.#ordinalOf.set(storage, ordinal);
     return ordinal;
+  }
+
+  /**
+   * The bytes the Pin events from `index` on pin, summed (a storage pinned twice counts twice). For a recording that
+   * no longer grows (a predictor): the sums are taken once, at the first call.
+   */
+  pinnedBytesFrom(index: number): number {
+    let after = this.#pinnedAfter;
+    if (after === null || after.length !== this.kinds.length + 1) {
+      after = new Float64Array(this.kinds.length + 1);
+      for (let i = this.kinds.length - 1; i >= 0; i--) after[i] = after[i + 1]! + (this.kinds[i] === AccessKind.Pin ? this.sizes[i]! : 0);
+      this.#pinnedAfter = after;
+    }
+    return index >= after.length ? 0 : after[Math.max(0, index)]!;
   }
 
   /** Appends an event; returns its index. */

@@ -16,7 +16,8 @@ import type { SpeculationSettings } from './SpeculationOptions.js';
  *   once, on the device's copy engine, and the storage stays resident and inactive with a host copy. The reclaim,
  *   when it comes, only frees the block (a hit); a write first drops the copy (Note [Host copies] in
  *   StorageResidency.ts: every write goes through `mutableData()`), and the reclaim then copies again (counted
- *   wasted). So a wrong prediction costs a copy, never a result. Unlike IBM's, the bit for an unpin is set by
+ *   wasted). So a wrong prediction costs a copy, never a result. Past the learned iteration's last reclaim, the
+ *   page-out waits for the next iteration's first pin (Note [Page-outs past the last reclaim]). Unlike IBM's, the bit for an unpin is set by
  *   whichever reclaim follows it, in this iteration or the next: persistent storages (weights, optimizer state
  *   unpinned at the end of one step and reclaimed in the next) are predicted too.
  * - Prefetch (IBM has none; `speculation.prefetch`): at each pin, the learned sequence's coming events (up to
@@ -50,6 +51,9 @@ export class Speculation {
   /** Where the last prefetch scan ended, and the device's reclaim count then: events before it need no new look. */
   #scannedTo = 0;
   #scannedAtReclaims = -1;
+  /** Speculative page-outs held back to the next iteration's first pin, and the iteration that held them. */
+  #heldBack: StorageResidency[] = [];
+  #heldBackIn = -1;
 
   constructor(
     readonly device: Residency,
@@ -69,13 +73,21 @@ export class Speculation {
 
   onPin(lms: StorageResidency): void {
     this.history.record(AccessKind.Pin, lms);
+    if (this.#heldBack.length > 0 && this.history.iteration !== this.#heldBackIn) this.#pageOutHeldBack();
     if (this.settings.prefetch) this.#prefetch();
   }
 
   onUnpin(lms: StorageResidency): void {
     const index = this.history.record(AccessKind.Unpin, lms);
     lms.reclaimPredicted = index >= 0 && this.history.predictsReclaimAfter(index);
-    if (lms.reclaimPredicted && this.settings.pageOut) lms.pageOutEarly();
+    if (!lms.reclaimPredicted || !this.settings.pageOut) return;
+    if (this.history.predictsReclaimLater(index) || this.history.pinnedBytesAfter(index) > lms.byteLength) {
+      lms.pageOutEarly();
+    } else {
+      // Note [Page-outs past the last reclaim]
+      this.#heldBack.push(lms);
+      this.#heldBackIn = this.history.iteration;
+    }
   }
 
   onRelease(lms: StorageResidency): void {
@@ -92,6 +104,13 @@ export class Speculation {
     this.#scannedTo = 0;
     this.#scannedAtReclaims = -1;
     return this.history.endIteration();
+  }
+
+  /** Starts the page-outs held back at the end of the last iteration, of the storages still predicted reclaimed. */
+  #pageOutHeldBack(): void {
+    const held = this.#heldBack;
+    this.#heldBack = [];
+    for (const lms of held) if (lms.reclaimPredicted && !lms.isReleased) lms.pageOutEarly();
   }
 
   /**
@@ -190,6 +209,20 @@ export class Speculation {
     }
   }
 }
+
+/**
+ * Note [Page-outs past the last reclaim]: a speculative page-out started at an unpin that comes after the learned
+ * iteration's last reclaim is not needed before the iteration ends: nothing reclaims the storage until the next one.
+ * When the rest of the iteration pins fewer bytes than the storage holds, its operations are too short to hide the
+ * copy (an optimizer's last updates: memory-bound kernels over fewer bytes than the copy moves over a link ten or
+ * more times slower), and the loop's synchronization at the iteration's end waits for it. Such a page-out is held
+ * back to the next iteration's first pin, where that iteration's first kernels can hide it; it is started then if
+ * the storage is still predicted reclaimed (not pinned, released or reclaimed since). The bytes copied are the
+ * same; only when changes. Holding back every page-out past the last reclaim cost time where the next iteration's
+ * first operations are page-out bound themselves: on the published GPT-2 setup (`pnpm bench:lms -- --published`,
+ * PCIe 3) the optimizer state's page-outs, hidden under the optimizer's page-ins before, then queued ahead of the
+ * activations' (107.7 → 108.8 s a step); held back only past the pinned-bytes test, VGG-16's fc6 update still is.
+ */
 
 /**
  * Note [Prefetch room]: a prefetch takes room that the sequence may need before the prefetched storage's pin; if the

@@ -11,14 +11,21 @@
 //               (max over freeMax, in samples or voxels), footprintReduction (1 − memory / unconstrained peak at max),
 //               and at the operating point `at` (the paper's value, else max): fits, timeMs (mean of iterations 3 on),
 //               throughput (samples/s), vsUnconstrained (T_free / T), slowdown (T / T_free), vsBound (T / T_bound,
-//               T_bound = max(compute, page-out copies, page-in copies)), tflops (the trace's flops / T), bytesMoved
-//               and beladyBytesMoved per iteration, bytesOverBelady, hiddenOut and hiddenIn beside their ceilings
-//               (min(1, compute / copy time), the most any schedule hides), precision and recall of speculation.
+//               T_bound = boundMs = max(compute, page-out copies, page-in copies) of this run), physicalBoundMs (the
+//               physical lower bound of iterationLowerBound.ts: no schedule that runs the ops whole and in order,
+//               one iteration at a time, is faster; Note [The iteration's lower bound]) and vsPhysicalBound (T over
+//               it), tflops (the trace's flops / T), bytesMoved and beladyBytesMoved per iteration,
+//               bytesOverBelady, hiddenOut and hiddenIn beside their ceilings: ceilingOut, ceilingIn = min(1,
+//               compute / copy time) (the issue's formula) and ceilingOutPhysical, ceilingInPhysical (that, lowered
+//               by the copy time no schedule hides: `hiddenShareCeiling`), precision and recall of speculation.
 //   published-summary   {"scenario":"published-summary","simulated":true,"quick","targets":{setup:{target:{met,…}}}}
 //               per setup, each paper target (the learned configuration decides `met`; lru's figure beside it) and
 //               the issue's decisions read at the operating point: bytes ≤ 1.05 × Belady-MIN, hiddenOut ≥ 0.95 ×
 //               ceiling, hiddenIn ≥ 0.90 × ceiling, T ≤ 1.05 × the bound (the P/4 figure: the setups' budgets are
-//               tighter than P/2). `met` is null where a figure is missing (--quick skips the searches).
+//               tighter than P/2). `met` is null where a figure is missing (--quick skips the searches). The three
+//               time and hiding decisions also read the same share of the physical ceiling (the project's rule for
+//               targets out of physical reach): metVsPhysicalCeiling, learnedVsPhysical, lruVsPhysical (hidden
+//               over ceilingOutPhysical / ceilingInPhysical; T over physicalBoundMs).
 //
 // Choices: ITERATIONS (5) per measured run, figures from iteration 3 on; the searches probe with lru and
 // SEARCH_ITERATIONS (2): a value runs when no OutOfMemoryError ends the run. The learned configuration is checked at
@@ -27,8 +34,9 @@
 import type { BenchRecord, BenchReporter } from '@stowage/lab/bench-kit';
 import type { BuiltInPolicyName } from '@stowage/lms';
 import type { ModelTrace } from '@stowage/example-train';
-import { maxOpWorkingSet, peakLiveBytes, toOfflineTrace } from '@stowage/example-train';
+import { kernelDurationNs, maxOpWorkingSet, peakLiveBytes, toOfflineTrace } from '@stowage/example-train';
 import { beladyMin } from '@stowage/lab';
+import { hiddenShareCeiling, iterationLowerBound } from './iterationLowerBound.js';
 import type { AddressOnlyIteration, AddressOnlyRunResult } from './runAddressOnly.js';
 import { runAddressOnly } from './runAddressOnly.js';
 import type { PaperTarget, PublishedSetup } from './setups.js';
@@ -64,14 +72,19 @@ interface ConfigFigures {
   readonly vsUnconstrained: number | null;
   readonly slowdown: number | null;
   readonly vsBound: number | null;
+  readonly boundMs: number | null;
+  readonly physicalBoundMs: number | null;
+  readonly vsPhysicalBound: number | null;
   readonly tflops: number | null;
   readonly bytesMoved: number | null;
   readonly beladyBytesMoved: number | null;
   readonly bytesOverBelady: number | null;
   readonly hiddenOut: number | null;
   readonly ceilingOut: number | null;
+  readonly ceilingOutPhysical: number | null;
   readonly hiddenIn: number | null;
   readonly ceilingIn: number | null;
+  readonly ceilingInPhysical: number | null;
   readonly precision: number | null;
   readonly recall: number | null;
 }
@@ -163,7 +176,7 @@ async function figuresOf(
   const memory = DEVICES[setup.device].memoryBytes;
   const multipleOfFreeMax = max === null || freeMax === null ? null : round(knob.scale(max) / knob.scale(freeMax), 3);
   const footprintReduction = max === null ? null : round(1 - memory / peakLiveBytes(knob.make(max), 1), 4);
-  const none = { timeMs: null, throughput: null, vsUnconstrained: null, slowdown: null, vsBound: null, tflops: null, bytesMoved: null, beladyBytesMoved: null, bytesOverBelady: null, hiddenOut: null, ceilingOut: null, hiddenIn: null, ceilingIn: null, precision: null, recall: null };
+  const none = { timeMs: null, throughput: null, vsUnconstrained: null, slowdown: null, vsBound: null, boundMs: null, physicalBoundMs: null, vsPhysicalBound: null, tflops: null, bytesMoved: null, beladyBytesMoved: null, bytesOverBelady: null, hiddenOut: null, ceilingOut: null, ceilingOutPhysical: null, hiddenIn: null, ceilingIn: null, ceilingInPhysical: null, precision: null, recall: null };
   if (at === null || result === null) return { max, multipleOfFreeMax, footprintReduction, at: at ?? 0, fits: false, error: 'no operating point', ...none };
   const steady = result.iterations.slice(STEADY_FROM);
   if (!result.fits || steady.length === 0) return { max, multipleOfFreeMax, footprintReduction, at, fits: false, ...(result.error === undefined ? {} : { error: result.error }), ...none };
@@ -180,6 +193,8 @@ async function figuresOf(
   const flops = trace.iteration(0).ops.reduce((s, op) => s + op.flops, 0);
   const sum = (key: string): number => steady.reduce((s, it) => s + (it.stats[key] ?? 0), 0);
   const hits = sum('speculative_hits');
+  const boundNs = mean((it) => it.boundNs);
+  const physical = physicalBoundOf(setup, trace, steady.length);
   return {
     max,
     multipleOfFreeMax,
@@ -190,18 +205,43 @@ async function figuresOf(
     throughput: round(knob.samples(at) / (timeNs / 1e9), 2),
     vsUnconstrained: round(freeNs / timeNs, 4),
     slowdown: round(timeNs / freeNs, 4),
-    vsBound: round(timeNs / mean((it) => it.boundNs), 4),
+    vsBound: round(timeNs / boundNs, 4),
+    boundMs: round(boundNs / 1e6, 2),
+    physicalBoundMs: round(physical.timeNs / 1e6, 2),
+    vsPhysicalBound: round(timeNs / physical.timeNs, 4),
     tflops: round(flops / (timeNs / 1e9) / 1e12, 2),
     bytesMoved: Math.round(bytesMoved),
     beladyBytesMoved: belady,
     bytesOverBelady: belady === null ? null : belady === 0 ? (bytesMoved === 0 ? 1 : null) : round(bytesMoved / belady, 4),
     hiddenOut: shareOf(steady, 'hiddenOut'),
     ceilingOut: outNs === 0 ? null : round(Math.min(1, computeNs / outNs), 4),
+    ceilingOutPhysical: roundOrNull(hiddenShareCeiling(outNs, computeNs, physical.unhiddenOutNs), 4),
     hiddenIn: shareOf(steady, 'hiddenIn'),
     ceilingIn: inNs === 0 ? null : round(Math.min(1, computeNs / inNs), 4),
+    ceilingInPhysical: roundOrNull(hiddenShareCeiling(inNs, computeNs, physical.unhiddenInNs), 4),
     precision: config.speculation && sum('speculative_page_out') > 0 ? round(hits / sum('speculative_page_out'), 4) : null,
     recall: config.speculation && hits + sum('speculative_misses') > 0 ? round(hits / (hits + sum('speculative_misses')), 4) : null,
   };
+}
+
+/**
+ * The physical lower bounds (iterationLowerBound.ts, Note [The iteration's lower bound]) of the steady iterations
+ * STEADY_FROM … STEADY_FROM + count − 1 at the device's memory and link, their means.
+ */
+function physicalBoundOf(setup: PublishedSetup, trace: ModelTrace, count: number): { timeNs: number; unhiddenOutNs: number; unhiddenInNs: number } {
+  const device = DEVICES[setup.device];
+  const computeModel = computeModelOf(device);
+  const { bytesPerSecond } = linkOf(setup);
+  const total = { timeNs: 0, unhiddenOutNs: 0, unhiddenInNs: 0 };
+  for (let i = STEADY_FROM; i < STEADY_FROM + count; i++) {
+    const iteration = trace.iteration(i);
+    const kernelNs = iteration.ops.map((op) => kernelDurationNs(op, computeModel));
+    const bound = iterationLowerBound(trace.persistent, iteration, { capacityBytes: device.memoryBytes, kernelNs, pageOutBytesPerSecond: bytesPerSecond, pageInBytesPerSecond: bytesPerSecond });
+    total.timeNs += bound.timeNs / count;
+    total.unhiddenOutNs += bound.unhiddenOutNs / count;
+    total.unhiddenInNs += bound.unhiddenInNs / count;
+  }
+  return total;
 }
 
 /** The copy-time-weighted hidden share over the steady iterations (they are identical in a fixed-shape loop). */
@@ -252,6 +292,10 @@ function round(value: number, digits: number): number {
   return Number(value.toFixed(digits));
 }
 
+function roundOrNull(value: number | null, digits: number): number | null {
+  return value === null ? null : round(value, digits);
+}
+
 /** Each of the setup's targets and the issue's decisions, read at the operating point; the learned configuration decides `met`. */
 function targetsOf(setup: PublishedSetup, row: BenchRecord): BenchRecord {
   const lru = row.lru as unknown as ConfigFigures;
@@ -262,14 +306,20 @@ function targetsOf(setup: PublishedSetup, row: BenchRecord): BenchRecord {
     const value = ours(learned);
     out[target.name] = { met: judge(target, value), paper: target.paper, learned: value, lru: ours(lru) };
   }
-  const decision = (f: (c: ConfigFigures) => number | null, limit: number, sense: 'atLeast' | 'atMost'): BenchRecord => {
+  const meets = (value: number | null, limit: number, sense: 'atLeast' | 'atMost'): boolean | null => (value === null ? null : sense === 'atLeast' ? value >= limit : value <= limit);
+  // `met` reads the issue's formula; `metVsPhysicalCeiling` the same share of the physical ceiling (Note [The
+  // iteration's lower bound] in iterationLowerBound.ts), with its figures beside.
+  const decision = (f: (c: ConfigFigures) => number | null, limit: number, sense: 'atLeast' | 'atMost', physical?: (c: ConfigFigures) => number | null): BenchRecord => {
     const value = f(learned);
-    return { met: value === null ? null : sense === 'atLeast' ? value >= limit : value <= limit, limit, learned: value, lru: f(lru) };
+    const record: BenchRecord = { met: meets(value, limit, sense), limit, learned: value, lru: f(lru) };
+    if (physical === undefined) return record;
+    const vsPhysical = physical(learned);
+    return { ...record, metVsPhysicalCeiling: meets(vsPhysical, limit, sense), learnedVsPhysical: vsPhysical, lruVsPhysical: physical(lru) };
   };
   out.bytesAtMostBelady = decision((c) => c.bytesOverBelady, 1.05, 'atMost');
-  out.hiddenOutVsCeiling = decision((c) => ratioOf(c.hiddenOut, c.ceilingOut), 0.95, 'atLeast');
-  out.hiddenInVsCeiling = decision((c) => ratioOf(c.hiddenIn, c.ceilingIn), 0.9, 'atLeast');
-  out.timeVsBound = decision((c) => c.vsBound, 1.05, 'atMost');
+  out.hiddenOutVsCeiling = decision((c) => ratioOf(c.hiddenOut, c.ceilingOut), 0.95, 'atLeast', (c) => ratioOf(c.hiddenOut, c.ceilingOutPhysical));
+  out.hiddenInVsCeiling = decision((c) => ratioOf(c.hiddenIn, c.ceilingIn), 0.9, 'atLeast', (c) => ratioOf(c.hiddenIn, c.ceilingInPhysical));
+  out.timeVsBound = decision((c) => c.vsBound, 1.05, 'atMost', (c) => c.vsPhysicalBound);
   return out;
 }
 
