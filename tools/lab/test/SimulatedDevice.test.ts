@@ -119,6 +119,18 @@ describe('SimulatedDevice#pager', () => {
     expect(out.bytes, 'the page-out keeps the bytes it read').to.deep.equal(patternBytes(1000, 1));
   });
 
+  it('waits on the host, when a segment is given back, for the page-out still reading it, so no later work overlaps it', () => {
+    const { device, allocator } = setup();
+    const a = allocator.allocate(1000);
+    const out = device.pager.pageOut(a);
+    expect(span(out.entry)).to.deep.equal([0, 1100]);
+    allocator.free(a);
+    allocator.emptyCache();
+    expect(device.now, 'freeing the segment waited for the copy').to.equal(1100);
+    const b = allocator.allocate(1000);
+    expect(span(device.kernel('write', 200, { writes: [b] })), 'the new segment is written after the copy').to.deep.equal([1100, 1300]);
+  });
+
   it('starts a page-in of paged-out bytes only once the page-out has brought them to the host', () => {
     const { device, allocator } = setup();
     const a = allocator.allocate(1000);

@@ -71,6 +71,16 @@ export class AccessHazards {
     }
   }
 
+  /**
+   * When the last operation touching any byte of segment `handle` ends (0 when none is pending). Exact under the
+   * pruning: an access is dropped only for one ending no earlier, or once the host's clock has passed it.
+   */
+  lastEndNs(handle: object): number {
+    let endNs = 0;
+    for (const access of this.#accesses.get(handle) ?? []) endNs = Math.max(endNs, access.endNs);
+    return endNs;
+  }
+
   /** Forgets a segment given back to the device: no operation can touch it again. */
   forget(handle: object): void {
     this.#accesses.delete(handle);

@@ -4,9 +4,7 @@ import { InvalidArgumentError } from '@stowage/core';
 import type { ComputeModel, IterationTrace, ModelTrace, TraceOp, TraceTensor } from '@stowage/example-train';
 import { kernelDurationNs, maxOpWorkingSet, peakLiveBytes } from '@stowage/example-train';
 import type { BuiltInPolicyName } from '@stowage/lms';
-import type { LinkProfile, SimulatedHandle } from '@stowage/lab';
-import { SimulatedDevice } from '@stowage/lab';
-import type { MemoryBlock } from '@stowage/core/plugin-kit';
+import type { LinkProfile } from '@stowage/lab';
 import { hiddenShareCeiling, iterationLowerBound } from './iterationLowerBound.js';
 import { runAddressOnly } from './runAddressOnly.js';
 
@@ -157,40 +155,11 @@ function modelTraceOf(r: RandomTrace): ModelTrace {
   return { name: 'random', shapes: {}, persistent: r.persistent, iteration: () => r.iteration };
 }
 
-/**
- * Runs `body` with every SimulatedDevice's `free` waiting on the host until the freed segment's last operation
- * ended, as cudaFree waits for the device. The device itself forgets a freed segment's hazards at once, so the
- * room of a block whose page-out is still in flight can be written by a new segment at once: a schedule no device
- * runs, which the physical bound need not (and does not always) stay under.
- */
-async function withFreeAfterPendingOperations(body: () => Promise<void>): Promise<void> {
-  const proto = SimulatedDevice.prototype;
-  const { enqueue, free } = proto;
-  const lastEndNs = new WeakMap<object, number>();
-  proto.enqueue = function (this: SimulatedDevice, ...args: Parameters<SimulatedDevice['enqueue']>) {
-    const entry = enqueue.apply(this, args);
-    const { reads = [], writes = [] } = args[3];
-    for (const range of [...reads, ...writes]) lastEndNs.set(range.handle, Math.max(lastEndNs.get(range.handle) ?? 0, entry.endNs));
-    return entry;
-  };
-  proto.free = function (this: SimulatedDevice, segment: MemoryBlock<SimulatedHandle>) {
-    const endNs = lastEndNs.get(segment.handle);
-    if (endNs !== undefined) this.hostWait(endNs);
-    free.call(this, segment);
-  };
-  try {
-    await body();
-  } finally {
-    proto.enqueue = enqueue;
-    proto.free = free;
-  }
-}
-
 describe('iterationLowerBound against simulated schedules', () => {
   it('is never above the time, nor its unhidden copy times above those, of LMS schedules of random traces, with each policy, speculation on and off', async () => {
     let checked = 0;
     let copiesBind = 0; // runs whose bound is above the kernels' time: the cuts decide it
-    await withFreeAfterPendingOperations(() => fc.assert(
+    await fc.assert(
       fc.asyncProperty(randomTrace, fc.double({ min: 0, max: 1, noNaN: true }), fc.constantFrom<BuiltInPolicyName>('lru', 'best-fit', 'speculative'), fc.boolean(), async (r, slack, policy, speculation) => {
         const trace = modelTraceOf(r);
         const floor = Math.max(maxOpWorkingSet(trace, 0), r.persistent.reduce((s, w) => Math.max(s, w.bytes), 0));
@@ -213,7 +182,7 @@ describe('iterationLowerBound against simulated schedules', () => {
         }
       }),
       { numRuns: 150, seed: 33 },
-    ));
+    );
     expect(checked).to.be.greaterThan(150);
     expect(copiesBind).to.be.greaterThan(20);
   });
