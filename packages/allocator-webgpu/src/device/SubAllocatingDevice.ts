@@ -1,4 +1,5 @@
 import type { DataPtr } from '@stowage/core';
+import { DisposedError } from '@stowage/core';
 import type { WebGpuBuffers } from '../WebGpuBuffers.js';
 import { BufferUsage } from '../WebGpuUsage.js';
 import type { Range, UseSet } from './RangePager.js';
@@ -74,10 +75,10 @@ export class SubAllocatingDevice {
     });
     this.#collected = new FinalizationRegistry((range) => {
       const ptr = this.pager.forget(range);
-      if (ptr !== undefined && !ptr.isReleased) this.buffers.free(ptr);
+      if (ptr !== undefined) this.#freeCollected(ptr);
     });
     this.#collectedGroups = new FinalizationRegistry((ptrs) => {
-      for (const ptr of ptrs) if (!ptr.isReleased) this.buffers.free(ptr);
+      for (const ptr of ptrs) this.#freeCollected(ptr);
     });
     this.device = passThrough(this.#real, {
       queue: passThrough(this.#queue, {
@@ -90,6 +91,15 @@ export class SubAllocatingDevice {
       createShaderModule: (descriptor: GPUShaderModuleDescriptor) => this.#real.createShaderModule({ ...descriptor, code: writableStorageCode(descriptor.code) }),
       createCommandEncoder: (descriptor?: GPUCommandEncoderDescriptor) => this.#encoder(this.#real.createCommandEncoder(descriptor)),
     });
+  }
+
+  /** Frees a collected object's pointer; nothing when its allocator was disposed meanwhile (it freed everything). */
+  #freeCollected(ptr: DataPtr): void {
+    try {
+      if (!ptr.isReleased) this.buffers.free(ptr);
+    } catch (error) {
+      if (!(error instanceof DisposedError)) throw error;
+    }
   }
 
   /** True when `buffer` is a stand-in this device made. */
