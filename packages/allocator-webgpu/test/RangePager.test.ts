@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import fc from 'fast-check';
 import { isOutOfMemoryError } from '@stowage/core';
 import type { WebGpuAllocator, WebGpuContext } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator, settleStowageDevice, stowageDevice, stowageDevicePaging } from '@stowage/allocator-webgpu';
@@ -141,6 +142,74 @@ describe('stowageDevice with paging (RangePager)', function () {
     expect(same(await readBuffer(device, a.buffer, 0, BYTES), a.bytes)).to.equal(true); // pages out out, the only clean one
     expect(stowageDevicePaging(device)!.pagedOut).to.equal(pagedOut + 1);
     expect(same(await readBuffer(device, c.buffer, 0, BYTES), pattern(BYTES, 11))).to.equal(true);
+  });
+
+  it('keeps every byte of every buffer through any sequence of creates, writes, copies, settles, reads and destroys under a small budget (property)', async () => {
+    const budget = MiB / 4;
+    const op = fc.oneof(
+      { weight: 4, arbitrary: fc.record({ kind: fc.constant('create' as const), words: fc.oneof(fc.integer({ min: 1, max: 64 }), fc.integer({ min: 8 * 1024, max: 16 * 1024 })) }) },
+      { weight: 2, arbitrary: fc.record({ kind: fc.constant('write' as const), which: fc.nat(), seed: fc.nat(), at: fc.double({ min: 0, max: 1, noNaN: true }) }) },
+      { weight: 1, arbitrary: fc.record({ kind: fc.constant('copy' as const), which: fc.nat(), to: fc.nat() }) },
+      { weight: 3, arbitrary: fc.record({ kind: fc.constant('settle' as const) }) },
+      { weight: 3, arbitrary: fc.record({ kind: fc.constant('read' as const), which: fc.nat() }) },
+      { weight: 1, arbitrary: fc.record({ kind: fc.constant('destroy' as const), which: fc.nat() }) },
+    );
+    await fc.assert(
+      // A prefix of large buffers (each settled) fills the budget, so that the ops after it page.
+      fc.asyncProperty(fc.array(fc.integer({ min: 8 * 1024, max: 16 * 1024 }), { minLength: 4, maxLength: 8 }), fc.array(op, { minLength: 8, maxLength: 40 }), async (prefix, rest) => {
+        const ops = [...prefix.flatMap((words) => [{ kind: 'create' as const, words }, { kind: 'settle' as const }]), ...rest];
+        using own = createWebGpuAllocator(context, { limit: budget, pagingReserve: { fraction: 1 / 16 } });
+        const paged = stowageDevice(own, 'webgpu:0', { paging: true });
+        const live: { buffer: GPUBuffer; bytes: Uint8Array }[] = [];
+        const pick = (i: number) => live[i % live.length]!;
+        /** Runs `body`; an OutOfMemoryError (nothing clean left to page out) leaves the model as it was. */
+        const orOutOfMemory = async (body: () => unknown) => {
+          try {
+            await body();
+          } catch (error) {
+            if (!isOutOfMemoryError(error)) throw error;
+          }
+        };
+        for (const o of ops) {
+          if (o.kind === 'create') {
+            await orOutOfMemory(() => live.push({ buffer: paged.createBuffer({ size: o.words * 4, usage: STORAGE | COPY_SRC | COPY_DST }), bytes: new Uint8Array(o.words * 4) }));
+          } else if (o.kind === 'settle') {
+            await settleStowageDevice(paged);
+          } else if (live.length > 0) {
+            const target = pick(o.which);
+            if (o.kind === 'write') {
+              const offset = Math.floor((o.at * target.bytes.length) / 8) * 4;
+              const data = pattern(target.bytes.length - offset, o.seed);
+              await orOutOfMemory(() => {
+                paged.queue.writeBuffer(target.buffer, offset, data);
+                target.bytes.set(data, offset);
+              });
+            } else if (o.kind === 'copy') {
+              const to = pick(o.to);
+              if (to === target) continue;
+              const n = Math.min(target.bytes.length, to.bytes.length);
+              await orOutOfMemory(() => {
+                const encoder = paged.createCommandEncoder();
+                encoder.copyBufferToBuffer(target.buffer, 0, to.buffer, 0, n);
+                paged.queue.submit([encoder.finish()]);
+                to.bytes.set(target.bytes.subarray(0, n));
+              });
+            } else if (o.kind === 'read') {
+              await orOutOfMemory(async () => expect(same(await readBuffer(paged, target.buffer, 0, target.bytes.length), target.bytes), 'read').to.equal(true));
+            } else {
+              target.buffer.destroy();
+              live.splice(live.indexOf(target), 1);
+            }
+          }
+        }
+        for (const { buffer, bytes } of live) {
+          await settleStowageDevice(paged);
+          expect(same(await readBuffer(paged, buffer, 0, bytes.length), bytes), 'at the end').to.equal(true);
+        }
+        expect(own.backend.budget.stats()['device_bytes.peak']).to.be.at.most(budget + 16);
+      }),
+      { numRuns: 25 },
+    );
   });
 
   it('is inert without the paging option: settling copies nothing and a full budget stays full', async () => {
