@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import { isOutOfMemoryError } from '@stowage/core';
+import { InvalidArgumentError, isOutOfMemoryError } from '@stowage/core';
 import type { WebGpuAllocator, WebGpuContext } from '@stowage/allocator-webgpu';
 import { createWebGpuAllocator, settleStowageDevice, stowageDevice, stowageDevicePaging } from '@stowage/allocator-webgpu';
 import { COPY_DST, COPY_SRC, deviceOrSkip, readBuffer, STORAGE } from './testDevice.js';
@@ -210,6 +210,11 @@ describe('stowageDevice with paging (RangePager)', function () {
       }),
       { numRuns: 25 },
     );
+  });
+
+  it('refuses a paging option that is not true or false, and options that are not an object', () => {
+    expect(() => stowageDevice(allocator, 'webgpu:0', { paging: 'yes' as unknown as boolean })).to.throw(InvalidArgumentError, 'options.paging');
+    expect(() => stowageDevice(allocator, 'webgpu:0', 3 as never)).to.throw(InvalidArgumentError, 'options');
   });
 
   it('is inert without the paging option: settling copies nothing and a full budget stays full', async () => {
