@@ -62,6 +62,10 @@ export interface UseSet {
  *   and any later use of the place is ordered after those submits by the queue.
  * Without `settleStowageDevice` nothing is ever clean: the device behaves as without paging.
  */
+/**
+ * Invariants: #clean ⊆ {r ∈ #live | r.ptr defined, r.host defined}; a range with r.host defined holds the bytes of
+ * version r.version; a range with r.ptr undefined is in #live only with r.host defined (paged out).
+ */
 export class RangePager {
   /** Host copies made, pages out and in, bind groups made again after a move; bytes copied each way. */
   readonly counts = { hostCopies: 0, hostCopyBytes: 0, pagedOut: 0, pagedOutBytes: 0, pagedIn: 0, pagedInBytes: 0, rebuiltBindGroups: 0, settles: 0 };

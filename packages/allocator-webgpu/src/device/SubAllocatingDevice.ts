@@ -30,8 +30,10 @@ import { writableStorageCode, writableStorageLayout } from './storageAccess.js';
  *   made again where it is set (Note [Bind groups after a move]).
  * Everything else passes through to the real device.
  *
- * Invariants: every live StowageBuffer owns exactly one live pointer of `buffers`; a pointer in `#pendingClears`
- * belongs to a live StowageBuffer; the temporaries of a command buffer are freed once, after its submit.
+ * Invariants: every live StowageBuffer owns exactly one live pointer of `buffers` while resident and none while
+ * paged out (`range.ptr` undefined, its bytes in `range.host`); a range in `#pendingClears` belongs to a live
+ * StowageBuffer; the temporaries of a command buffer are freed once, after its submit; a bind group's record holds
+ * the generation of each of its ranges when its current real group was made.
  */
 export class SubAllocatingDevice {
   /** The proxy handed to the program. */
