@@ -299,30 +299,33 @@ export class SubAllocatingDevice {
     let translated: GPUBindGroupEntry[] | undefined;
     const bound: { buffer: GPUBuffer; start: number; end: number }[] = [];
     const copies: AliasCopy[] = [];
-    entries.forEach((entry, i) => {
-      const resource = entry.resource as GPUBindingResource | GPUBuffer;
-      const binding = this.#ranges.has(resource as object) ? { buffer: resource as GPUBuffer } : (resource as GPUBufferBinding);
-      const range = typeof binding === 'object' && binding !== null && 'buffer' in binding ? this.#ranges.get(binding.buffer) : undefined;
-      if (!range) return;
-      this.pager.use(range, making, false);
-      ranges.push(range);
-      const offset = binding.offset ?? 0;
-      const size = binding.size ?? range.size - offset;
-      const start = range.offset + offset;
-      let target = { buffer: range.segment, offset: start };
-      if (bound.some((b) => b.buffer === range.segment && b.start < start + size && start < b.end)) {
-        const ptr = this.#allocateScratch(size);
-        const scratch = this.buffers.bindingOf(ptr);
-        copies.push({ ptr, source: range.segment, sourceOffset: start, target: scratch.buffer, targetOffset: scratch.offset, bytes: roundUp4(size) });
-        target = { buffer: scratch.buffer, offset: scratch.offset };
-        this.counts.aliasCopies++;
-      } else {
-        bound.push({ buffer: range.segment, start, end: start + size });
-      }
-      translated ??= entries.slice();
-      translated[i] = { ...entry, resource: { buffer: target.buffer, offset: target.offset, size } };
-    });
-    this.pager.close(making);
+    try {
+      entries.forEach((entry, i) => {
+        const resource = entry.resource as GPUBindingResource | GPUBuffer;
+        const binding = this.#ranges.has(resource as object) ? { buffer: resource as GPUBuffer } : (resource as GPUBufferBinding);
+        const range = typeof binding === 'object' && binding !== null && 'buffer' in binding ? this.#ranges.get(binding.buffer) : undefined;
+        if (!range) return;
+        this.pager.use(range, making, false);
+        ranges.push(range);
+        const offset = binding.offset ?? 0;
+        const size = binding.size ?? range.size - offset;
+        const start = range.offset + offset;
+        let target = { buffer: range.segment, offset: start };
+        if (bound.some((b) => b.buffer === range.segment && b.start < start + size && start < b.end)) {
+          const ptr = this.#allocateScratch(size);
+          const scratch = this.buffers.bindingOf(ptr);
+          copies.push({ ptr, source: range.segment, sourceOffset: start, target: scratch.buffer, targetOffset: scratch.offset, bytes: roundUp4(size) });
+          target = { buffer: scratch.buffer, offset: scratch.offset };
+          this.counts.aliasCopies++;
+        } else {
+          bound.push({ buffer: range.segment, start, end: start + size });
+        }
+        translated ??= entries.slice();
+        translated[i] = { ...entry, resource: { buffer: target.buffer, offset: target.offset, size } };
+      });
+    } finally {
+      this.pager.close(making);
+    }
     const group = this.#real.createBindGroup(translated ? { ...descriptor, entries: translated } : descriptor);
     if (copies.length > 0) {
       this.#aliasCopies.set(group, copies);
