@@ -11,4 +11,5 @@ export { WebGpuBuffers } from './WebGpuBuffers.js';
 export type { WebGpuUsage } from './WebGpuUsage.js';
 export type { WebGpuEngineDefaultsOptions, WebGpuOptions, WebGpuSegmentSizing } from './webgpu.js';
 export { createWebGpuAllocator, DEFAULT_FIRST_SEGMENT_BYTES, DEFAULT_MIN_SEGMENT_BYTES, webgpu, webGpuEngineDefaults, webGpuSegmentSize } from './webgpu.js';
-export { stowageDevice, stowageDeviceCounts } from './device/stowageDevice.js';
+export type { StowageDeviceOptions } from './device/stowageDevice.js';
+export { settleStowageDevice, stowageDevice, stowageDeviceCounts, stowageDevicePaging } from './device/stowageDevice.js';

@@ -5,7 +5,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { expect } from 'chai';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
-import { createWebGpuAllocator, stowageDevice, stowageDeviceCounts } from '@stowage/allocator-webgpu';
+import { createWebGpuAllocator, settleStowageDevice, stowageDevice, stowageDeviceCounts, stowageDevicePaging } from '@stowage/allocator-webgpu';
 import { ortDevice } from '@stowage/lab/onnx';
 import type { Ort } from './ortOnDawn.js';
 import { useOrtOnDawn } from './ortOnDawn.js';
@@ -30,6 +30,9 @@ async function runSilero(ort: Ort, model: Uint8Array, device: GPUDevice, steps: 
   }
   return outputs;
 }
+
+/** The budget of the paged pair (see its test). */
+const PAGED_BUDGET = 4 * 2 ** 20;
 
 /** A silero model's recurrent state: input name, output name, shape. */
 type SileroState = readonly { input: string; output: string; dims: number[] }[];
@@ -72,6 +75,37 @@ describe('stowageDevice under onnxruntime-web', function () {
   let ort: Ort;
   before(() => ({ context, ort } = suite()));
 
+  const sileroPair = () => {
+    const vadDir = dirname(createRequire(import.meta.url).resolve('@ricky0123/vad-web'));
+    return [
+      { bytes: readFileSync(join(vadDir, 'silero_vad_v5.onnx')), state: SILERO_V5_STATE },
+      { bytes: readFileSync(join(vadDir, 'silero_vad_legacy.onnx')), state: SILERO_LEGACY_STATE },
+    ];
+  };
+  const PAIR_STEPS = 3;
+  let pairExpected: Promise<Uint8Array[][][]> | undefined;
+  /** Each silero model alone on a plain device, PAIR_STEPS steps: outputs per model, step, output (computed once). */
+  const plainPairOutputs = (): Promise<Uint8Array[][][]> =>
+    (pairExpected ??= (async () => {
+      const expected: Uint8Array[][][] = [];
+      for (const model of sileroPair()) {
+        const plain = await ortDevice(context.keepAlive as GPU);
+        const run = await sileroStepper(ort, model.bytes, plain.device, model.state);
+        const outputs: Uint8Array[][] = [];
+        for (let step = 0; step < PAIR_STEPS; step++) outputs.push(await run.next());
+        await run.release();
+        expected.push(outputs);
+        plain.device.destroy();
+      }
+      return expected;
+    })());
+  const expectPairOutputs = (actual: Uint8Array[][][], expected: Uint8Array[][][]) =>
+    actual.forEach((outputs, m) =>
+      outputs.forEach((step, s) =>
+        step.forEach((bytes, o) => expect(Buffer.from(bytes).equals(Buffer.from(expected[m]![s]![o]!)), `model ${m}, step ${s}, output ${o} bit-identical`).to.equal(true)),
+      ),
+    );
+
   it('runs silero VAD v5 (3 steps, state fed back) bit-identical to a plain device, its storage buffers ranges of a few segments', async () => {
     const vadDir = dirname(createRequire(import.meta.url).resolve('@ricky0123/vad-web'));
     const model = readFileSync(join(vadDir, 'silero_vad_v5.onnx'));
@@ -102,23 +136,10 @@ describe('stowageDevice under onnxruntime-web', function () {
   // Issue 36, several sessions under one budget: two different models share one Stowage device and its budget,
   // stepping in turn, each giving the bits it gives alone on a plain device.
   it('runs two sessions (silero VAD v5 and legacy) in turn on one Stowage device under one budget, each bit-identical to running alone on a plain device', async () => {
-    const vadDir = dirname(createRequire(import.meta.url).resolve('@ricky0123/vad-web'));
-    const models = [
-      { bytes: readFileSync(join(vadDir, 'silero_vad_v5.onnx')), state: SILERO_V5_STATE },
-      { bytes: readFileSync(join(vadDir, 'silero_vad_legacy.onnx')), state: SILERO_LEGACY_STATE },
-    ];
+    const models = sileroPair();
     const gpu = context.keepAlive as GPU;
-    const steps = 3;
-    const expected: Uint8Array[][][] = [];
-    for (const model of models) {
-      const plain = await ortDevice(gpu);
-      const run = await sileroStepper(ort, model.bytes, plain.device, model.state);
-      const outputs: Uint8Array[][] = [];
-      for (let step = 0; step < steps; step++) outputs.push(await run.next());
-      await run.release();
-      expected.push(outputs);
-      plain.device.destroy();
-    }
+    const steps = PAIR_STEPS;
+    const expected = await plainPairOutputs();
 
     const own = await ortDevice(gpu);
     // 8 MiB: below the 8.6 MB the two reserve together under a loose budget, above the smallest budget they run in
@@ -131,12 +152,42 @@ describe('stowageDevice under onnxruntime-web', function () {
     for (let step = 0; step < steps; step++) for (let m = 0; m < runs.length; m++) actual[m]!.push(await runs[m]!.next());
     for (const run of runs) await run.release();
 
-    actual.forEach((outputs, m) =>
-      outputs.forEach((step, s) =>
-        step.forEach((bytes, o) => expect(Buffer.from(bytes).equals(Buffer.from(expected[m]![s]![o]!)), `model ${m}, step ${s}, output ${o} bit-identical`).to.equal(true)),
-      ),
-    );
+    expectPairOutputs(actual, expected);
     expect(allocator.memoryStats()['reserved_bytes.all.peak']).to.be.at.most(8 * 2 ** 20);
+  });
+
+  // Issue 36, LMS between runs (Note [Paging between runs]): under a budget below what the pair needs without
+  // paging, the device pages the idle session's ranges out while the other runs, and back in for its next run.
+  it('runs the two sessions in turn under a budget below their sum, paging the idle one out between runs, each bit-identical to running alone on a plain device', async () => {
+    const models = sileroPair();
+    const expected = await plainPairOutputs();
+    const own = await ortDevice(context.keepAlive as GPU);
+    // PAGED_BUDGET: below the smallest budget the pair runs in without paging (6,225,920 B: `pnpm bench:ort`'s
+    // shared line) and below either sum of peaks, above v5's allocated peak alone. Host copies are staged in a
+    // paging reserve of a sixteenth of it.
+    const budget = PAGED_BUDGET;
+    using allocator = createWebGpuAllocator({ device: own.device, keepAlive: context.keepAlive, adapterInfo: 'ORT test device', owned: false }, { limit: budget, pagingReserve: { fraction: 1 / 16 } });
+    const device = stowageDevice(allocator, 'webgpu:0', { paging: true });
+    const runs = [];
+    for (const model of models) {
+      runs.push(await sileroStepper(ort, model.bytes, device, model.state));
+      await settleStowageDevice(device); // an idle point: host copies of what changed
+    }
+    const actual: Uint8Array[][][] = [[], []];
+    for (let step = 0; step < PAIR_STEPS; step++)
+      for (let m = 0; m < runs.length; m++) {
+        actual[m]!.push(await runs[m]!.next());
+        await settleStowageDevice(device);
+      }
+    for (const run of runs) await run.release();
+
+    expectPairOutputs(actual, expected);
+    const paging = stowageDevicePaging(device)!;
+    const peak = allocator.backend.budget.stats()['device_bytes.peak'];
+    console.log(`    budget ${budget} B: Stowage's device peak ${peak} B (segments and staging); paging ${JSON.stringify(paging)}`);
+    expect(paging.pagedIn, 'an idle session\'s ranges came back for its next run').to.be.greaterThan(0);
+    // The allowance: the byte-copy kernel's 16-byte params buffer (Note [One budget] in DeviceBudget.ts).
+    expect(peak).to.be.at.most(budget + 16);
   });
 
   // The JSEP build (`onnxruntime-web`'s main entry) starts its device once per process from env.webgpu.adapter:

@@ -1,6 +1,9 @@
 import type { DataPtr } from '@stowage/core';
+import { DisposedError } from '@stowage/core';
 import type { WebGpuBuffers } from '../WebGpuBuffers.js';
 import { BufferUsage } from '../WebGpuUsage.js';
+import type { Range, UseSet } from './RangePager.js';
+import { RangePager } from './RangePager.js';
 import { writableStorageCode, writableStorageLayout } from './storageAccess.js';
 
 /**
@@ -22,16 +25,23 @@ import { writableStorageCode, writableStorageLayout } from './storageAccess.js';
  * - `destroy()` frees the range; the allocator's frees wait for the next submit (Note [Submit epochs]), so work
  *   recorded before the destroy and submitted after it still reads the range's bytes. Scratch ranges are freed
  *   once the command buffer that used them is submitted.
+ * - With `paging` on, ranges move between the device and the host between runs (Note [Paging between runs] in
+ *   RangePager.ts): every translation above first makes the range resident, and a bind group whose ranges moved is
+ *   made again where it is set (Note [Bind groups after a move]).
  * Everything else passes through to the real device.
  *
- * Invariants: every live StowageBuffer owns exactly one live pointer of `buffers`; a pointer in `#pendingClears`
- * belongs to a live StowageBuffer; the temporaries of a command buffer are freed once, after its submit.
+ * Invariants: every live StowageBuffer owns exactly one live pointer of `buffers` while resident and none while
+ * paged out (`range.ptr` undefined, its bytes in `range.host`); a range in `#pendingClears` belongs to a live
+ * StowageBuffer; the temporaries of a command buffer are freed once, after its submit; a bind group's record holds
+ * the generation of each of its ranges when its current real group was made.
  */
 export class SubAllocatingDevice {
   /** The proxy handed to the program. */
   readonly device: GPUDevice;
   /** createBuffer calls the program made, and how many became ranges (the rest went to the real device). */
   readonly counts = { createBuffer: 0, subAllocated: 0, scratch: 0, aliasCopies: 0, indirectCopies: 0 };
+  /** Moves ranges to the host and back under the budget (Note [Paging between runs]); inert unless `paging`. */
+  readonly pager: RangePager;
 
   readonly #real: GPUDevice;
   readonly #queue: GPUQueue;
@@ -43,21 +53,34 @@ export class SubAllocatingDevice {
   /** Alias copies of bind groups (Note [Aliased bindings]). */
   readonly #aliasCopies = new WeakMap<GPUBindGroup, AliasCopy[]>();
   /** Frees the range of a StowageBuffer collected without `destroy()`. */
-  readonly #collected: FinalizationRegistry<DataPtr>;
+  readonly #collected: FinalizationRegistry<Range>;
+  /** The ranges each finished command buffer names, closed at its submit (Note [Paging between runs]). */
+  readonly #useSets = new WeakMap<GPUCommandBuffer, UseSet>();
+  /** What a bind group was made of, to make it again after its ranges moved (Note [Bind groups after a move]). */
+  readonly #groups = new WeakMap<GPUBindGroup, GroupRecord>();
   /** Frees the alias scratch of a collected bind group (a command buffer that used it keeps it until its submit). */
   readonly #collectedGroups: FinalizationRegistry<DataPtr[]>;
   #bufferPrototype: object | undefined;
   /** The real INDIRECT buffer indirect dispatches read their arguments from (Note [Indirect arguments]). */
   #indirect: GPUBuffer | undefined;
 
-  constructor(private readonly buffers: WebGpuBuffers) {
+  /** @param options.paging pages ranges out between runs (Note [Paging between runs]); default false */
+  constructor(
+    private readonly buffers: WebGpuBuffers,
+    options: { readonly paging?: boolean } = {},
+  ) {
     this.#real = buffers.backend.gpuDevice;
     this.#queue = this.#real.queue;
-    this.#collected = new FinalizationRegistry((ptr) => {
-      if (!ptr.isReleased) this.buffers.free(ptr);
+    this.pager = new RangePager(buffers, this.#queue, options.paging === true, () => {
+      const clears = this.#clearsCommandBuffer();
+      if (clears) this.#queue.submit([clears]);
+    });
+    this.#collected = new FinalizationRegistry((range) => {
+      const ptr = this.pager.forget(range);
+      if (ptr !== undefined) this.#freeCollected(ptr);
     });
     this.#collectedGroups = new FinalizationRegistry((ptrs) => {
-      for (const ptr of ptrs) if (!ptr.isReleased) this.buffers.free(ptr);
+      for (const ptr of ptrs) this.#freeCollected(ptr);
     });
     this.device = passThrough(this.#real, {
       queue: passThrough(this.#queue, {
@@ -72,6 +95,15 @@ export class SubAllocatingDevice {
     });
   }
 
+  /** Frees a collected object's pointer; nothing when its allocator was disposed meanwhile (it freed everything). */
+  #freeCollected(ptr: DataPtr): void {
+    try {
+      if (!ptr.isReleased) this.buffers.free(ptr);
+    } catch (error) {
+      if (!(error instanceof DisposedError)) throw error;
+    }
+  }
+
   /** True when `buffer` is a stand-in this device made. */
   isStowageBuffer(buffer: unknown): boolean {
     return typeof buffer === 'object' && buffer !== null && this.#ranges.has(buffer);
@@ -79,8 +111,18 @@ export class SubAllocatingDevice {
 
   /** The segment and offset a StowageBuffer's range starts at, or the buffer itself at offset 0. */
   bindingOf(buffer: GPUBuffer): { buffer: GPUBuffer; offset: number } {
+    return this.#place(buffer, undefined, false);
+  }
+
+  /**
+   * Where `buffer` lies now: a range made resident first and its use noted by `set` (Note [Paging between runs]),
+   * `writes` when the use may change its bytes, `wholeWrite` when it overwrites all of them.
+   */
+  #place(buffer: GPUBuffer, set: UseSet | undefined, writes: boolean, wholeWrite = false): { buffer: GPUBuffer; offset: number } {
     const range = this.#ranges.get(buffer);
-    return range ? { buffer: range.segment, offset: range.offset } : { buffer, offset: 0 };
+    if (!range) return { buffer, offset: 0 };
+    this.pager.use(range, set, writes, wholeWrite);
+    return { buffer: range.segment, offset: range.offset };
   }
 
   #createBuffer(descriptor: GPUBufferDescriptor): GPUBuffer {
@@ -89,13 +131,26 @@ export class SubAllocatingDevice {
     const subAllocatable =
       (usage & BufferUsage.STORAGE) !== 0 && (usage & ~(SEGMENT_USAGE | INDIRECT)) === 0 && descriptor.mappedAtCreation !== true && descriptor.size > 0;
     if (!subAllocatable) return this.#real.createBuffer(descriptor);
-    const ptr = this.buffers.allocate(roundUp4(descriptor.size));
+    const ptr = this.pager.allocate(roundUp4(descriptor.size));
     const { buffer: segment, offset } = this.buffers.bindingOf(ptr);
-    const range: Range = { ptr, segment, offset, size: descriptor.size, clearBytes: roundUp4(descriptor.size), destroyed: false };
+    const range: Range = {
+      ptr,
+      segment,
+      offset,
+      size: descriptor.size,
+      clearBytes: roundUp4(descriptor.size),
+      destroyed: false,
+      generation: 0,
+      version: 0,
+      lastUse: 0,
+      host: undefined,
+      copying: -1,
+    };
     const stand = this.#standIn(segment, range, descriptor);
     this.#ranges.set(stand, range);
     this.#pendingClears.add(range);
-    this.#collected.register(stand, ptr, range);
+    this.pager.track(range);
+    this.#collected.register(stand, range, range);
     this.counts.subAllocated++;
     return stand;
   }
@@ -122,7 +177,8 @@ export class SubAllocatingDevice {
     range.destroyed = true;
     this.#pendingClears.delete(range);
     this.#collected.unregister(range);
-    this.buffers.free(range.ptr);
+    const ptr = this.pager.forget(range);
+    if (ptr !== undefined) this.buffers.free(ptr);
   }
 
   /**
@@ -131,7 +187,7 @@ export class SubAllocatingDevice {
    * segments), under the same budget.
    */
   #allocateScratch(bytes: number): DataPtr<GPUBuffer> {
-    return this.buffers.allocate(roundUp4(bytes), { usage: 'uniform' });
+    return this.pager.allocate(roundUp4(bytes), { usage: 'uniform' });
   }
 
   /** A scratch range of `bytes` (Note [Scratch ranges]); freed after the submit of the command buffer that used it. */
@@ -163,7 +219,7 @@ export class SubAllocatingDevice {
   #clearsCommandBuffer(): GPUCommandBuffer | undefined {
     if (this.#pendingClears.size === 0) return undefined;
     const encoder = this.#real.createCommandEncoder({ label: 'stowage clears' });
-    for (const range of this.#pendingClears) encoder.clearBuffer(range.segment, range.offset, range.clearBytes);
+    for (const range of this.#pendingClears) if (range.ptr !== undefined) encoder.clearBuffer(range.segment, range.offset, range.clearBytes);
     this.#pendingClears.clear();
     return encoder.finish();
   }
@@ -172,6 +228,10 @@ export class SubAllocatingDevice {
     const list = Array.from(commandBuffers);
     const clears = this.#clearsCommandBuffer();
     this.#queue.submit(clears ? [clears, ...list] : list);
+    for (const cb of list) {
+      const uses = this.#useSets.get(cb);
+      if (uses) this.pager.close(uses);
+    }
     const done = list.map((cb) => this.#temporaries.get(cb)).filter((t): t is Temporaries => t !== undefined);
     if (done.length > 0) {
       // Note [Frees after their submit]: the command buffers that used them are submitted; queue order protects them.
@@ -186,9 +246,11 @@ export class SubAllocatingDevice {
   #writeBuffer(buffer: GPUBuffer, bufferOffset: number, data: GPUAllowSharedBufferSource, dataOffset?: number, size?: number): undefined {
     const clears = this.#clearsCommandBuffer();
     if (clears) this.#queue.submit([clears]);
-    const target = this.bindingOf(buffer);
-    const offset = target.offset + bufferOffset;
     const shared = sharedBytes(data, dataOffset, size);
+    const range = this.#ranges.get(buffer);
+    const whole = range !== undefined && bufferOffset === 0 && writtenBytes(data, dataOffset, size) >= range.size;
+    const target = this.#place(buffer, undefined, true, whole);
+    const offset = target.offset + bufferOffset;
     if (shared) this.#queue.writeBuffer(target.buffer, offset, shared);
     else if (dataOffset === undefined) this.#queue.writeBuffer(target.buffer, offset, data as GPUAllowSharedBufferSource);
     else this.#queue.writeBuffer(target.buffer, offset, data as GPUAllowSharedBufferSource, dataOffset, size);
@@ -204,31 +266,66 @@ export class SubAllocatingDevice {
    * range in two bind groups of one dispatch is not handled yet.
    */
   #createBindGroup(descriptor: GPUBindGroupDescriptor): GPUBindGroup {
+    const ranges: Range[] = [];
+    const group = this.#makeBindGroup(descriptor, ranges);
+    if (this.pager.enabled && ranges.length > 0) this.#groups.set(group, { descriptor, ranges, generations: ranges.map((r) => r.generation), current: group });
+    return group;
+  }
+
+  /**
+   * Note [Bind groups after a move]: a real bind group binds a range's place when it was made; paging may move the
+   * range since (Note [Paging between runs]). So where a bind group is set, its ranges are made resident, and when
+   * one of them moved since the group was made, the group is made again from its descriptor (with its alias copies)
+   * and that one is set. Only compute passes do this: a render pass or bundle binding a range that moved would read
+   * its old place (paging is for compute programs).
+   */
+  #currentGroup(group: GPUBindGroup, uses: UseSet): GPUBindGroup {
+    const record = this.#groups.get(group);
+    if (record === undefined) return group;
+    for (const range of record.ranges) uses.ranges.add(range); // held together: a page-in for one never pages out another
+    for (const range of record.ranges) this.pager.use(range, uses, true);
+    if (record.ranges.every((r, i) => r.generation === record.generations[i])) return record.current;
+    record.current = this.#makeBindGroup(record.descriptor, []);
+    record.generations = record.ranges.map((r) => r.generation);
+    this.pager.counts.rebuiltBindGroups++;
+    return record.current;
+  }
+
+  /** The real bind group of `descriptor`, its ranges translated (and made resident); `ranges` receives them. */
+  #makeBindGroup(descriptor: GPUBindGroupDescriptor, ranges: Range[]): GPUBindGroup {
     const entries = Array.from(descriptor.entries);
+    // The group's ranges stay resident while it is made (a page-in for one must not page out another).
+    const making = this.pager.open();
     let translated: GPUBindGroupEntry[] | undefined;
     const bound: { buffer: GPUBuffer; start: number; end: number }[] = [];
     const copies: AliasCopy[] = [];
-    entries.forEach((entry, i) => {
-      const resource = entry.resource as GPUBindingResource | GPUBuffer;
-      const binding = this.#ranges.has(resource as object) ? { buffer: resource as GPUBuffer } : (resource as GPUBufferBinding);
-      const range = typeof binding === 'object' && binding !== null && 'buffer' in binding ? this.#ranges.get(binding.buffer) : undefined;
-      if (!range) return;
-      const offset = binding.offset ?? 0;
-      const size = binding.size ?? range.size - offset;
-      const start = range.offset + offset;
-      let target = { buffer: range.segment, offset: start };
-      if (bound.some((b) => b.buffer === range.segment && b.start < start + size && start < b.end)) {
-        const ptr = this.#allocateScratch(size);
-        const scratch = this.buffers.bindingOf(ptr);
-        copies.push({ ptr, source: range.segment, sourceOffset: start, target: scratch.buffer, targetOffset: scratch.offset, bytes: roundUp4(size) });
-        target = { buffer: scratch.buffer, offset: scratch.offset };
-        this.counts.aliasCopies++;
-      } else {
-        bound.push({ buffer: range.segment, start, end: start + size });
-      }
-      translated ??= entries.slice();
-      translated[i] = { ...entry, resource: { buffer: target.buffer, offset: target.offset, size } };
-    });
+    try {
+      entries.forEach((entry, i) => {
+        const resource = entry.resource as GPUBindingResource | GPUBuffer;
+        const binding = this.#ranges.has(resource as object) ? { buffer: resource as GPUBuffer } : (resource as GPUBufferBinding);
+        const range = typeof binding === 'object' && binding !== null && 'buffer' in binding ? this.#ranges.get(binding.buffer) : undefined;
+        if (!range) return;
+        this.pager.use(range, making, false);
+        ranges.push(range);
+        const offset = binding.offset ?? 0;
+        const size = binding.size ?? range.size - offset;
+        const start = range.offset + offset;
+        let target = { buffer: range.segment, offset: start };
+        if (bound.some((b) => b.buffer === range.segment && b.start < start + size && start < b.end)) {
+          const ptr = this.#allocateScratch(size);
+          const scratch = this.buffers.bindingOf(ptr);
+          copies.push({ ptr, source: range.segment, sourceOffset: start, target: scratch.buffer, targetOffset: scratch.offset, bytes: roundUp4(size) });
+          target = { buffer: scratch.buffer, offset: scratch.offset };
+          this.counts.aliasCopies++;
+        } else {
+          bound.push({ buffer: range.segment, start, end: start + size });
+        }
+        translated ??= entries.slice();
+        translated[i] = { ...entry, resource: { buffer: target.buffer, offset: target.offset, size } };
+      });
+    } finally {
+      this.pager.close(making);
+    }
     const group = this.#real.createBindGroup(translated ? { ...descriptor, entries: translated } : descriptor);
     if (copies.length > 0) {
       this.#aliasCopies.set(group, copies);
@@ -239,8 +336,9 @@ export class SubAllocatingDevice {
 
   #encoder(real: GPUCommandEncoder): GPUCommandEncoder {
     const temporaries: Temporaries = { pointers: [], kept: [] };
-    const at = (buffer: GPUBuffer, offset: number) => {
-      const b = this.bindingOf(buffer);
+    const uses = this.pager.open();
+    const at = (buffer: GPUBuffer, offset: number, writes: boolean) => {
+      const b = this.#place(buffer, uses, writes);
       return { buffer: b.buffer, offset: b.offset + offset };
     };
     return passThrough(real, {
@@ -249,8 +347,8 @@ export class SubAllocatingDevice {
         const [source, sourceOffset, destination, destinationOffset, size] =
           typeof args[1] === 'number' ? (args as [GPUBuffer, number, GPUBuffer, number, number?]) : [args[0] as GPUBuffer, 0, args[1] as GPUBuffer, 0, args[2] as number | undefined];
         const bytes = size ?? source.size - sourceOffset;
-        const s = at(source, sourceOffset);
-        const d = at(destination, destinationOffset);
+        const s = at(source, sourceOffset, false);
+        const d = at(destination, destinationOffset, true);
         // Note [Copies within a segment] (measure 3 of issue 36): WebGPU refuses a copy whose source and destination
         // are one buffer even for disjoint ranges; two ranges of one segment copy through a scratch range.
         if (s.buffer === d.buffer && source !== destination) {
@@ -262,24 +360,25 @@ export class SubAllocatingDevice {
         }
       },
       clearBuffer: (buffer: GPUBuffer, offset = 0, size?: number) => {
-        const b = at(buffer, offset);
+        const b = at(buffer, offset, true);
         real.clearBuffer(b.buffer, b.offset, size ?? buffer.size - offset);
       },
       resolveQuerySet: (querySet: GPUQuerySet, first: number, count: number, destination: GPUBuffer, destinationOffset: number) => {
-        const d = at(destination, destinationOffset);
+        const d = at(destination, destinationOffset, true);
         real.resolveQuerySet(querySet, first, count, d.buffer, d.offset);
       },
       copyBufferToTexture: (source: GPUTexelCopyBufferInfo, destination: GPUTexelCopyTextureInfo, size: GPUExtent3DStrict) => {
-        const b = at(source.buffer, source.offset ?? 0);
+        const b = at(source.buffer, source.offset ?? 0, false);
         real.copyBufferToTexture({ ...source, ...b }, destination, size);
       },
       copyTextureToBuffer: (source: GPUTexelCopyTextureInfo, destination: GPUTexelCopyBufferInfo, size: GPUExtent3DStrict) => {
-        const b = at(destination.buffer, destination.offset ?? 0);
+        const b = at(destination.buffer, destination.offset ?? 0, true);
         real.copyTextureToBuffer(source, { ...destination, ...b }, size);
       },
-      beginComputePass: (descriptor?: GPUComputePassDescriptor) => this.#computePass(real, descriptor, temporaries),
+      beginComputePass: (descriptor?: GPUComputePassDescriptor) => this.#computePass(real, descriptor, temporaries, uses),
       finish: (descriptor?: GPUCommandBufferDescriptor) => {
         const commandBuffer = real.finish(descriptor);
+        if (this.pager.enabled) this.#useSets.set(commandBuffer, uses);
         if (temporaries.pointers.length > 0 || temporaries.kept.length > 0) this.#temporaries.set(commandBuffer, temporaries);
         return commandBuffer;
       },
@@ -291,7 +390,7 @@ export class SubAllocatingDevice {
    * copies, and begins a new one with the same label, then sets the pipeline, the bind groups and the open debug
    * groups again. The restarted pass has no timestamp writes (they would be written twice).
    */
-  #computePass(encoder: GPUCommandEncoder, descriptor: GPUComputePassDescriptor | undefined, temporaries: Temporaries): GPUComputePassEncoder {
+  #computePass(encoder: GPUCommandEncoder, descriptor: GPUComputePassDescriptor | undefined, temporaries: Temporaries, uses: UseSet): GPUComputePassEncoder {
     let real = encoder.beginComputePass(descriptor);
     let pipeline: GPUComputePipeline | undefined;
     const groups: (unknown[] | undefined)[] = [];
@@ -314,7 +413,9 @@ export class SubAllocatingDevice {
         pipeline = p;
         real.setPipeline(p);
       },
-      setBindGroup: (...args: unknown[]) => {
+      setBindGroup: (...given: unknown[]) => {
+        // Note [Bind groups after a move]: the group set is the one of its ranges' places now.
+        const args = given[1] === null || given[1] === undefined ? given : [given[0], this.#currentGroup(given[1] as GPUBindGroup, uses), ...given.slice(2)];
         groups[args[0] as number] = args[1] === null ? undefined : args;
         (real.setBindGroup as (...a: unknown[]) => void)(...args);
       },
@@ -324,6 +425,7 @@ export class SubAllocatingDevice {
       },
       dispatchWorkgroupsIndirect: (buffer: GPUBuffer, offset: number) => {
         const range = this.#ranges.get(buffer);
+        if (range !== undefined) this.pager.use(range, uses, false);
         if (range === undefined) {
           copyAliases();
           real.dispatchWorkgroupsIndirect(buffer, offset);
@@ -359,15 +461,14 @@ const INDIRECT = 0x0100;
 /** Bytes of a dispatchWorkgroupsIndirect's arguments (three u32). */
 const INDIRECT_BYTES = 12;
 
-interface Range {
-  readonly ptr: DataPtr<GPUBuffer>;
-  readonly segment: GPUBuffer;
-  readonly offset: number;
-  /** The size the program asked for. */
-  readonly size: number;
-  /** The bytes a clear covers: `size` rounded up to 4. */
-  readonly clearBytes: number;
-  destroyed: boolean;
+/** A bind group's descriptor and the places of its ranges when its real group was made (Note [Bind groups after a move]). */
+interface GroupRecord {
+  readonly descriptor: GPUBindGroupDescriptor;
+  readonly ranges: readonly Range[];
+  /** Each range's generation when `current` was made. */
+  generations: number[];
+  /** The real bind group binding the ranges' places now. */
+  current: GPUBindGroup;
 }
 
 interface AliasCopy {
@@ -384,6 +485,15 @@ interface Temporaries {
   readonly pointers: DataPtr<GPUBuffer>[];
   /** Bind groups with alias copies used by the command buffer: alive (and their scratch with them) until its submit. */
   readonly kept: unknown[];
+}
+
+/** Bytes a `writeBuffer(buffer, offset, data, dataOffset, size)` writes (offset and size in elements of a typed array). */
+function writtenBytes(data: GPUAllowSharedBufferSource, dataOffset = 0, size?: number): number {
+  if (ArrayBuffer.isView(data)) {
+    const elementBytes = (data as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1;
+    return (size ?? data.byteLength / elementBytes - dataOffset) * elementBytes;
+  }
+  return size ?? (data as ArrayBuffer).byteLength - dataOffset;
 }
 
 function roundUp4(bytes: number): number {

@@ -14,11 +14,39 @@ const byProxy = new WeakMap<GPUDevice, SubAllocatingDevice>();
  * @throws InvalidArgumentError when `source` is neither; BackendUnavailableError when the runtime's device offers
  * no WebGpuBuffers service (not a WebGPU device)
  */
-export function stowageDevice(source: Runtime | WebGpuBuffers, device: DeviceLike = 'webgpu:0'): GPUDevice {
+export function stowageDevice(source: Runtime | WebGpuBuffers, device: DeviceLike = 'webgpu:0', options: StowageDeviceOptions = {}): GPUDevice {
+  if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', options, 'an options object (or nothing)');
+  if (options.paging !== undefined && typeof options.paging !== 'boolean') throw new InvalidArgumentError('options.paging', options.paging, 'true or false');
   const buffers = webGpuBuffersOf(source, device);
-  const stowage = new SubAllocatingDevice(buffers);
+  const stowage = new SubAllocatingDevice(buffers, { paging: options.paging === true });
   byProxy.set(stowage.device, stowage);
   return stowage.device;
+}
+
+export interface StowageDeviceOptions {
+  /**
+   * Page ranges out to host memory between runs (Note [Paging between runs] in RangePager.ts): several programs
+   * (ORT sessions) then share a budget below the sum of their peaks. The program awaits `settleStowageDevice` at
+   * its idle points (between runs); an allocation the budget refuses then pages out the least recently used ranges
+   * settled since. Turns the allocator's paging reserve on (`pagingReserve` of `webgpu()`: host copies are staged in
+   * it, inside the budget). Default false.
+   */
+  readonly paging?: boolean;
+}
+
+/**
+ * An idle point of the program on a device `stowageDevice` made with `paging`: copies to the host every range whose
+ * bytes changed since, that no unsubmitted encoder names, so that a later allocation under the budget may page it
+ * out (Note [Paging between runs]). Await it between runs (between ORT `session.run` calls, after creating a
+ * session). Resolves at once for another device, or without `paging`.
+ */
+export async function settleStowageDevice(device: GPUDevice): Promise<void> {
+  await byProxy.get(device)?.pager.settle();
+}
+
+/** Paging counters of a device `stowageDevice` made (host copies, pages out and in, bytes, rebuilt bind groups); undefined for another device. */
+export function stowageDevicePaging(device: GPUDevice): SubAllocatingDevice['pager']['counts'] | undefined {
+  return byProxy.get(device)?.pager.counts;
 }
 
 /** Counters of a device `stowageDevice` made: createBuffer calls, ranges, scratch ranges, alias copies; undefined for another device. */

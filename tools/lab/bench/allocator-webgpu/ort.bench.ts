@@ -13,14 +13,17 @@
 //   {"scenario":"shared", models, sameBits, plainPeaks, sumOfPlainPeaks, sharedPeakDeviceBytes, smallestBudgetBytes, …}
 //     two sessions (--shared a,b) on one Stowage device under one budget, stepping in turn, against each alone on a
 //     plain device; the smallest budget (bisection to --granularity KiB, at most --tries tries) at which both run
-//     with the same bits, against the sum of their plain peaks.
+//     with the same bits, against the sum and the max of their plain peaks: without paging (smallestBudgetBytes),
+//     and with the device paging idle ranges out between runs (`stowageDevice(…, { paging: true })`, the program
+//     awaiting `settleStowageDevice` after each session creation and each run; paging reserve a sixteenth of the
+//     budget): smallestPagedBudgetBytes, bisected below the unpaged one.
 // Options: --models a,b (default all), --rounds N (default 5), --steps N (default 3), --shared a,b (default
 // silero-v5,silero-legacy; '' none), --tries N (default 8), --granularity KiB (default 64).
 import 'reflect-metadata';
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { createWebGpuAllocator, openWebGpuDevice, stowageDevice, stowageDeviceCounts } from '@stowage/allocator-webgpu';
+import { createWebGpuAllocator, openWebGpuDevice, settleStowageDevice, stowageDevice, stowageDeviceCounts, stowageDevicePaging } from '@stowage/allocator-webgpu';
 import type { WebGpuAllocator } from '@stowage/allocator-webgpu';
 import { BenchUsageError, median, parseBenchFlags, runBench } from '@stowage/lab/bench-kit';
 import type { BufferCount } from '@stowage/lab/onnx';
@@ -44,10 +47,13 @@ async function plainSide(gpu: GPU): Promise<Side> {
   return { name: 'plain', device, real: device, count };
 }
 
-async function stowageSide(gpu: GPU, limit: number | string): Promise<Side> {
+/** The paging reserve of a paging Stowage device: a sixteenth of the budget (host copies are staged in it). */
+const PAGING_RESERVE = { fraction: 1 / 16 } as const;
+
+async function stowageSide(gpu: GPU, limit: number | string, paging = false): Promise<Side> {
   const { device: real, count } = await ortDevice(gpu);
-  const allocator = createWebGpuAllocator({ device: real, keepAlive: gpu, adapterInfo: 'ort bench', owned: false }, { limit });
-  return { name: 'stowage', device: stowageDevice(allocator), real, count, allocator };
+  const allocator = createWebGpuAllocator({ device: real, keepAlive: gpu, adapterInfo: 'ort bench', owned: false }, { limit, ...(paging ? { pagingReserve: PAGING_RESERVE } : {}) });
+  return { name: 'stowage', device: stowageDevice(allocator, 'webgpu:0', { paging }), real, count, allocator };
 }
 
 function closeSide(side: Side): void {
@@ -127,13 +133,23 @@ async function compareModel(ort: Ort, gpu: GPU, model: BenchModel, rounds: numbe
   });
 }
 
-/** `steps` steps of each model on `device`, in turn (a, b, a, b, …); the outputs per model, or the error. */
+/**
+ * `steps` steps of each model on `device`, in turn (a, b, a, b, …); the outputs per model, or the error. The device
+ * settles after each session creation and each step (a no-op unless it pages: Note [Paging between runs]).
+ */
 async function alternate(ort: Ort, models: readonly BenchModel[], device: GPUDevice, steps: number): Promise<{ outputs: Uint8Array[][][] } | { error: unknown }> {
   const runs: ModelRun[] = [];
   try {
-    for (const model of models) runs.push(await ModelRun.open(ort, model, readBenchModel(model), device));
+    for (const model of models) {
+      runs.push(await ModelRun.open(ort, model, readBenchModel(model), device));
+      await settleStowageDevice(device);
+    }
     const outputs: Uint8Array[][][] = models.map(() => []);
-    for (let s = 0; s < steps; s++) for (let m = 0; m < runs.length; m++) outputs[m]!.push(await runs[m]!.step());
+    for (let s = 0; s < steps; s++)
+      for (let m = 0; m < runs.length; m++) {
+        outputs[m]!.push(await runs[m]!.step());
+        await settleStowageDevice(device);
+      }
     return { outputs };
   } catch (error) {
     return { error };
@@ -148,6 +164,10 @@ interface BudgetResult {
   readonly hashes: string[];
   readonly peakDeviceBytes: number;
   readonly reservedBytesPeak: number;
+  /** Stowage's own peak at the device (segments and staging: what the budget bounds). */
+  readonly stowagePeakBytes: number;
+  /** The device's paging counters (paging tries). */
+  readonly paging?: object;
   readonly error?: string;
 }
 type BudgetTry = Omit<BudgetResult, 'hashes'> & { readonly sameBits: boolean };
@@ -159,8 +179,8 @@ function hashOf(outputs: readonly Uint8Array[][]): string {
 }
 
 /** The child's side of a budget try: `models` in turn on one Stowage device under `limit`; prints one JSON line. */
-async function budgetTry(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: number, limit: number): Promise<void> {
-  const side = await stowageSide(gpu, limit);
+async function budgetTry(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: number, limit: number, paging: boolean): Promise<void> {
+  const side = await stowageSide(gpu, limit, paging);
   const result = await alternate(ort, models, side.device, steps);
   const stats = side.allocator!.memoryStats();
   const line: BudgetResult = {
@@ -168,6 +188,8 @@ async function budgetTry(ort: Ort, gpu: GPU, models: readonly BenchModel[], step
     hashes: 'error' in result ? [] : result.outputs.map(hashOf),
     peakDeviceBytes: side.count.peakBytes,
     reservedBytesPeak: stats['reserved_bytes.all.peak']!,
+    stowagePeakBytes: side.allocator!.backend.budget.stats()['device_bytes.peak'],
+    ...(paging ? { paging: stowageDevicePaging(side.device) } : {}),
     ...('error' in result ? { error: (result.error as { code?: string }).code ?? String(result.error).slice(0, 200) } : {}),
   };
   console.log(JSON.stringify(line));
@@ -190,43 +212,49 @@ async function shared(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: 
   const expectedHash = expected.map(hashOf);
   // Each budget in a process of its own: a session that fails to be created leaves onnxruntime-web's WebGPU EP
   // refusing every later one ("another WebGPU EP inference session is being created").
-  const tryBudget = (limit: number): BudgetTry => {
-    const child = spawnSync(process.execPath, [fileURLToPath(import.meta.url), '--budget-try', String(limit), '--shared', models.map((m) => m.name).join(','), '--steps', String(steps)], {
-      encoding: 'utf8',
-      timeout: 600_000,
-    });
+  const tryBudget = (limit: number, paging: boolean): BudgetTry => {
+    const args = ['--budget-try', String(limit), '--shared', models.map((m) => m.name).join(','), '--steps', String(steps), ...(paging ? ['--paging'] : [])];
+    const child = spawnSync(process.execPath, [fileURLToPath(import.meta.url), ...args], { encoding: 'utf8', timeout: 600_000 });
     const line = child.stdout.split('\n').find((l) => l.startsWith('{'));
-    if (line === undefined) return { ran: false, sameBits: false, peakDeviceBytes: 0, reservedBytesPeak: 0, error: `no result (exit ${child.status}): ${child.stderr.slice(-200)}` };
+    if (line === undefined) return { ran: false, sameBits: false, peakDeviceBytes: 0, reservedBytesPeak: 0, stowagePeakBytes: 0, error: `no result (exit ${child.status}): ${child.stderr.slice(-200)}` };
     const result = JSON.parse(line) as BudgetResult;
     return { ...result, sameBits: result.ran && result.hashes.every((h, m) => h === expectedHash[m]) };
   };
-  const generous = tryBudget(GiB);
-  // Bisection between a budget that fails (0) and one that runs (the shared peak at the device under 1 GiB, doubled if need be).
-  let runs = Math.ceil(generous.peakDeviceBytes / granularity) * granularity;
-  let fails = 0;
-  let tried = 0;
-  let atRuns = tryBudget(runs);
-  tried++;
-  while (!(atRuns.ran && atRuns.sameBits) && tried < tries) {
-    fails = runs;
-    runs *= 2;
-    atRuns = tryBudget(runs);
-    tried++;
-  }
-  let lowest: BudgetTry | undefined;
-  while (atRuns.ran && atRuns.sameBits && runs - fails > granularity && tried < tries) {
-    const mid = Math.round((runs + fails) / 2 / granularity) * granularity;
-    const at = tryBudget(mid);
-    tried++;
-    if (at.ran && at.sameBits) {
-      runs = mid;
-      atRuns = at;
-    } else {
-      fails = mid;
-      lowest = at;
+  const ok = (at: BudgetTry): boolean => at.ran && at.sameBits;
+  /** The smallest budget that runs, by bisection between `fails` (0) and `runs` (doubled while it fails), in at most `tries` tries. */
+  const smallest = (paging: boolean, start: number, startTry?: BudgetTry) => {
+    let runs = Math.ceil(start / granularity) * granularity;
+    let fails = 0;
+    let tried = 0;
+    let atRuns = startTry ?? tryBudget(runs, paging);
+    if (startTry === undefined) tried++;
+    while (!ok(atRuns) && tried < tries) {
+      fails = runs;
+      runs *= 2;
+      atRuns = tryBudget(runs, paging);
+      tried++;
     }
-  }
-  const found = atRuns.ran && atRuns.sameBits;
+    let lowest: BudgetTry | undefined;
+    while (ok(atRuns) && runs - fails > granularity && tried < tries) {
+      const mid = Math.round((runs + fails) / 2 / granularity) * granularity;
+      const at = tryBudget(mid, paging);
+      tried++;
+      if (ok(at)) {
+        runs = mid;
+        atRuns = at;
+      } else {
+        fails = mid;
+        lowest = at;
+      }
+    }
+    return { found: ok(atRuns), runs, atRuns, fails, failureThere: lowest?.error ?? (lowest ? 'ran, other bits' : null), tried };
+  };
+  const generous = tryBudget(GiB, false);
+  // Without paging: bisection between 0 and the shared peak at the device under 1 GiB (doubled if need be).
+  const unpaged = smallest(false, generous.peakDeviceBytes);
+  // With paging: from the smallest budget without it (doubled while it fails: the paging reserve takes a sixteenth).
+  const paged = unpaged.found ? smallest(true, unpaged.runs) : undefined;
+  const maxOfPlainPeaks = Math.max(...plainPeaks);
   emit({
     scenario: 'shared',
     models: models.map((m) => m.name),
@@ -234,16 +262,25 @@ async function shared(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: 
     sameBits: generous.sameBits,
     plainPeaks,
     sumOfPlainPeaks,
+    maxOfPlainPeaks,
     sharedPeakDeviceBytes: generous.peakDeviceBytes,
     sharedReservedBytesPeak: generous.reservedBytesPeak,
     sharedPeakVsSumOfPlainPeaks: round3(generous.peakDeviceBytes / sumOfPlainPeaks),
-    smallestBudgetBytes: found ? runs : null,
-    smallestBudgetVsSumOfPlainPeaks: found ? round3(runs / sumOfPlainPeaks) : null,
-    smallestBudgetPeakDeviceBytes: found ? atRuns.peakDeviceBytes : null,
-    largestFailingBudgetBytes: fails,
-    failureThere: lowest?.error ?? (lowest ? 'ran, other bits' : null),
+    smallestBudgetBytes: unpaged.found ? unpaged.runs : null,
+    smallestBudgetVsSumOfPlainPeaks: unpaged.found ? round3(unpaged.runs / sumOfPlainPeaks) : null,
+    smallestBudgetPeakDeviceBytes: unpaged.found ? unpaged.atRuns.peakDeviceBytes : null,
+    largestFailingBudgetBytes: unpaged.fails,
+    failureThere: unpaged.failureThere,
+    smallestPagedBudgetBytes: paged?.found ? paged.runs : null,
+    smallestPagedBudgetVsSumOfPlainPeaks: paged?.found ? round3(paged.runs / sumOfPlainPeaks) : null,
+    smallestPagedBudgetVsMaxOfPlainPeaks: paged?.found ? round3(paged.runs / maxOfPlainPeaks) : null,
+    smallestPagedBudgetStowagePeakBytes: paged?.found ? paged.atRuns.stowagePeakBytes : null,
+    smallestPagedBudgetPeakDeviceBytes: paged?.found ? paged.atRuns.peakDeviceBytes : null,
+    pagingThere: paged?.found ? (paged.atRuns.paging ?? null) : null,
+    largestFailingPagedBudgetBytes: paged?.fails ?? null,
+    pagedFailureThere: paged?.failureThere ?? null,
     budgetGranularityBytes: granularity,
-    tries: tried + 1,
+    tries: 1 + unpaged.tried + (paged?.tried ?? 0),
   });
 }
 
@@ -258,6 +295,7 @@ runBench(async () => {
       tries: { type: 'string', default: '8' },
       granularity: { type: 'string', default: '64' },
       'budget-try': { type: 'string' },
+      paging: { type: 'boolean' },
     },
     USAGE,
   );
@@ -282,7 +320,7 @@ runBench(async () => {
   const context = await openWebGpuDevice();
   const gpu = context.keepAlive as GPU;
   if (flags['budget-try'] !== undefined) {
-    await budgetTry(await loadOrtWebGpu(gpu), gpu, sharedModels, steps, Number(flags['budget-try']));
+    await budgetTry(await loadOrtWebGpu(gpu), gpu, sharedModels, steps, Number(flags['budget-try']), flags.paging === true);
     process.exit(0);
   }
   const emit = (line: object): void => console.log(JSON.stringify(line));
