@@ -25,6 +25,8 @@ import type { WebGpuAllocator } from '@stowage/allocator-webgpu';
 import { BenchUsageError, median, parseBenchFlags, runBench } from '@stowage/lab/bench-kit';
 import type { BufferCount } from '@stowage/lab/onnx';
 import { ortDevice } from '@stowage/lab/onnx';
+import type { ClassCount } from './bufferClasses.js';
+import { countByClass } from './bufferClasses.js';
 import type { Ort, BenchModel } from './ortRun.js';
 import { loadOrtWebGpu, readBenchModel, sameBytes, BENCH_MODELS, ModelRun } from './ortRun.js';
 
@@ -36,18 +38,21 @@ interface Side {
   readonly device: GPUDevice;
   readonly real: GPUDevice;
   readonly count: BufferCount;
+  /** Per usage class (bufferClasses.ts): calls, and live bytes at the peak. */
+  readonly classes: ClassCount;
   readonly allocator?: WebGpuAllocator;
 }
 
 async function plainSide(gpu: GPU): Promise<Side> {
   const { device, count } = await ortDevice(gpu);
-  return { name: 'plain', device, real: device, count };
+  return { name: 'plain', device, real: device, count, classes: countByClass(device) };
 }
 
 async function stowageSide(gpu: GPU, limit: number | string): Promise<Side> {
   const { device: real, count } = await ortDevice(gpu);
+  const classes = countByClass(real);
   const allocator = createWebGpuAllocator({ device: real, keepAlive: gpu, adapterInfo: 'ort bench', owned: false }, { limit });
-  return { name: 'stowage', device: stowageDevice(allocator), real, count, allocator };
+  return { name: 'stowage', device: stowageDevice(allocator), real, count, classes, allocator };
 }
 
 function closeSide(side: Side): void {
@@ -86,6 +91,8 @@ async function compareModel(ort: Ort, gpu: GPU, model: BenchModel, rounds: numbe
       device: side.name,
       peakDeviceBytes: side.count.peakBytes,
       createBufferCalls: side.count.calls,
+      createBufferByClass: side.classes.calls,
+      peakBytesByClass: side.classes.atPeak,
       msPerRun: round3(median(times[i]!)),
       msPerRunRounds: times[i]!.map(round3),
       rounds,
