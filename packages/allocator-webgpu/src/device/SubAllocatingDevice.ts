@@ -1,16 +1,21 @@
 import type { DataPtr } from '@stowage/core';
 import type { WebGpuBuffers } from '../WebGpuBuffers.js';
 import { BufferUsage } from '../WebGpuUsage.js';
+import { HostMapping } from './HostMapping.js';
+import { ReadbackPool } from './ReadbackPool.js';
 import { writableStorageCode, writableStorageLayout } from './storageAccess.js';
 
 /**
  * A GPUDevice that sub-allocates (issue 36): a JavaScript proxy of a real GPUDevice whose storage buffers are
  * ranges of Stowage segments, so that a WebGPU program (onnxruntime-web's WebGPU EP, a hand-written one) runs on
  * Stowage's memory unchanged.
- * - `createBuffer` of a buffer whose usage is STORAGE plus at most COPY_SRC | COPY_DST (no mapping, not mapped at
- *   creation) returns a StowageBuffer: a stand-in GPUBuffer (`instanceof GPUBuffer`, `size` and `usage` as asked)
- *   over a range the device's WebGpuBuffers service allocates under the device's budget. Every other buffer is the
- *   real device's.
+ * - `createBuffer` returns a StowageBuffer, a stand-in GPUBuffer (`instanceof GPUBuffer`, `size` and `usage` as
+ *   asked) over a range the device's WebGpuBuffers service allocates under the device's budget, for a buffer whose
+ *   usage is STORAGE plus at most COPY_SRC | COPY_DST | INDIRECT (a range of a storage segment), UNIFORM plus at most
+ *   COPY_SRC | COPY_DST (a range of a uniform segment: Note [Uniform ranges]), or MAP_WRITE | COPY_SRC made
+ *   mappedAtCreation (an upload: a range of a uniform segment too); any of them may be made
+ *   mappedAtCreation (Note [Mapped at creation]). A MAP_READ | COPY_DST buffer is a stand-in over a real buffer of
+ *   a pool (Note [Pooled readback buffers]). Every other buffer is the real device's.
  * - A new range reads zeros, as a new GPUBuffer does: its clear is encoded before the next submit or writeBuffer.
  * - Every method that takes a buffer translates a StowageBuffer to its segment and offset: bind group entries,
  *   `queue.writeBuffer`, the encoder's copies, `clearBuffer`, `resolveQuerySet`, `dispatchWorkgroupsIndirect`.
@@ -31,11 +36,17 @@ export class SubAllocatingDevice {
   /** The proxy handed to the program. */
   readonly device: GPUDevice;
   /** createBuffer calls the program made, and how many became ranges (the rest went to the real device). */
-  readonly counts = { createBuffer: 0, subAllocated: 0, scratch: 0, aliasCopies: 0, indirectCopies: 0 };
+  readonly counts = { createBuffer: 0, subAllocated: 0, uniforms: 0, mappedAtCreation: 0, readbacks: 0, readbackBuffers: 0, scratch: 0, aliasCopies: 0, indirectCopies: 0 };
+  /** The real buffers behind MAP_READ stand-ins (Note [Pooled readback buffers]). */
+  readonly readbackPool: ReadbackPool;
 
   readonly #real: GPUDevice;
   readonly #queue: GPUQueue;
   readonly #ranges = new WeakMap<object, Range>();
+  /** MAP_READ stand-ins and their pooled real buffers (Note [Pooled readback buffers]). */
+  readonly #readbacks = new WeakMap<object, GPUBuffer>();
+  /** Gives the pooled buffer of a MAP_READ stand-in collected without `destroy()` back. */
+  readonly #collectedReadbacks: FinalizationRegistry<GPUBuffer>;
   /** New ranges whose clear is not yet encoded (Note [New ranges read zeros]). */
   readonly #pendingClears = new Set<Range>();
   /** Scratch pointers and kept objects of finished command buffers, freed after their submit. */
@@ -53,6 +64,8 @@ export class SubAllocatingDevice {
   constructor(private readonly buffers: WebGpuBuffers) {
     this.#real = buffers.backend.gpuDevice;
     this.#queue = this.#real.queue;
+    this.readbackPool = new ReadbackPool(this.#real);
+    this.#collectedReadbacks = new FinalizationRegistry((real) => this.readbackPool.give(real));
     this.#collected = new FinalizationRegistry((ptr) => {
       if (!ptr.isReleased) this.buffers.free(ptr);
     });
@@ -80,39 +93,64 @@ export class SubAllocatingDevice {
   /** The segment and offset a StowageBuffer's range starts at, or the buffer itself at offset 0. */
   bindingOf(buffer: GPUBuffer): { buffer: GPUBuffer; offset: number } {
     const range = this.#ranges.get(buffer);
-    return range ? { buffer: range.segment, offset: range.offset } : { buffer, offset: 0 };
+    if (range) return { buffer: range.segment, offset: range.offset };
+    return { buffer: this.#readbacks.get(buffer) ?? buffer, offset: 0 };
   }
 
   #createBuffer(descriptor: GPUBufferDescriptor): GPUBuffer {
     this.counts.createBuffer++;
-    const usage = descriptor.usage;
-    const subAllocatable =
-      (usage & BufferUsage.STORAGE) !== 0 && (usage & ~(SEGMENT_USAGE | INDIRECT)) === 0 && descriptor.mappedAtCreation !== true && descriptor.size > 0;
-    if (!subAllocatable) return this.#real.createBuffer(descriptor);
-    const ptr = this.buffers.allocate(roundUp4(descriptor.size));
+    const placement = placementOf(descriptor);
+    if (placement === 'readback') return this.#readbackBuffer(descriptor);
+    if (placement === undefined) return this.#real.createBuffer(descriptor);
+    const mapped = descriptor.mappedAtCreation === true;
+    const ptr = this.buffers.allocate(roundUp4(descriptor.size), placement === 'uniform' ? { usage: 'uniform' } : undefined);
     const { buffer: segment, offset } = this.buffers.bindingOf(ptr);
-    const range: Range = { ptr, segment, offset, size: descriptor.size, clearBytes: roundUp4(descriptor.size), destroyed: false };
-    const stand = this.#standIn(segment, range, descriptor);
+    const range: Range = { ptr, segment, offset, size: descriptor.size, clearBytes: roundUp4(descriptor.size), uniform: placement === 'uniform', destroyed: false };
+    const mapping = mapped ? new HostMapping(descriptor.size, (bytes) => this.#queue.writeBuffer(segment, offset, bytes)) : undefined;
+    const stand = this.#standIn(segment, descriptor, () => this.#destroy(range), mapping && mappedMembers(mapping));
     this.#ranges.set(stand, range);
-    this.#pendingClears.add(range);
+    if (!mapped) this.#pendingClears.add(range); // a mapping writes every byte at its unmap
     this.#collected.register(stand, ptr, range);
     this.counts.subAllocated++;
+    if (range.uniform && !mapped) this.counts.uniforms++;
+    if (mapped) this.counts.mappedAtCreation++;
     return stand;
   }
 
-  /** A GPUBuffer look-alike over `range`: GPUBuffer's prototype, own members answering for the range. */
-  #standIn(segment: GPUBuffer, range: Range, descriptor: GPUBufferDescriptor): GPUBuffer {
-    this.#bufferPrototype ??= Object.getPrototypeOf(segment) as object;
-    const destroy = () => this.#destroy(range);
+  /** A MAP_READ stand-in over a pooled real buffer (Note [Pooled readback buffers]). */
+  #readbackBuffer(descriptor: GPUBufferDescriptor): GPUBuffer {
+    const real = this.readbackPool.take(descriptor.size, descriptor.label);
+    let given = false;
+    const stand = this.#standIn(real, descriptor, () => {
+      if (given) return;
+      given = true;
+      this.#collectedReadbacks.unregister(real);
+      this.readbackPool.give(real);
+    }, {
+      mapState: { get: () => real.mapState, enumerable: true },
+      mapAsync: { value: (mode: number, offset = 0, size?: number) => real.mapAsync(mode, offset, size ?? descriptor.size - offset) },
+      getMappedRange: { value: (offset = 0, size?: number) => real.getMappedRange(offset, size ?? descriptor.size - offset) },
+      unmap: { value: () => real.unmap() },
+    });
+    this.#readbacks.set(stand, real);
+    this.#collectedReadbacks.register(stand, real, real);
+    this.counts.readbacks++;
+    this.counts.readbackBuffers = this.readbackPool.created;
+    return stand;
+  }
+
+  /**
+   * A GPUBuffer look-alike: GPUBuffer's prototype, own members answering for the buffer the program asked for;
+   * `mapping` replaces the members of an unmappable one.
+   */
+  #standIn(like: GPUBuffer, descriptor: GPUBufferDescriptor, destroy: () => void, mapping?: PropertyDescriptorMap): GPUBuffer {
+    this.#bufferPrototype ??= Object.getPrototypeOf(like) as object;
     const stand = Object.create(this.#bufferPrototype, {
       size: { value: descriptor.size, enumerable: true },
       usage: { value: descriptor.usage, enumerable: true },
       label: { value: descriptor.label ?? '', writable: true, enumerable: true },
-      mapState: { value: 'unmapped', enumerable: true },
       destroy: { value: destroy },
-      mapAsync: { value: () => Promise.reject(new Error('mapAsync on a buffer without MAP_READ or MAP_WRITE usage (a Stowage range): map a staging buffer of your own.')) },
-      getMappedRange: { value: () => { throw new Error('getMappedRange on a buffer that is not mapped (a Stowage range).'); } },
-      unmap: { value: () => undefined },
+      ...(mapping ?? UNMAPPABLE),
     }) as GPUBuffer;
     return stand;
   }
@@ -126,17 +164,19 @@ export class SubAllocatingDevice {
   }
 
   /**
-   * Note [Scratch ranges]: a scratch range must lie in another buffer than the ranges it copies between, so it comes
-   * from the allocator's uniform segments (usage UNIFORM | STORAGE | COPY_SRC | COPY_DST, never shared with storage
-   * segments), under the same budget.
+   * Note [Scratch ranges]: a copy between two ranges of one segment goes through a scratch range, which must lie in
+   * another buffer: a range of the other kind of segment (storage and uniform segments are never shared), under the
+   * same budget. Only copies use it, never a binding: a uniform segment bound as writable storage and as a uniform
+   * in one dispatch would be refused (Note [Uniform ranges]).
    */
-  #allocateScratch(bytes: number): DataPtr<GPUBuffer> {
-    return this.buffers.allocate(roundUp4(bytes), { usage: 'uniform' });
+  #allocateScratch(bytes: number, notIn: GPUBuffer): DataPtr<GPUBuffer> {
+    const inUniform = (notIn.usage & BufferUsage.UNIFORM) !== 0;
+    return this.buffers.allocate(roundUp4(bytes), inUniform ? undefined : { usage: 'uniform' });
   }
 
-  /** A scratch range of `bytes` (Note [Scratch ranges]); freed after the submit of the command buffer that used it. */
-  #scratch(bytes: number, temporaries: Temporaries): { buffer: GPUBuffer; offset: number } {
-    const ptr = this.#allocateScratch(bytes);
+  /** A scratch range of `bytes` outside `notIn` (Note [Scratch ranges]); freed after the submit of the command buffer that used it. */
+  #scratch(bytes: number, notIn: GPUBuffer, temporaries: Temporaries): { buffer: GPUBuffer; offset: number } {
+    const ptr = this.#allocateScratch(bytes, notIn);
     temporaries.pointers.push(ptr);
     this.counts.scratch++;
     const { buffer, offset } = this.buffers.bindingOf(ptr);
@@ -200,8 +240,11 @@ export class SubAllocatingDevice {
    * all writable]), a range bound twice in one bind group (ONNX `Mul(x, x)`, `Concat(x, x)`) would be two writable
    * bindings of overlapping ranges, which WebGPU refuses. The second is bound to a scratch range instead, and
    * every dispatch with the bind group first copies the range into it (the pass is ended for the copy and begun
-   * again, its pipeline and bind groups restored: Note [Restarted passes]). Only within one bind group: the same
-   * range in two bind groups of one dispatch is not handled yet.
+   * again, its pipeline and bind groups restored: Note [Restarted passes]). The copy is a range of a storage
+   * segment (a binding of a uniform segment would make it writable beside its uniforms: Note [Uniform ranges]); when
+   * it lands in the source's own segment, the copy goes through a scratch range of a uniform segment (Note [Scratch
+   * ranges]). Uniform ranges are read-only and never alias. Only within one bind group: the same range in two bind
+   * groups of one dispatch is not handled yet.
    */
   #createBindGroup(descriptor: GPUBindGroupDescriptor): GPUBindGroup {
     const entries = Array.from(descriptor.entries);
@@ -217,13 +260,15 @@ export class SubAllocatingDevice {
       const size = binding.size ?? range.size - offset;
       const start = range.offset + offset;
       let target = { buffer: range.segment, offset: start };
-      if (bound.some((b) => b.buffer === range.segment && b.start < start + size && start < b.end)) {
-        const ptr = this.#allocateScratch(size);
+      if (!range.uniform && bound.some((b) => b.buffer === range.segment && b.start < start + size && start < b.end)) {
+        const ptr = this.buffers.allocate(roundUp4(size));
         const scratch = this.buffers.bindingOf(ptr);
-        copies.push({ ptr, source: range.segment, sourceOffset: start, target: scratch.buffer, targetOffset: scratch.offset, bytes: roundUp4(size) });
+        const bouncePtr = scratch.buffer === range.segment ? this.#allocateScratch(size, range.segment) : undefined;
+        const bounce = bouncePtr && { ptr: bouncePtr, ...this.buffers.bindingOf(bouncePtr) };
+        copies.push({ ptr, source: range.segment, sourceOffset: start, target: scratch.buffer, targetOffset: scratch.offset, bytes: roundUp4(size), bounce });
         target = { buffer: scratch.buffer, offset: scratch.offset };
         this.counts.aliasCopies++;
-      } else {
+      } else if (!range.uniform) {
         bound.push({ buffer: range.segment, start, end: start + size });
       }
       translated ??= entries.slice();
@@ -232,7 +277,7 @@ export class SubAllocatingDevice {
     const group = this.#real.createBindGroup(translated ? { ...descriptor, entries: translated } : descriptor);
     if (copies.length > 0) {
       this.#aliasCopies.set(group, copies);
-      this.#collectedGroups.register(group, copies.map((c) => c.ptr));
+      this.#collectedGroups.register(group, copies.flatMap((c) => (c.bounce ? [c.ptr, c.bounce.ptr] : [c.ptr])));
     }
     return group;
   }
@@ -254,7 +299,7 @@ export class SubAllocatingDevice {
         // Note [Copies within a segment] (measure 3 of issue 36): WebGPU refuses a copy whose source and destination
         // are one buffer even for disjoint ranges; two ranges of one segment copy through a scratch range.
         if (s.buffer === d.buffer && source !== destination) {
-          const scratch = this.#scratch(bytes, temporaries);
+          const scratch = this.#scratch(bytes, s.buffer, temporaries);
           real.copyBufferToBuffer(s.buffer, s.offset, scratch.buffer, scratch.offset, bytes);
           real.copyBufferToBuffer(scratch.buffer, scratch.offset, d.buffer, d.offset, bytes);
         } else {
@@ -301,7 +346,14 @@ export class SubAllocatingDevice {
       if (copies.length === 0 && indirect === undefined) return;
       for (let i = debugGroups.length; i > 0; i--) real.popDebugGroup();
       real.end();
-      for (const c of copies) encoder.copyBufferToBuffer(c.source, c.sourceOffset, c.target, c.targetOffset, c.bytes);
+      for (const c of copies) {
+        if (c.bounce) {
+          encoder.copyBufferToBuffer(c.source, c.sourceOffset, c.bounce.buffer, c.bounce.offset, c.bytes);
+          encoder.copyBufferToBuffer(c.bounce.buffer, c.bounce.offset, c.target, c.targetOffset, c.bytes);
+        } else {
+          encoder.copyBufferToBuffer(c.source, c.sourceOffset, c.target, c.targetOffset, c.bytes);
+        }
+      }
       if (indirect) encoder.copyBufferToBuffer(indirect.buffer, indirect.offset, this.#indirectArguments(), 0, INDIRECT_BYTES);
       for (const args of groups) if (args) temporaries.kept.push(args[1]);
       real = encoder.beginComputePass(descriptor?.label === undefined ? {} : { label: descriptor.label });
@@ -356,6 +408,51 @@ export class SubAllocatingDevice {
 const SEGMENT_USAGE = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
 /** GPUBufferUsage.INDIRECT: served from a segment, its arguments copied out (Note [Indirect arguments]). */
 const INDIRECT = 0x0100;
+const COPIES = BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
+
+/**
+ * Note [Uniform ranges]: a program's uniform buffers (onnxruntime-web makes one per uniform size it meets, 72 for a
+ * PaddleOCR classifier) are ranges of the allocator's uniform segments (usage UNIFORM | STORAGE | COPY_SRC |
+ * COPY_DST), whose blocks start at the backend's alignment, a multiple of minUniformBufferOffsetAlignment (256).
+ * WebGPU refuses a buffer bound as a uniform and as writable storage in one dispatch, and every storage binding of
+ * this device is writable (Note [Storage bindings are all writable]): so nothing of a uniform segment is ever bound
+ * as storage — alias copies are ranges of storage segments (Note [Aliased bindings]) — and a storage segment is
+ * never bound as a uniform (its usage has no UNIFORM). Uploads (MAP_WRITE | COPY_SRC, mapped at creation: Note
+ * [Mapped at creation]) are ranges of uniform segments as well: their one use is a copy into a storage range,
+ * which then goes between two buffers and needs no scratch range (Note [Copies within a segment]).
+ *
+ * Where a buffer the program asks for goes: a range of a storage or a uniform segment, a pooled readback buffer,
+ * or (undefined) the real device.
+ */
+function placementOf(descriptor: GPUBufferDescriptor): 'storage' | 'uniform' | 'readback' | undefined {
+  const usage = descriptor.usage;
+  const mapped = descriptor.mappedAtCreation === true;
+  if (!(descriptor.size > 0)) return undefined;
+  if ((usage & BufferUsage.STORAGE) !== 0 && (usage & ~(SEGMENT_USAGE | INDIRECT)) === 0) return 'storage';
+  if ((usage & BufferUsage.UNIFORM) !== 0 && (usage & ~(BufferUsage.UNIFORM | COPIES)) === 0) return 'uniform';
+  // An upload goes to a uniform segment, never bound writable: its copy into a storage range needs no scratch.
+  if (mapped && (usage & BufferUsage.MAP_WRITE) !== 0 && (usage & ~(BufferUsage.MAP_WRITE | BufferUsage.COPY_SRC)) === 0) return 'uniform';
+  if (!mapped && (usage & BufferUsage.MAP_READ) !== 0 && (usage & ~(BufferUsage.MAP_READ | BufferUsage.COPY_DST)) === 0) return 'readback';
+  return undefined;
+}
+
+/** The mapping members of a stand-in of a range that is never mapped. */
+const UNMAPPABLE: PropertyDescriptorMap = {
+  mapState: { value: 'unmapped', enumerable: true },
+  mapAsync: { value: () => Promise.reject(new Error('mapAsync on a buffer without MAP_READ or MAP_WRITE usage (a Stowage range): map a staging buffer of your own.')) },
+  getMappedRange: { value: () => { throw new Error('getMappedRange on a buffer that is not mapped (a Stowage range).'); } },
+  unmap: { value: () => undefined },
+};
+
+/** The mapping members of a stand-in made mappedAtCreation (Note [Mapped at creation]). */
+function mappedMembers(mapping: HostMapping): PropertyDescriptorMap {
+  return {
+    mapState: { get: () => mapping.mapState, enumerable: true },
+    mapAsync: { value: () => Promise.reject(new Error('mapAsync on a Stowage range: a range is mapped only at its creation (mappedAtCreation); map a staging buffer of your own.')) },
+    getMappedRange: { value: (offset?: number, size?: number) => mapping.getMappedRange(offset, size) },
+    unmap: { value: () => mapping.unmap() },
+  };
+}
 /** Bytes of a dispatchWorkgroupsIndirect's arguments (three u32). */
 const INDIRECT_BYTES = 12;
 
@@ -367,6 +464,8 @@ interface Range {
   readonly size: number;
   /** The bytes a clear covers: `size` rounded up to 4. */
   readonly clearBytes: number;
+  /** A range of a uniform segment: a uniform buffer or an upload (Note [Uniform ranges]). */
+  readonly uniform: boolean;
   destroyed: boolean;
 }
 
@@ -377,6 +476,8 @@ interface AliasCopy {
   readonly target: GPUBuffer;
   readonly targetOffset: number;
   readonly bytes: number;
+  /** A scratch range the copy goes through when the target lies in the source's segment (Note [Scratch ranges]). */
+  readonly bounce: { readonly ptr: DataPtr<GPUBuffer>; readonly buffer: GPUBuffer; readonly offset: number } | undefined;
 }
 
 interface Temporaries {

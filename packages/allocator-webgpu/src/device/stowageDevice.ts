@@ -21,7 +21,7 @@ export function stowageDevice(source: Runtime | WebGpuBuffers, device: DeviceLik
   return stowage.device;
 }
 
-/** Counters of a device `stowageDevice` made: createBuffer calls, ranges, scratch ranges, alias copies; undefined for another device. */
+/** Counters of a device `stowageDevice` made: createBuffer calls, ranges (uniform, mapped at creation), readbacks and their pooled buffers, scratch ranges, alias copies; undefined for another device. */
 export function stowageDeviceCounts(device: GPUDevice): SubAllocatingDevice['counts'] | undefined {
   return byProxy.get(device)?.counts;
 }
