@@ -82,19 +82,36 @@ describe('stowageDevice', function () {
       expect(() => mapped.getMappedRange()).to.throw(/not mapped/);
     });
 
-    it('serves an upload from a range of a uniform segment, copied into a storage range without scratch', async () => {
+    // Note [Uploads written where they go].
+    it('writes an upload copied into a new range at once, holding no device memory for it', async () => {
       const segments = allocator.backend.createdBuffers;
       const upload = device.createBuffer({ size: 16, usage: MAP_WRITE | COPY_SRC, mappedAtCreation: true });
       new Float32Array(upload.getMappedRange()).set([5, 6, 7, 8]);
       upload.unmap();
       const target = device.createBuffer({ size: 16, usage: STORAGE | COPY_SRC | COPY_DST });
       const encoder = device.createCommandEncoder();
-      encoder.copyBufferToBuffer(upload, 0, target, 0, 16);
+      encoder.copyBufferToBuffer(upload, 4, target, 0, 12);
       upload.destroy();
       device.queue.submit([encoder.finish()]);
+      expect(await readFloats(device, target)).to.deep.equal([6, 7, 8, 0]);
+      expect(stowageDeviceCounts(device)).to.include({ mappedAtCreation: 1, subAllocated: 1, scratch: 0 });
+      expect(allocator.backend.createdBuffers - segments, 'the storage segment only').to.equal(1);
+    });
+
+    it('copies an upload into a range already in use from a range of a uniform segment, in command order', async () => {
+      const target = storageBuffer(device, [1, 2, 3, 4]);
+      const saved = device.createBuffer({ size: 16, usage: STORAGE | COPY_SRC | COPY_DST });
+      const upload = device.createBuffer({ size: 16, usage: MAP_WRITE | COPY_SRC, mappedAtCreation: true });
+      new Float32Array(upload.getMappedRange()).set([5, 6, 7, 8]);
+      upload.unmap();
+      const encoder = device.createCommandEncoder();
+      encoder.copyBufferToBuffer(target, 0, saved, 0, 16); // must see the old bytes
+      encoder.copyBufferToBuffer(upload, 0, target, 0, 16);
+      device.queue.submit([encoder.finish()]);
+      upload.destroy();
+      expect(await readFloats(device, saved)).to.deep.equal([1, 2, 3, 4]);
       expect(await readFloats(device, target)).to.deep.equal([5, 6, 7, 8]);
-      expect(stowageDeviceCounts(device)).to.include({ mappedAtCreation: 1, scratch: 0 });
-      expect(allocator.backend.createdBuffers - segments, 'a uniform and a storage segment').to.equal(2);
+      expect(stowageDeviceCounts(device)!.subAllocated, 'the upload became a range').to.equal(3);
     });
 
     // Note [Pooled readback buffers].

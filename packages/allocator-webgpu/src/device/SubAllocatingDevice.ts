@@ -13,7 +13,8 @@ import { writableStorageCode, writableStorageLayout } from './storageAccess.js';
  *   asked) over a range the device's WebGpuBuffers service allocates under the device's budget, for a buffer whose
  *   usage is STORAGE plus at most COPY_SRC | COPY_DST | INDIRECT (a range of a storage segment), UNIFORM plus at most
  *   COPY_SRC | COPY_DST (a range of a uniform segment: Note [Uniform ranges]), or MAP_WRITE | COPY_SRC made
- *   mappedAtCreation (an upload: a range of a uniform segment too); any of them may be made
+ *   mappedAtCreation (an upload: host bytes, written where they are copied: Note [Uploads written where they go]);
+ *   any of them may be made
  *   mappedAtCreation (Note [Mapped at creation]). A MAP_READ | COPY_DST buffer is a stand-in over a real buffer of
  *   a pool (Note [Pooled readback buffers]). Every other buffer is the real device's.
  * - A new range reads zeros, as a new GPUBuffer does: its clear is encoded before the next submit or writeBuffer.
@@ -43,6 +44,8 @@ export class SubAllocatingDevice {
   readonly #real: GPUDevice;
   readonly #queue: GPUQueue;
   readonly #ranges = new WeakMap<object, Range>();
+  /** Upload stand-ins (Note [Uploads written where they go]). */
+  readonly #uploads = new WeakMap<object, Upload>();
   /** MAP_READ stand-ins and their pooled real buffers (Note [Pooled readback buffers]). */
   readonly #readbacks = new WeakMap<object, GPUBuffer>();
   /** Gives the pooled buffer of a MAP_READ stand-in collected without `destroy()` back. */
@@ -91,6 +94,13 @@ export class SubAllocatingDevice {
   }
 
   /** The segment and offset a StowageBuffer's range starts at, or the buffer itself at offset 0. */
+  /** `bindingOf(buffer)`, noting its range as used (Note [Uploads written where they go]). */
+  #use(buffer: GPUBuffer): { buffer: GPUBuffer; offset: number } {
+    const range = this.#ranges.get(buffer);
+    if (range) range.used = true;
+    return this.bindingOf(buffer);
+  }
+
   bindingOf(buffer: GPUBuffer): { buffer: GPUBuffer; offset: number } {
     const range = this.#ranges.get(buffer);
     if (range) return { buffer: range.segment, offset: range.offset };
@@ -101,11 +111,12 @@ export class SubAllocatingDevice {
     this.counts.createBuffer++;
     const placement = placementOf(descriptor);
     if (placement === 'readback') return this.#readbackBuffer(descriptor);
+    if (placement === 'upload') return this.#uploadBuffer(descriptor);
     if (placement === undefined) return this.#real.createBuffer(descriptor);
     const mapped = descriptor.mappedAtCreation === true;
     const ptr = this.buffers.allocate(roundUp4(descriptor.size), placement === 'uniform' ? { usage: 'uniform' } : undefined);
     const { buffer: segment, offset } = this.buffers.bindingOf(ptr);
-    const range: Range = { ptr, segment, offset, size: descriptor.size, clearBytes: roundUp4(descriptor.size), uniform: placement === 'uniform', destroyed: false };
+    const range: Range = { ptr, segment, offset, size: descriptor.size, clearBytes: roundUp4(descriptor.size), uniform: placement === 'uniform', used: mapped, destroyed: false };
     const mapping = mapped ? new HostMapping(descriptor.size, (bytes) => this.#queue.writeBuffer(segment, offset, bytes)) : undefined;
     const stand = this.#standIn(segment, descriptor, () => this.#destroy(range), mapping && mappedMembers(mapping));
     this.#ranges.set(stand, range);
@@ -115,6 +126,49 @@ export class SubAllocatingDevice {
     if (range.uniform && !mapped) this.counts.uniforms++;
     if (mapped) this.counts.mappedAtCreation++;
     return stand;
+  }
+
+  /**
+   * Note [Uploads written where they go]: an upload (MAP_WRITE | COPY_SRC, mapped at creation: onnxruntime-web's
+   * staging buffer per upload) is only host bytes at first (Note [Mapped at creation]). Its one use is a copy into
+   * a buffer. A copy into a range nothing has used yet (no command, bind group or write named it: onnxruntime-web's
+   * weights, each uploaded into a buffer just made) is a `queue.writeBuffer` of those bytes at once: the range is
+   * new, so no earlier command can see the difference, and the upload takes no device memory (as ranges, the
+   * weights' uploads of a session held twice its weights until the first submit). Any other use makes it a range
+   * of a uniform segment (Note [Uniform ranges]), written once and copied from, freed at its destroy. Precondition
+   * of the write at once: a command buffer recorded after the copy and submitted before it does not read the
+   * destination expecting zeros.
+   */
+  #uploadBuffer(descriptor: GPUBufferDescriptor): GPUBuffer {
+    const upload: Upload = { bytes: undefined };
+    const mapping = new HostMapping(descriptor.size, (bytes) => {
+      upload.bytes = bytes;
+    });
+    this.#bufferPrototype ??= Object.getPrototypeOf(this.#indirectArguments()) as object;
+    const stand = this.#standIn(this.#indirectArguments(), descriptor, () => {
+      upload.bytes = undefined;
+      const range = this.#ranges.get(stand);
+      if (range) this.#destroy(range);
+    }, mappedMembers(mapping));
+    this.#uploads.set(stand, upload);
+    this.counts.mappedAtCreation++;
+    return stand;
+  }
+
+  /** The host bytes of an upload not yet a range (Note [Uploads written where they go]), else undefined. */
+  #uploadBytes(buffer: GPUBuffer): Uint8Array | undefined {
+    return this.#ranges.has(buffer) ? undefined : this.#uploads.get(buffer)?.bytes;
+  }
+
+  /** Makes an upload a range of a uniform segment holding its bytes (Note [Uploads written where they go]). */
+  #uploadRange(stand: GPUBuffer, bytes: Uint8Array): void {
+    const ptr = this.buffers.allocate(bytes.byteLength, { usage: 'uniform' });
+    const { buffer: segment, offset } = this.buffers.bindingOf(ptr);
+    const range: Range = { ptr, segment, offset, size: stand.size, clearBytes: bytes.byteLength, uniform: true, used: true, destroyed: false };
+    this.#queue.writeBuffer(segment, offset, bytes);
+    this.#ranges.set(stand, range);
+    this.#collected.register(stand, ptr, range);
+    this.counts.subAllocated++;
   }
 
   /** A MAP_READ stand-in over a pooled real buffer (Note [Pooled readback buffers]). */
@@ -226,7 +280,7 @@ export class SubAllocatingDevice {
   #writeBuffer(buffer: GPUBuffer, bufferOffset: number, data: GPUAllowSharedBufferSource, dataOffset?: number, size?: number): undefined {
     const clears = this.#clearsCommandBuffer();
     if (clears) this.#queue.submit([clears]);
-    const target = this.bindingOf(buffer);
+    const target = this.#use(buffer);
     const offset = target.offset + bufferOffset;
     const shared = sharedBytes(data, dataOffset, size);
     if (shared) this.#queue.writeBuffer(target.buffer, offset, shared);
@@ -256,6 +310,7 @@ export class SubAllocatingDevice {
       const binding = this.#ranges.has(resource as object) ? { buffer: resource as GPUBuffer } : (resource as GPUBufferBinding);
       const range = typeof binding === 'object' && binding !== null && 'buffer' in binding ? this.#ranges.get(binding.buffer) : undefined;
       if (!range) return;
+      range.used = true;
       const offset = binding.offset ?? 0;
       const size = binding.size ?? range.size - offset;
       const start = range.offset + offset;
@@ -285,7 +340,9 @@ export class SubAllocatingDevice {
   #encoder(real: GPUCommandEncoder): GPUCommandEncoder {
     const temporaries: Temporaries = { pointers: [], kept: [] };
     const at = (buffer: GPUBuffer, offset: number) => {
-      const b = this.bindingOf(buffer);
+      const upload = this.#uploadBytes(buffer);
+      if (upload) this.#uploadRange(buffer, upload);
+      const b = this.#use(buffer);
       return { buffer: b.buffer, offset: b.offset + offset };
     };
     return passThrough(real, {
@@ -294,6 +351,11 @@ export class SubAllocatingDevice {
         const [source, sourceOffset, destination, destinationOffset, size] =
           typeof args[1] === 'number' ? (args as [GPUBuffer, number, GPUBuffer, number, number?]) : [args[0] as GPUBuffer, 0, args[1] as GPUBuffer, 0, args[2] as number | undefined];
         const bytes = size ?? source.size - sourceOffset;
+        const upload = this.#uploadBytes(source);
+        if (upload && this.#ranges.get(destination)?.used === false) {
+          this.#writeBuffer(destination, destinationOffset, upload, sourceOffset, bytes);
+          return;
+        }
         const s = at(source, sourceOffset);
         const d = at(destination, destinationOffset);
         // Note [Copies within a segment] (measure 3 of issue 36): WebGPU refuses a copy whose source and destination
@@ -424,14 +486,13 @@ const COPIES = BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
  * Where a buffer the program asks for goes: a range of a storage or a uniform segment, a pooled readback buffer,
  * or (undefined) the real device.
  */
-function placementOf(descriptor: GPUBufferDescriptor): 'storage' | 'uniform' | 'readback' | undefined {
+function placementOf(descriptor: GPUBufferDescriptor): 'storage' | 'uniform' | 'upload' | 'readback' | undefined {
   const usage = descriptor.usage;
   const mapped = descriptor.mappedAtCreation === true;
   if (!(descriptor.size > 0)) return undefined;
   if ((usage & BufferUsage.STORAGE) !== 0 && (usage & ~(SEGMENT_USAGE | INDIRECT)) === 0) return 'storage';
   if ((usage & BufferUsage.UNIFORM) !== 0 && (usage & ~(BufferUsage.UNIFORM | COPIES)) === 0) return 'uniform';
-  // An upload goes to a uniform segment, never bound writable: its copy into a storage range needs no scratch.
-  if (mapped && (usage & BufferUsage.MAP_WRITE) !== 0 && (usage & ~(BufferUsage.MAP_WRITE | BufferUsage.COPY_SRC)) === 0) return 'uniform';
+  if (mapped && (usage & BufferUsage.MAP_WRITE) !== 0 && (usage & ~(BufferUsage.MAP_WRITE | BufferUsage.COPY_SRC)) === 0) return 'upload';
   if (!mapped && (usage & BufferUsage.MAP_READ) !== 0 && (usage & ~(BufferUsage.MAP_READ | BufferUsage.COPY_DST)) === 0) return 'readback';
   return undefined;
 }
@@ -466,7 +527,14 @@ interface Range {
   readonly clearBytes: number;
   /** A range of a uniform segment: a uniform buffer or an upload (Note [Uniform ranges]). */
   readonly uniform: boolean;
+  /** Named by a command, bind group or write since it was made (Note [Uploads written where they go]). */
+  used: boolean;
   destroyed: boolean;
+}
+
+/** An upload stand-in's bytes, once unmapped and until destroyed (Note [Uploads written where they go]). */
+interface Upload {
+  bytes: Uint8Array | undefined;
 }
 
 interface AliasCopy {
