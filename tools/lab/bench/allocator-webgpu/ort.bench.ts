@@ -15,12 +15,15 @@
 //     plain device; the smallest budget (bisection to --granularity KiB, at most --tries tries) at which both run
 //     with the same bits, against the sum of their plain peaks.
 // Options: --models a,b (default all), --rounds N (default 5), --steps N (default 3), --shared a,b (default
-// silero-v5,silero-legacy; '' none), --tries N (default 8), --granularity KiB (default 64).
+// silero-v5,silero-legacy; '' none), --tries N (default 8), --granularity KiB (default 64), --segments default|small
+// (the Stowage side's segment sizing: the allocator's default, or small first segments growing by an eighth).
+// Model lines also give createBufferByClass and peakBytesByClass (bufferClasses.ts): calls per usage class, and
+// live bytes per class at the device's peak.
 import 'reflect-metadata';
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { createWebGpuAllocator, openWebGpuDevice, stowageDevice, stowageDeviceCounts } from '@stowage/allocator-webgpu';
+import { createWebGpuAllocator, openWebGpuDevice, stowageDevice, stowageDeviceCounts, webGpuSegmentSize } from '@stowage/allocator-webgpu';
 import type { WebGpuAllocator } from '@stowage/allocator-webgpu';
 import { BenchUsageError, median, parseBenchFlags, runBench } from '@stowage/lab/bench-kit';
 import type { BufferCount } from '@stowage/lab/onnx';
@@ -30,7 +33,7 @@ import { countByClass } from './bufferClasses.js';
 import type { Ort, BenchModel } from './ortRun.js';
 import { loadOrtWebGpu, readBenchModel, sameBytes, BENCH_MODELS, ModelRun } from './ortRun.js';
 
-const USAGE = 'Usage: pnpm bench:ort [-- --models silero-v5,silero-v6,silero-legacy,paddle-classifier] [--rounds 5] [--steps 3] [--shared silero-v5,silero-legacy] [--tries 8] [--granularity 64]';
+const USAGE = 'Usage: pnpm bench:ort [-- --models silero-v5,silero-v6,silero-legacy,paddle-classifier] [--rounds 5] [--steps 3] [--shared silero-v5,silero-legacy] [--tries 8] [--granularity 64] [--segments default|small]';
 const GiB = 2 ** 30;
 
 interface Side {
@@ -48,10 +51,20 @@ async function plainSide(gpu: GPU): Promise<Side> {
   return { name: 'plain', device, real: device, count, classes: countByClass(device) };
 }
 
-async function stowageSide(gpu: GPU, limit: number | string): Promise<Side> {
+/**
+ * How the Stowage side's segments are sized: 'default' (the allocator's, Note [WebGPU segment sizing]) or 'small'
+ * (first segments of 64 KiB storage and 4 KiB uniform, each new one an eighth of what its class reserved: small
+ * tails for models of a few MiB, at more createBuffer calls).
+ */
+type Segments = 'default' | 'small';
+const KiB = 1024;
+
+async function stowageSide(gpu: GPU, limit: number | string, segments: Segments): Promise<Side> {
   const { device: real, count } = await ortDevice(gpu);
   const classes = countByClass(real);
-  const allocator = createWebGpuAllocator({ device: real, keepAlive: gpu, adapterInfo: 'ort bench', owned: false }, { limit });
+  const sizing = { firstSegmentBytes: 64 * KiB, firstUniformSegmentBytes: 4 * KiB, doublingBelowBytes: 0, growth: 1 / 8 };
+  const options = segments === 'small' ? { limit, segmentSize: webGpuSegmentSize(real.limits.maxBufferSize, sizing) } : { limit };
+  const allocator = createWebGpuAllocator({ device: real, keepAlive: gpu, adapterInfo: 'ort bench', owned: false }, options);
   return { name: 'stowage', device: stowageDevice(allocator), real, count, classes, allocator };
 }
 
@@ -62,9 +75,9 @@ function closeSide(side: Side): void {
 
 const round3 = (x: number): number => Math.round(x * 1000) / 1000;
 
-async function compareModel(ort: Ort, gpu: GPU, model: BenchModel, rounds: number, steps: number, emit: (line: object) => void): Promise<void> {
+async function compareModel(ort: Ort, gpu: GPU, model: BenchModel, rounds: number, steps: number, segments: Segments, emit: (line: object) => void): Promise<void> {
   const bytes = readBenchModel(model);
-  const sides = [await plainSide(gpu), await stowageSide(gpu, GiB)];
+  const sides = [await plainSide(gpu), await stowageSide(gpu, GiB, segments)];
   const runs: ModelRun[] = [];
   for (const side of sides) runs.push(await ModelRun.open(ort, model, bytes, side.device));
   let sameBits = true;
@@ -112,6 +125,7 @@ async function compareModel(ort: Ort, gpu: GPU, model: BenchModel, rounds: numbe
         indirectCopies: counts.indirectCopies,
       });
     }
+    if (side.allocator) line['segmentSizing'] = segments;
     emit(line);
     return line;
   });
@@ -166,8 +180,8 @@ function hashOf(outputs: readonly Uint8Array[][]): string {
 }
 
 /** The child's side of a budget try: `models` in turn on one Stowage device under `limit`; prints one JSON line. */
-async function budgetTry(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: number, limit: number): Promise<void> {
-  const side = await stowageSide(gpu, limit);
+async function budgetTry(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: number, limit: number, segments: Segments): Promise<void> {
+  const side = await stowageSide(gpu, limit, segments);
   const result = await alternate(ort, models, side.device, steps);
   const stats = side.allocator!.memoryStats();
   const line: BudgetResult = {
@@ -181,7 +195,7 @@ async function budgetTry(ort: Ort, gpu: GPU, models: readonly BenchModel[], step
   closeSide(side);
 }
 
-async function shared(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: number, tries: number, granularity: number, emit: (line: object) => void): Promise<void> {
+async function shared(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: number, tries: number, granularity: number, segments: Segments, emit: (line: object) => void): Promise<void> {
   // Each alone on a plain device: the expected bits, and its peak.
   const expected: Uint8Array[][][] = [];
   const plainPeaks: number[] = [];
@@ -198,7 +212,7 @@ async function shared(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: 
   // Each budget in a process of its own: a session that fails to be created leaves onnxruntime-web's WebGPU EP
   // refusing every later one ("another WebGPU EP inference session is being created").
   const tryBudget = (limit: number): BudgetTry => {
-    const child = spawnSync(process.execPath, [fileURLToPath(import.meta.url), '--budget-try', String(limit), '--shared', models.map((m) => m.name).join(','), '--steps', String(steps)], {
+    const child = spawnSync(process.execPath, [fileURLToPath(import.meta.url), '--budget-try', String(limit), '--shared', models.map((m) => m.name).join(','), '--steps', String(steps), '--segments', segments], {
       encoding: 'utf8',
       timeout: 600_000,
     });
@@ -265,6 +279,7 @@ runBench(async () => {
       tries: { type: 'string', default: '8' },
       granularity: { type: 'string', default: '64' },
       'budget-try': { type: 'string' },
+      segments: { type: 'string', default: 'default' },
     },
     USAGE,
   );
@@ -284,12 +299,14 @@ runBench(async () => {
   const tries = Number(flags.tries);
   const granularity = Number(flags.granularity) * 1024;
   if (![rounds, steps, tries, granularity].every((n) => Number.isInteger(n) && n > 0)) throw new BenchUsageError(`--rounds, --steps, --tries and --granularity take positive integers.\n${USAGE}`);
+  const segments = flags.segments as Segments;
+  if (segments !== 'default' && segments !== 'small') throw new BenchUsageError(`--segments takes default or small.\n${USAGE}`);
   if (rounds < 5) process.stderr.write('note: fewer than 5 rounds: the median is a weak one\n');
 
   const context = await openWebGpuDevice();
   const gpu = context.keepAlive as GPU;
   if (flags['budget-try'] !== undefined) {
-    await budgetTry(await loadOrtWebGpu(gpu), gpu, sharedModels, steps, Number(flags['budget-try']));
+    await budgetTry(await loadOrtWebGpu(gpu), gpu, sharedModels, steps, Number(flags['budget-try']), segments);
     process.exit(0);
   }
   const emit = (line: object): void => console.log(JSON.stringify(line));
@@ -297,11 +314,11 @@ runBench(async () => {
   const ort = await loadOrtWebGpu(gpu);
   for (const model of models) {
     try {
-      await compareModel(ort, gpu, model, rounds, steps, emit);
+      await compareModel(ort, gpu, model, rounds, steps, segments, emit);
     } catch (error) {
       emit({ scenario: 'model', model: model.name, error: String(error).slice(0, 300) });
     }
   }
-  if (sharedModels.length > 0) await shared(ort, gpu, sharedModels, steps, tries, granularity, emit);
+  if (sharedModels.length > 0) await shared(ort, gpu, sharedModels, steps, tries, granularity, segments, emit);
   process.exit(0); // Dawn's instance keeps the event loop alive
 });
