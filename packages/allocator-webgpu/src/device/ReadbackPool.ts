@@ -66,3 +66,13 @@ export class ReadbackPool {
     this.#idleBytes = 0;
   }
 }
+
+/** The mapping members of a readback stand-in of `size` bytes over `real` (Note [Pooled readback buffers]). */
+export function readbackMembers(real: GPUBuffer, size: number): PropertyDescriptorMap {
+  return {
+    mapState: { get: () => real.mapState, enumerable: true },
+    mapAsync: { value: (mode: number, offset = 0, bytes?: number) => real.mapAsync(mode, offset, bytes ?? size - offset) },
+    getMappedRange: { value: (offset = 0, bytes?: number) => real.getMappedRange(offset, bytes ?? size - offset) },
+    unmap: { value: () => real.unmap() },
+  };
+}

@@ -2,7 +2,10 @@ import type { DataPtr } from '@stowage/core';
 import type { WebGpuBuffers } from '../WebGpuBuffers.js';
 import { BufferUsage } from '../WebGpuUsage.js';
 import { HostMapping } from './HostMapping.js';
-import { ReadbackPool } from './ReadbackPool.js';
+import { passThrough } from './passThrough.js';
+import { mappedMembers, placementOf, UNMAPPABLE } from './placement.js';
+import { ReadbackPool, readbackMembers } from './ReadbackPool.js';
+import { sharedBytes } from './sharedBytes.js';
 import { writableStorageCode, writableStorageLayout } from './storageAccess.js';
 
 /**
@@ -180,12 +183,7 @@ export class SubAllocatingDevice {
       given = true;
       this.#collectedReadbacks.unregister(real);
       this.readbackPool.give(real);
-    }, {
-      mapState: { get: () => real.mapState, enumerable: true },
-      mapAsync: { value: (mode: number, offset = 0, size?: number) => real.mapAsync(mode, offset, size ?? descriptor.size - offset) },
-      getMappedRange: { value: (offset = 0, size?: number) => real.getMappedRange(offset, size ?? descriptor.size - offset) },
-      unmap: { value: () => real.unmap() },
-    });
+    }, readbackMembers(real, descriptor.size));
     this.#readbacks.set(stand, real);
     this.#collectedReadbacks.register(stand, real, real);
     this.counts.readbacks++;
@@ -466,54 +464,8 @@ export class SubAllocatingDevice {
   }
 }
 
-/** The usage a segment has (KIND_FLAGS of the storage kind): a buffer asking for more is the real device's, but for INDIRECT. */
-const SEGMENT_USAGE = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
 /** GPUBufferUsage.INDIRECT: served from a segment, its arguments copied out (Note [Indirect arguments]). */
 const INDIRECT = 0x0100;
-const COPIES = BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
-
-/**
- * Note [Uniform ranges]: a program's uniform buffers (onnxruntime-web makes one per uniform size it meets, 72 for a
- * PaddleOCR classifier) are ranges of the allocator's uniform segments (usage UNIFORM | STORAGE | COPY_SRC |
- * COPY_DST), whose blocks start at the backend's alignment, a multiple of minUniformBufferOffsetAlignment (256).
- * WebGPU refuses a buffer bound as a uniform and as writable storage in one dispatch, and every storage binding of
- * this device is writable (Note [Storage bindings are all writable]): so nothing of a uniform segment is ever bound
- * as storage — alias copies are ranges of storage segments (Note [Aliased bindings]) — and a storage segment is
- * never bound as a uniform (its usage has no UNIFORM). Uploads (MAP_WRITE | COPY_SRC, mapped at creation: Note
- * [Mapped at creation]) are ranges of uniform segments as well: their one use is a copy into a storage range,
- * which then goes between two buffers and needs no scratch range (Note [Copies within a segment]).
- *
- * Where a buffer the program asks for goes: a range of a storage or a uniform segment, a pooled readback buffer,
- * or (undefined) the real device.
- */
-function placementOf(descriptor: GPUBufferDescriptor): 'storage' | 'uniform' | 'upload' | 'readback' | undefined {
-  const usage = descriptor.usage;
-  const mapped = descriptor.mappedAtCreation === true;
-  if (!(descriptor.size > 0)) return undefined;
-  if ((usage & BufferUsage.STORAGE) !== 0 && (usage & ~(SEGMENT_USAGE | INDIRECT)) === 0) return 'storage';
-  if ((usage & BufferUsage.UNIFORM) !== 0 && (usage & ~(BufferUsage.UNIFORM | COPIES)) === 0) return 'uniform';
-  if (mapped && (usage & BufferUsage.MAP_WRITE) !== 0 && (usage & ~(BufferUsage.MAP_WRITE | BufferUsage.COPY_SRC)) === 0) return 'upload';
-  if (!mapped && (usage & BufferUsage.MAP_READ) !== 0 && (usage & ~(BufferUsage.MAP_READ | BufferUsage.COPY_DST)) === 0) return 'readback';
-  return undefined;
-}
-
-/** The mapping members of a stand-in of a range that is never mapped. */
-const UNMAPPABLE: PropertyDescriptorMap = {
-  mapState: { value: 'unmapped', enumerable: true },
-  mapAsync: { value: () => Promise.reject(new Error('mapAsync on a buffer without MAP_READ or MAP_WRITE usage (a Stowage range): map a staging buffer of your own.')) },
-  getMappedRange: { value: () => { throw new Error('getMappedRange on a buffer that is not mapped (a Stowage range).'); } },
-  unmap: { value: () => undefined },
-};
-
-/** The mapping members of a stand-in made mappedAtCreation (Note [Mapped at creation]). */
-function mappedMembers(mapping: HostMapping): PropertyDescriptorMap {
-  return {
-    mapState: { get: () => mapping.mapState, enumerable: true },
-    mapAsync: { value: () => Promise.reject(new Error('mapAsync on a Stowage range: a range is mapped only at its creation (mappedAtCreation); map a staging buffer of your own.')) },
-    getMappedRange: { value: (offset?: number, size?: number) => mapping.getMappedRange(offset, size) },
-    unmap: { value: () => mapping.unmap() },
-  };
-}
 /** Bytes of a dispatchWorkgroupsIndirect's arguments (three u32). */
 const INDIRECT_BYTES = 12;
 
@@ -557,44 +509,4 @@ interface Temporaries {
 
 function roundUp4(bytes: number): number {
   return Math.max(4, Math.ceil(bytes / 4) * 4);
-}
-
-/**
- * A proxy of a WebGPU object: `overrides` answer their keys, every other member is the object's own (methods bound
- * to it, accessors read and set on it: native methods refuse a proxy as `this`). `instanceof` sees the object's
- * prototype.
- */
-function passThrough<T extends object>(target: T, overrides: Record<string, unknown>): T {
-  const bound = new Map<PropertyKey, { from: unknown; fn: unknown }>();
-  return new Proxy(target, {
-    get(object, key) {
-      if (Object.hasOwn(overrides, key)) return overrides[key as string];
-      const value: unknown = Reflect.get(object, key, object);
-      if (typeof value !== 'function') return value;
-      let cached = bound.get(key);
-      if (cached?.from !== value) bound.set(key, (cached = { from: value, fn: (value as (...a: unknown[]) => unknown).bind(object) }));
-      return cached.fn;
-    },
-    set(object, key, value) {
-      return Reflect.set(object, key, value, object);
-    },
-  });
-}
-
-/**
- * Note [Shared memory uploads] (measure 4 of issue 36): dawn.node refuses `writeBuffer` from a view of a
- * SharedArrayBuffer, which threaded WebAssembly builds (onnxruntime-web's) pass; such data is copied first.
- * Returns the bytes to write, copied, or undefined when `data` is not shared memory.
- */
-function sharedBytes(data: GPUAllowSharedBufferSource, dataOffset = 0, size?: number): Uint8Array | undefined {
-  if (typeof SharedArrayBuffer === 'undefined') return undefined;
-  const view = ArrayBuffer.isView(data) ? data : undefined;
-  const backing = view ? view.buffer : data;
-  if (!(backing instanceof SharedArrayBuffer)) return undefined;
-  const elementBytes = view ? ((view as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1) : 1;
-  const base = view ? view.byteOffset : 0;
-  const length = (view ? view.byteLength : (data as SharedArrayBuffer).byteLength) / elementBytes;
-  const start = base + dataOffset * elementBytes;
-  const bytes = (size ?? length - dataOffset) * elementBytes;
-  return new Uint8Array(backing, start, bytes).slice();
 }
