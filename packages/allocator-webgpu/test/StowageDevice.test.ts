@@ -98,7 +98,7 @@ describe('stowageDevice', function () {
       expect(allocator.backend.createdBuffers - segments, 'the storage segment only').to.equal(1);
     });
 
-    it('copies an upload into a range already in use from a range of a uniform segment, in command order', async () => {
+    it('copies an upload into a range already in use from a range of another segment, in command order', async () => {
       const target = storageBuffer(device, [1, 2, 3, 4]);
       const saved = device.createBuffer({ size: 16, usage: STORAGE | COPY_SRC | COPY_DST });
       const upload = device.createBuffer({ size: 16, usage: MAP_WRITE | COPY_SRC, mappedAtCreation: true });

@@ -137,8 +137,10 @@ export class SubAllocatingDevice {
    * a buffer. A copy into a range nothing has used yet (no command, bind group or write named it: onnxruntime-web's
    * weights, each uploaded into a buffer just made) is a `queue.writeBuffer` of those bytes at once: the range is
    * new, so no earlier command can see the difference, and the upload takes no device memory (as ranges, the
-   * weights' uploads of a session held twice its weights until the first submit). Any other use makes it a range
-   * of a uniform segment (Note [Uniform ranges]), written once and copied from, freed at its destroy. Precondition
+   * weights' uploads of a session held twice its weights until the first submit). Any other use makes it a range,
+   * written once and copied from, freed at its destroy: for a copy into a buffer, a range of a storage segment
+   * (where segments' free tails hold it) unless that lands in the destination's own segment, else a range of a
+   * uniform segment (Note [Uniform ranges]: another buffer than any storage segment, so the copy needs no scratch). Precondition
    * of the write at once: a command buffer recorded after the copy and submitted before it does not read the
    * destination expecting zeros.
    */
@@ -164,10 +166,16 @@ export class SubAllocatingDevice {
   }
 
   /** Makes an upload a range of a uniform segment holding its bytes (Note [Uploads written where they go]). */
-  #uploadRange(stand: GPUBuffer, bytes: Uint8Array): void {
-    const ptr = this.buffers.allocate(bytes.byteLength, { usage: 'uniform' });
+  #uploadRange(stand: GPUBuffer, bytes: Uint8Array, notIn?: GPUBuffer): void {
+    let ptr = notIn === undefined ? undefined : this.buffers.allocate(bytes.byteLength);
+    if (ptr !== undefined && this.buffers.bindingOf(ptr).buffer === notIn) {
+      this.buffers.free(ptr);
+      ptr = undefined;
+    }
+    ptr ??= this.buffers.allocate(bytes.byteLength, { usage: 'uniform' });
     const { buffer: segment, offset } = this.buffers.bindingOf(ptr);
-    const range: Range = { ptr, segment, offset, size: stand.size, clearBytes: bytes.byteLength, uniform: true, used: true, destroyed: false };
+    const uniform = (segment.usage & BufferUsage.UNIFORM) !== 0;
+    const range: Range = { ptr, segment, offset, size: stand.size, clearBytes: bytes.byteLength, uniform, used: true, destroyed: false };
     this.#queue.writeBuffer(segment, offset, bytes);
     this.#ranges.set(stand, range);
     this.#collected.register(stand, ptr, range);
@@ -354,6 +362,7 @@ export class SubAllocatingDevice {
           this.#writeBuffer(destination, destinationOffset, upload, sourceOffset, bytes);
           return;
         }
+        if (upload) this.#uploadRange(source, upload, this.bindingOf(destination).buffer);
         const s = at(source, sourceOffset);
         const d = at(destination, destinationOffset);
         // Note [Copies within a segment] (measure 3 of issue 36): WebGPU refuses a copy whose source and destination

@@ -18,8 +18,8 @@ const COPIES = BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
  * this device is writable (Note [Storage bindings are all writable]): so nothing of a uniform segment is ever bound
  * as storage — alias copies are ranges of storage segments (Note [Aliased bindings]) — and a storage segment is
  * never bound as a uniform (its usage has no UNIFORM). An upload that becomes a range (Note [Uploads written where
- * they go] in SubAllocatingDevice.ts) is a range of a uniform segment as well: its one use is a copy into a
- * storage range, which then goes between two buffers and needs no scratch range (Note [Copies within a segment]).
+ * they go] in SubAllocatingDevice.ts) is never bound either: it lies in a storage segment other than its copy's
+ * destination's, or in a uniform segment, so that its copy goes between two buffers and needs no scratch range.
  *
  * Where a buffer the program asks for goes: a range of a storage or a uniform segment, a pooled readback buffer,
  * or (undefined) the real device.
