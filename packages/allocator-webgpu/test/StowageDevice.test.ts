@@ -5,6 +5,8 @@ import { stowageDevice, stowageDeviceCounts, webgpu, WebGpuBuffers } from '@stow
 import { allocatorOn, COPY_DST, COPY_SRC, deviceOrSkip, MAP_READ, readBuffer, STORAGE } from './testDevice.js';
 
 const INDIRECT = 0x0100;
+const MAP_WRITE = 0x0002;
+const UNIFORM = 0x0040;
 
 /** Reads `size` bytes of `buffer` (a stand-in or not) through a staging buffer, all through `device`. */
 function read(device: GPUDevice, buffer: GPUBuffer, size = buffer.size, offset = 0): Promise<Uint8Array> {
@@ -59,12 +61,65 @@ describe('stowageDevice', function () {
       staging.destroy();
     });
 
-    it('passes mappable and mapped-at-creation buffers through to the real device', () => {
-      const mapped = device.createBuffer({ size: 16, usage: STORAGE, mappedAtCreation: true });
-      new Float32Array(mapped.getMappedRange()).set([1, 2, 3, 4]);
-      mapped.unmap();
+    it('passes buffers that are neither storage, uniform, upload nor readback through to the real device', () => {
+      const other = device.createBuffer({ size: 16, usage: MAP_WRITE | COPY_SRC });
+      expect(stowageDeviceCounts(device)).to.include({ createBuffer: 1, subAllocated: 0, readbacks: 0 });
+      expect(device.createBuffer({ size: 16, usage: UNIFORM | STORAGE }).size).to.equal(16);
       expect(stowageDeviceCounts(device)!.subAllocated).to.equal(0);
-      mapped.destroy();
+      other.destroy();
+    });
+
+    // Note [Mapped at creation]: a mapped storage buffer and an upload are ranges written at their unmap.
+    it('serves a storage buffer made mapped at creation from a range, with what was written before the unmap', async () => {
+      const mapped = device.createBuffer({ size: 16, usage: STORAGE | COPY_SRC, mappedAtCreation: true });
+      expect(mapped.mapState).to.equal('mapped');
+      new Float32Array(mapped.getMappedRange(8, 8)).set([3, 4]);
+      new Float32Array(mapped.getMappedRange(0, 4)).set([1]);
+      mapped.unmap();
+      expect(mapped.mapState).to.equal('unmapped');
+      expect(stowageDeviceCounts(device)).to.include({ subAllocated: 1, mappedAtCreation: 1 });
+      expect(await readFloats(device, mapped)).to.deep.equal([1, 0, 3, 4]);
+      expect(() => mapped.getMappedRange()).to.throw(/not mapped/);
+    });
+
+    // Note [Uploads written where they go].
+    it('writes an upload copied into a new range at once, holding no device memory for it', async () => {
+      const segments = allocator.backend.createdBuffers;
+      const upload = device.createBuffer({ size: 16, usage: MAP_WRITE | COPY_SRC, mappedAtCreation: true });
+      new Float32Array(upload.getMappedRange()).set([5, 6, 7, 8]);
+      upload.unmap();
+      const target = device.createBuffer({ size: 16, usage: STORAGE | COPY_SRC | COPY_DST });
+      const encoder = device.createCommandEncoder();
+      encoder.copyBufferToBuffer(upload, 4, target, 0, 12);
+      upload.destroy();
+      device.queue.submit([encoder.finish()]);
+      expect(await readFloats(device, target)).to.deep.equal([6, 7, 8, 0]);
+      expect(stowageDeviceCounts(device)).to.include({ mappedAtCreation: 1, subAllocated: 1, scratch: 0 });
+      expect(allocator.backend.createdBuffers - segments, 'the storage segment only').to.equal(1);
+    });
+
+    it('copies an upload into a range already in use from a range of another segment, in command order', async () => {
+      const target = storageBuffer(device, [1, 2, 3, 4]);
+      const saved = device.createBuffer({ size: 16, usage: STORAGE | COPY_SRC | COPY_DST });
+      const upload = device.createBuffer({ size: 16, usage: MAP_WRITE | COPY_SRC, mappedAtCreation: true });
+      new Float32Array(upload.getMappedRange()).set([5, 6, 7, 8]);
+      upload.unmap();
+      const encoder = device.createCommandEncoder();
+      encoder.copyBufferToBuffer(target, 0, saved, 0, 16); // must see the old bytes
+      encoder.copyBufferToBuffer(upload, 0, target, 0, 16);
+      device.queue.submit([encoder.finish()]);
+      upload.destroy();
+      expect(await readFloats(device, saved)).to.deep.equal([1, 2, 3, 4]);
+      expect(await readFloats(device, target)).to.deep.equal([5, 6, 7, 8]);
+      expect(stowageDeviceCounts(device)!.subAllocated, 'the upload became a range').to.equal(3);
+    });
+
+    // Note [Pooled readback buffers].
+    it('backs readback buffers with pooled real buffers, reused by the next read', async () => {
+      const source = storageBuffer(device, [1, 2, 3, 4]);
+      expect(await readFloats(device, source)).to.deep.equal([1, 2, 3, 4]);
+      expect(await read(device, source, 8, 8)).to.deep.equal(new Uint8Array(new Float32Array([3, 4]).buffer));
+      expect(stowageDeviceCounts(device), "the second read reused the first one's buffer").to.include({ readbacks: 2, readbackBuffers: 1 });
     });
 
     it('gives a new buffer zeros where a destroyed one wrote', async () => {
@@ -170,6 +225,39 @@ describe('stowageDevice', function () {
       expect(error).to.equal(undefined);
       expect(await readFloats(device, y)).to.deep.equal([4, 9, 16, 25]);
       expect(stowageDeviceCounts(device)!.aliasCopies).to.equal(1);
+    });
+
+    // Note [Uniform ranges]: a uniform range is bound as a uniform beside writable storage, and an alias copy
+    // (writable) must not lie in its segment.
+    it('binds a uniform range beside one range bound twice', async () => {
+      const x = storageBuffer(device, [1, 2, 3, 4]);
+      const y = device.createBuffer({ size: 16, usage: STORAGE | COPY_SRC });
+      const scale = device.createBuffer({ size: 16, usage: UNIFORM | COPY_DST });
+      device.queue.writeBuffer(scale, 0, new Float32Array([10, 0, 0, 0]));
+      const module = device.createShaderModule({
+        code: `@group(0) @binding(0) var<storage, read> a: array<f32>;
+               @group(0) @binding(1) var<storage, read> b: array<f32>;
+               @group(0) @binding(2) var<storage, read_write> out: array<f32>;
+               @group(0) @binding(3) var<uniform> k: vec4f;
+               @compute @workgroup_size(4) fn main(@builtin(global_invocation_id) id: vec3u) { out[id.x] = a[id.x] * b[id.x] * k.x; }`,
+      });
+      const error = await validationError(device, () => {
+        const pipeline = device.createComputePipeline({ layout: 'auto', compute: { module, entryPoint: 'main' } });
+        const group = device.createBindGroup({
+          layout: pipeline.getBindGroupLayout(0),
+          entries: [{ binding: 0, resource: { buffer: x } }, { binding: 1, resource: { buffer: x } }, { binding: 2, resource: { buffer: y } }, { binding: 3, resource: { buffer: scale } }],
+        });
+        const encoder = device.createCommandEncoder();
+        const pass = encoder.beginComputePass();
+        pass.setPipeline(pipeline);
+        pass.setBindGroup(0, group);
+        pass.dispatchWorkgroups(1);
+        pass.end();
+        device.queue.submit([encoder.finish()]);
+      });
+      expect(error).to.equal(undefined);
+      expect(await readFloats(device, y)).to.deep.equal([10, 40, 90, 160]);
+      expect(stowageDeviceCounts(device)).to.include({ uniforms: 1, aliasCopies: 1 });
     });
 
     it('binds a range at the offset and size of the entry', async () => {

@@ -16,6 +16,10 @@ export interface Range {
   readonly size: number;
   /** The bytes a clear, a host copy or a page-in covers: `size` rounded up to 4. */
   readonly clearBytes: number;
+  /** A range of a uniform segment: a uniform buffer or an upload (Note [Uniform ranges]); it pages back into one. */
+  readonly uniform: boolean;
+  /** Named by a command, bind group or write since it was made (Note [Uploads written where they go]). */
+  used: boolean;
   destroyed: boolean;
   /** Moves so far: a bind group made before a move binds the old place (Note [Bind groups after a move]). */
   generation: number;
@@ -27,6 +31,11 @@ export interface Range {
   host: Uint8Array | undefined;
   /** The version a host copy in flight copies; -1 when none is. */
   copying: number;
+}
+
+/** A new range resident at `ptr` (`segment`, `offset`), with no host copy yet. */
+export function residentRange(ptr: DataPtr<GPUBuffer>, segment: GPUBuffer, offset: number, size: number, clearBytes: number, uniform: boolean, used: boolean): Range {
+  return { ptr, segment, offset, size, clearBytes, uniform, used, destroyed: false, generation: 0, version: 0, lastUse: 0, host: undefined, copying: -1 };
 }
 
 /** The ranges one open command encoder (or one bind group being made) names: never paged out until its submit. */
@@ -251,7 +260,7 @@ export class RangePager {
 
   /** Gives a paged-out `range` a new place holding its bytes (none when `wholeWrite`); it stays clean. */
   #pageIn(range: Range, wholeWrite: boolean): void {
-    const ptr = this.allocate(range.clearBytes);
+    const ptr = this.allocate(range.clearBytes, range.uniform ? { usage: 'uniform' } : undefined); // a uniform range stays in uniform segments (Note [Uniform ranges])
     const { buffer, offset } = this.buffers.bindingOf(ptr);
     range.ptr = ptr;
     range.segment = buffer;

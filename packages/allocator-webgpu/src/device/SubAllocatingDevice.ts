@@ -3,17 +3,26 @@ import { DisposedError } from '@stowage/core';
 import type { WebGpuBuffers } from '../WebGpuBuffers.js';
 import { BufferUsage } from '../WebGpuUsage.js';
 import type { Range, UseSet } from './RangePager.js';
-import { RangePager } from './RangePager.js';
+import { RangePager, residentRange } from './RangePager.js';
+import { HostMapping } from './HostMapping.js';
+import { passThrough } from './passThrough.js';
+import { mappedMembers, placementOf, UNMAPPABLE } from './placement.js';
+import { ReadbackPool, readbackMembers } from './ReadbackPool.js';
+import { sharedBytes } from './sharedBytes.js';
 import { writableStorageCode, writableStorageLayout } from './storageAccess.js';
 
 /**
  * A GPUDevice that sub-allocates (issue 36): a JavaScript proxy of a real GPUDevice whose storage buffers are
  * ranges of Stowage segments, so that a WebGPU program (onnxruntime-web's WebGPU EP, a hand-written one) runs on
  * Stowage's memory unchanged.
- * - `createBuffer` of a buffer whose usage is STORAGE plus at most COPY_SRC | COPY_DST (no mapping, not mapped at
- *   creation) returns a StowageBuffer: a stand-in GPUBuffer (`instanceof GPUBuffer`, `size` and `usage` as asked)
- *   over a range the device's WebGpuBuffers service allocates under the device's budget. Every other buffer is the
- *   real device's.
+ * - `createBuffer` returns a StowageBuffer, a stand-in GPUBuffer (`instanceof GPUBuffer`, `size` and `usage` as
+ *   asked) over a range the device's WebGpuBuffers service allocates under the device's budget, for a buffer whose
+ *   usage is STORAGE plus at most COPY_SRC | COPY_DST | INDIRECT (a range of a storage segment), UNIFORM plus at most
+ *   COPY_SRC | COPY_DST (a range of a uniform segment: Note [Uniform ranges]), or MAP_WRITE | COPY_SRC made
+ *   mappedAtCreation (an upload: host bytes, written where they are copied: Note [Uploads written where they go]);
+ *   any of them may be made
+ *   mappedAtCreation (Note [Mapped at creation]). A MAP_READ | COPY_DST buffer is a stand-in over a real buffer of
+ *   a pool (Note [Pooled readback buffers]). Every other buffer is the real device's.
  * - A new range reads zeros, as a new GPUBuffer does: its clear is encoded before the next submit or writeBuffer.
  * - Every method that takes a buffer translates a StowageBuffer to its segment and offset: bind group entries,
  *   `queue.writeBuffer`, the encoder's copies, `clearBuffer`, `resolveQuerySet`, `dispatchWorkgroupsIndirect`.
@@ -39,13 +48,21 @@ export class SubAllocatingDevice {
   /** The proxy handed to the program. */
   readonly device: GPUDevice;
   /** createBuffer calls the program made, and how many became ranges (the rest went to the real device). */
-  readonly counts = { createBuffer: 0, subAllocated: 0, scratch: 0, aliasCopies: 0, indirectCopies: 0 };
+  readonly counts = { createBuffer: 0, subAllocated: 0, uniforms: 0, mappedAtCreation: 0, readbacks: 0, readbackBuffers: 0, scratch: 0, aliasCopies: 0, indirectCopies: 0 };
   /** Moves ranges to the host and back under the budget (Note [Paging between runs]); inert unless `paging`. */
   readonly pager: RangePager;
+  /** The real buffers behind MAP_READ stand-ins (Note [Pooled readback buffers]). */
+  readonly readbackPool: ReadbackPool;
 
   readonly #real: GPUDevice;
   readonly #queue: GPUQueue;
   readonly #ranges = new WeakMap<object, Range>();
+  /** Upload stand-ins (Note [Uploads written where they go]). */
+  readonly #uploads = new WeakMap<object, Upload>();
+  /** MAP_READ stand-ins and their pooled real buffers (Note [Pooled readback buffers]). */
+  readonly #readbacks = new WeakMap<object, GPUBuffer>();
+  /** Gives the pooled buffer of a MAP_READ stand-in collected without `destroy()` back. */
+  readonly #collectedReadbacks: FinalizationRegistry<GPUBuffer>;
   /** New ranges whose clear is not yet encoded (Note [New ranges read zeros]). */
   readonly #pendingClears = new Set<Range>();
   /** Scratch pointers and kept objects of finished command buffers, freed after their submit. */
@@ -75,6 +92,8 @@ export class SubAllocatingDevice {
       const clears = this.#clearsCommandBuffer();
       if (clears) this.#queue.submit([clears]);
     });
+    this.readbackPool = new ReadbackPool(this.#real);
+    this.#collectedReadbacks = new FinalizationRegistry((real) => this.readbackPool.give(real));
     this.#collected = new FinalizationRegistry((range) => {
       const ptr = this.pager.forget(range);
       if (ptr !== undefined) this.#freeCollected(ptr);
@@ -109,65 +128,133 @@ export class SubAllocatingDevice {
     return typeof buffer === 'object' && buffer !== null && this.#ranges.has(buffer);
   }
 
-  /** The segment and offset a StowageBuffer's range starts at, or the buffer itself at offset 0. */
+  /** The segment and offset a StowageBuffer's range starts at (made resident first), a readback stand-in's real buffer, or the buffer itself at offset 0. */
   bindingOf(buffer: GPUBuffer): { buffer: GPUBuffer; offset: number } {
     return this.#place(buffer, undefined, false);
   }
 
   /**
    * Where `buffer` lies now: a range made resident first and its use noted by `set` (Note [Paging between runs]),
-   * `writes` when the use may change its bytes, `wholeWrite` when it overwrites all of them.
+   * `writes` when the use may change its bytes, `wholeWrite` when it overwrites all of them; `use` when a command,
+   * bind group or write names it (Note [Uploads written where they go]).
    */
-  #place(buffer: GPUBuffer, set: UseSet | undefined, writes: boolean, wholeWrite = false): { buffer: GPUBuffer; offset: number } {
+  #place(buffer: GPUBuffer, set: UseSet | undefined, writes: boolean, wholeWrite = false, use = false): { buffer: GPUBuffer; offset: number } {
     const range = this.#ranges.get(buffer);
-    if (!range) return { buffer, offset: 0 };
+    if (!range) return { buffer: this.#readbacks.get(buffer) ?? buffer, offset: 0 };
+    if (use) range.used = true;
     this.pager.use(range, set, writes, wholeWrite);
     return { buffer: range.segment, offset: range.offset };
   }
 
   #createBuffer(descriptor: GPUBufferDescriptor): GPUBuffer {
     this.counts.createBuffer++;
-    const usage = descriptor.usage;
-    const subAllocatable =
-      (usage & BufferUsage.STORAGE) !== 0 && (usage & ~(SEGMENT_USAGE | INDIRECT)) === 0 && descriptor.mappedAtCreation !== true && descriptor.size > 0;
-    if (!subAllocatable) return this.#real.createBuffer(descriptor);
-    const ptr = this.pager.allocate(roundUp4(descriptor.size));
+    const placement = placementOf(descriptor);
+    if (placement === 'readback') return this.#readbackBuffer(descriptor);
+    if (placement === 'upload') return this.#uploadBuffer(descriptor);
+    if (placement === undefined) return this.#real.createBuffer(descriptor);
+    const mapped = descriptor.mappedAtCreation === true;
+    const uniform = placement === 'uniform';
+    const ptr = this.pager.allocate(roundUp4(descriptor.size), uniform ? { usage: 'uniform' } : undefined);
     const { buffer: segment, offset } = this.buffers.bindingOf(ptr);
-    const range: Range = {
-      ptr,
-      segment,
-      offset,
-      size: descriptor.size,
-      clearBytes: roundUp4(descriptor.size),
-      destroyed: false,
-      generation: 0,
-      version: 0,
-      lastUse: 0,
-      host: undefined,
-      copying: -1,
-    };
-    const stand = this.#standIn(segment, range, descriptor);
-    this.#ranges.set(stand, range);
-    this.#pendingClears.add(range);
-    this.pager.track(range);
-    this.#collected.register(stand, range, range);
+    const range = residentRange(ptr, segment, offset, descriptor.size, roundUp4(descriptor.size), uniform, mapped);
+    // The mapping's bytes go where the range lies at its unmap (paging may have moved it since).
+    const mapping = mapped ? new HostMapping(descriptor.size, (bytes) => this.#writeBuffer(stand, 0, bytes)) : undefined;
+    const stand = this.#standIn(segment, descriptor, () => this.#destroy(range), mapping && mappedMembers(mapping));
+    this.#track(stand, range);
+    if (!mapped) this.#pendingClears.add(range); // a mapping writes every byte at its unmap
     this.counts.subAllocated++;
+    if (range.uniform && !mapped) this.counts.uniforms++;
+    if (mapped) this.counts.mappedAtCreation++;
     return stand;
   }
 
-  /** A GPUBuffer look-alike over `range`: GPUBuffer's prototype, own members answering for the range. */
-  #standIn(segment: GPUBuffer, range: Range, descriptor: GPUBufferDescriptor): GPUBuffer {
-    this.#bufferPrototype ??= Object.getPrototypeOf(segment) as object;
-    const destroy = () => this.#destroy(range);
+  /**
+   * Note [Uploads written where they go]: an upload (MAP_WRITE | COPY_SRC, mapped at creation: onnxruntime-web's
+   * staging buffer per upload) is only host bytes at first (Note [Mapped at creation]). Its one use is a copy into
+   * a buffer. A copy into a range nothing has used yet (no command, bind group or write named it: onnxruntime-web's
+   * weights, each uploaded into a buffer just made) is a `queue.writeBuffer` of those bytes at once: the range is
+   * new, so no earlier command can see the difference, and the upload takes no device memory (as ranges, the
+   * weights' uploads of a session held twice its weights until the first submit). Any other use makes it a range,
+   * written once and copied from, freed at its destroy: for a copy into a buffer, a range of a storage segment
+   * (where segments' free tails hold it) unless that lands in the destination's own segment, else a range of a
+   * uniform segment (Note [Uniform ranges]: another buffer than any storage segment, so the copy needs no scratch). Precondition
+   * of the write at once: a command buffer recorded after the copy and submitted before it does not read the
+   * destination expecting zeros.
+   */
+  #uploadBuffer(descriptor: GPUBufferDescriptor): GPUBuffer {
+    const upload: Upload = { bytes: undefined };
+    const mapping = new HostMapping(descriptor.size, (bytes) => {
+      upload.bytes = bytes;
+    });
+    this.#bufferPrototype ??= Object.getPrototypeOf(this.#indirectArguments()) as object;
+    const stand = this.#standIn(this.#indirectArguments(), descriptor, () => {
+      upload.bytes = undefined;
+      const range = this.#ranges.get(stand);
+      if (range) this.#destroy(range);
+    }, mappedMembers(mapping));
+    this.#uploads.set(stand, upload);
+    this.counts.mappedAtCreation++;
+    return stand;
+  }
+
+  /** The host bytes of an upload not yet a range (Note [Uploads written where they go]), else undefined. */
+  #uploadBytes(buffer: GPUBuffer): Uint8Array | undefined {
+    return this.#ranges.has(buffer) ? undefined : this.#uploads.get(buffer)?.bytes;
+  }
+
+  /** Makes an upload a range of a uniform segment holding its bytes (Note [Uploads written where they go]). */
+  #uploadRange(stand: GPUBuffer, bytes: Uint8Array, notIn?: GPUBuffer): void {
+    let ptr = notIn === undefined ? undefined : this.pager.allocate(bytes.byteLength);
+    if (ptr !== undefined && this.buffers.bindingOf(ptr).buffer === notIn) {
+      this.buffers.free(ptr);
+      ptr = undefined;
+    }
+    ptr ??= this.pager.allocate(bytes.byteLength, { usage: 'uniform' });
+    const { buffer: segment, offset } = this.buffers.bindingOf(ptr);
+    const uniform = (segment.usage & BufferUsage.UNIFORM) !== 0;
+    const range = residentRange(ptr, segment, offset, stand.size, bytes.byteLength, uniform, true);
+    this.#queue.writeBuffer(segment, offset, bytes);
+    this.#track(stand, range);
+    this.counts.subAllocated++;
+  }
+
+  /** Makes `stand` the program's handle of `range`: found by its stand-in, paged (when paging), freed when collected. */
+  #track(stand: GPUBuffer, range: Range): void {
+    this.#ranges.set(stand, range);
+    this.pager.track(range);
+    this.#collected.register(stand, range, range);
+  }
+
+
+  /** A MAP_READ stand-in over a pooled real buffer (Note [Pooled readback buffers]). */
+  #readbackBuffer(descriptor: GPUBufferDescriptor): GPUBuffer {
+    const real = this.readbackPool.take(descriptor.size, descriptor.label);
+    let given = false;
+    const stand = this.#standIn(real, descriptor, () => {
+      if (given) return;
+      given = true;
+      this.#collectedReadbacks.unregister(real);
+      this.readbackPool.give(real);
+    }, readbackMembers(real, descriptor.size));
+    this.#readbacks.set(stand, real);
+    this.#collectedReadbacks.register(stand, real, real);
+    this.counts.readbacks++;
+    this.counts.readbackBuffers = this.readbackPool.created;
+    return stand;
+  }
+
+  /**
+   * A GPUBuffer look-alike: GPUBuffer's prototype, own members answering for the buffer the program asked for;
+   * `mapping` replaces the members of an unmappable one.
+   */
+  #standIn(like: GPUBuffer, descriptor: GPUBufferDescriptor, destroy: () => void, mapping?: PropertyDescriptorMap): GPUBuffer {
+    this.#bufferPrototype ??= Object.getPrototypeOf(like) as object;
     const stand = Object.create(this.#bufferPrototype, {
       size: { value: descriptor.size, enumerable: true },
       usage: { value: descriptor.usage, enumerable: true },
       label: { value: descriptor.label ?? '', writable: true, enumerable: true },
-      mapState: { value: 'unmapped', enumerable: true },
       destroy: { value: destroy },
-      mapAsync: { value: () => Promise.reject(new Error('mapAsync on a buffer without MAP_READ or MAP_WRITE usage (a Stowage range): map a staging buffer of your own.')) },
-      getMappedRange: { value: () => { throw new Error('getMappedRange on a buffer that is not mapped (a Stowage range).'); } },
-      unmap: { value: () => undefined },
+      ...(mapping ?? UNMAPPABLE),
     }) as GPUBuffer;
     return stand;
   }
@@ -182,17 +269,19 @@ export class SubAllocatingDevice {
   }
 
   /**
-   * Note [Scratch ranges]: a scratch range must lie in another buffer than the ranges it copies between, so it comes
-   * from the allocator's uniform segments (usage UNIFORM | STORAGE | COPY_SRC | COPY_DST, never shared with storage
-   * segments), under the same budget.
+   * Note [Scratch ranges]: a copy between two ranges of one segment goes through a scratch range, which must lie in
+   * another buffer: a range of the other kind of segment (storage and uniform segments are never shared), under the
+   * same budget. Only copies use it, never a binding: a uniform segment bound as writable storage and as a uniform
+   * in one dispatch would be refused (Note [Uniform ranges]).
    */
-  #allocateScratch(bytes: number): DataPtr<GPUBuffer> {
-    return this.pager.allocate(roundUp4(bytes), { usage: 'uniform' });
+  #allocateScratch(bytes: number, notIn: GPUBuffer): DataPtr<GPUBuffer> {
+    const inUniform = (notIn.usage & BufferUsage.UNIFORM) !== 0;
+    return this.pager.allocate(roundUp4(bytes), inUniform ? undefined : { usage: 'uniform' });
   }
 
-  /** A scratch range of `bytes` (Note [Scratch ranges]); freed after the submit of the command buffer that used it. */
-  #scratch(bytes: number, temporaries: Temporaries): { buffer: GPUBuffer; offset: number } {
-    const ptr = this.#allocateScratch(bytes);
+  /** A scratch range of `bytes` outside `notIn` (Note [Scratch ranges]); freed after the submit of the command buffer that used it. */
+  #scratch(bytes: number, notIn: GPUBuffer, temporaries: Temporaries): { buffer: GPUBuffer; offset: number } {
+    const ptr = this.#allocateScratch(bytes, notIn);
     temporaries.pointers.push(ptr);
     this.counts.scratch++;
     const { buffer, offset } = this.buffers.bindingOf(ptr);
@@ -249,7 +338,7 @@ export class SubAllocatingDevice {
     const shared = sharedBytes(data, dataOffset, size);
     const range = this.#ranges.get(buffer);
     const whole = range !== undefined && bufferOffset === 0 && writtenBytes(data, dataOffset, size) >= range.size;
-    const target = this.#place(buffer, undefined, true, whole);
+    const target = this.#place(buffer, undefined, true, whole, true);
     const offset = target.offset + bufferOffset;
     if (shared) this.#queue.writeBuffer(target.buffer, offset, shared);
     else if (dataOffset === undefined) this.#queue.writeBuffer(target.buffer, offset, data as GPUAllowSharedBufferSource);
@@ -262,8 +351,11 @@ export class SubAllocatingDevice {
    * all writable]), a range bound twice in one bind group (ONNX `Mul(x, x)`, `Concat(x, x)`) would be two writable
    * bindings of overlapping ranges, which WebGPU refuses. The second is bound to a scratch range instead, and
    * every dispatch with the bind group first copies the range into it (the pass is ended for the copy and begun
-   * again, its pipeline and bind groups restored: Note [Restarted passes]). Only within one bind group: the same
-   * range in two bind groups of one dispatch is not handled yet.
+   * again, its pipeline and bind groups restored: Note [Restarted passes]). The copy is a range of a storage
+   * segment (a binding of a uniform segment would make it writable beside its uniforms: Note [Uniform ranges]); when
+   * it lands in the source's own segment, the copy goes through a scratch range of a uniform segment (Note [Scratch
+   * ranges]). Uniform ranges are read-only and never alias. Only within one bind group: the same range in two bind
+   * groups of one dispatch is not handled yet.
    */
   #createBindGroup(descriptor: GPUBindGroupDescriptor): GPUBindGroup {
     const ranges: Range[] = [];
@@ -305,19 +397,22 @@ export class SubAllocatingDevice {
         const binding = this.#ranges.has(resource as object) ? { buffer: resource as GPUBuffer } : (resource as GPUBufferBinding);
         const range = typeof binding === 'object' && binding !== null && 'buffer' in binding ? this.#ranges.get(binding.buffer) : undefined;
         if (!range) return;
+        range.used = true;
         this.pager.use(range, making, false);
         ranges.push(range);
         const offset = binding.offset ?? 0;
         const size = binding.size ?? range.size - offset;
         const start = range.offset + offset;
         let target = { buffer: range.segment, offset: start };
-        if (bound.some((b) => b.buffer === range.segment && b.start < start + size && start < b.end)) {
-          const ptr = this.#allocateScratch(size);
+        if (!range.uniform && bound.some((b) => b.buffer === range.segment && b.start < start + size && start < b.end)) {
+          const ptr = this.pager.allocate(roundUp4(size));
           const scratch = this.buffers.bindingOf(ptr);
-          copies.push({ ptr, source: range.segment, sourceOffset: start, target: scratch.buffer, targetOffset: scratch.offset, bytes: roundUp4(size) });
+          const bouncePtr = scratch.buffer === range.segment ? this.#allocateScratch(size, range.segment) : undefined;
+          const bounce = bouncePtr && { ptr: bouncePtr, ...this.buffers.bindingOf(bouncePtr) };
+          copies.push({ ptr, source: range.segment, sourceOffset: start, target: scratch.buffer, targetOffset: scratch.offset, bytes: roundUp4(size), bounce });
           target = { buffer: scratch.buffer, offset: scratch.offset };
           this.counts.aliasCopies++;
-        } else {
+        } else if (!range.uniform) {
           bound.push({ buffer: range.segment, start, end: start + size });
         }
         translated ??= entries.slice();
@@ -329,7 +424,7 @@ export class SubAllocatingDevice {
     const group = this.#real.createBindGroup(translated ? { ...descriptor, entries: translated } : descriptor);
     if (copies.length > 0) {
       this.#aliasCopies.set(group, copies);
-      this.#collectedGroups.register(group, copies.map((c) => c.ptr));
+      this.#collectedGroups.register(group, copies.flatMap((c) => (c.bounce ? [c.ptr, c.bounce.ptr] : [c.ptr])));
     }
     return group;
   }
@@ -338,7 +433,9 @@ export class SubAllocatingDevice {
     const temporaries: Temporaries = { pointers: [], kept: [] };
     const uses = this.pager.open();
     const at = (buffer: GPUBuffer, offset: number, writes: boolean) => {
-      const b = this.#place(buffer, uses, writes);
+      const upload = this.#uploadBytes(buffer);
+      if (upload) this.#uploadRange(buffer, upload);
+      const b = this.#place(buffer, uses, writes, false, true);
       return { buffer: b.buffer, offset: b.offset + offset };
     };
     return passThrough(real, {
@@ -347,12 +444,18 @@ export class SubAllocatingDevice {
         const [source, sourceOffset, destination, destinationOffset, size] =
           typeof args[1] === 'number' ? (args as [GPUBuffer, number, GPUBuffer, number, number?]) : [args[0] as GPUBuffer, 0, args[1] as GPUBuffer, 0, args[2] as number | undefined];
         const bytes = size ?? source.size - sourceOffset;
+        const upload = this.#uploadBytes(source);
+        if (upload && this.#ranges.get(destination)?.used === false) {
+          this.#writeBuffer(destination, destinationOffset, upload, sourceOffset, bytes);
+          return;
+        }
+        if (upload) this.#uploadRange(source, upload, this.bindingOf(destination).buffer);
         const s = at(source, sourceOffset, false);
         const d = at(destination, destinationOffset, true);
         // Note [Copies within a segment] (measure 3 of issue 36): WebGPU refuses a copy whose source and destination
         // are one buffer even for disjoint ranges; two ranges of one segment copy through a scratch range.
         if (s.buffer === d.buffer && source !== destination) {
-          const scratch = this.#scratch(bytes, temporaries);
+          const scratch = this.#scratch(bytes, s.buffer, temporaries);
           real.copyBufferToBuffer(s.buffer, s.offset, scratch.buffer, scratch.offset, bytes);
           real.copyBufferToBuffer(scratch.buffer, scratch.offset, d.buffer, d.offset, bytes);
         } else {
@@ -400,7 +503,14 @@ export class SubAllocatingDevice {
       if (copies.length === 0 && indirect === undefined) return;
       for (let i = debugGroups.length; i > 0; i--) real.popDebugGroup();
       real.end();
-      for (const c of copies) encoder.copyBufferToBuffer(c.source, c.sourceOffset, c.target, c.targetOffset, c.bytes);
+      for (const c of copies) {
+        if (c.bounce) {
+          encoder.copyBufferToBuffer(c.source, c.sourceOffset, c.bounce.buffer, c.bounce.offset, c.bytes);
+          encoder.copyBufferToBuffer(c.bounce.buffer, c.bounce.offset, c.target, c.targetOffset, c.bytes);
+        } else {
+          encoder.copyBufferToBuffer(c.source, c.sourceOffset, c.target, c.targetOffset, c.bytes);
+        }
+      }
       if (indirect) encoder.copyBufferToBuffer(indirect.buffer, indirect.offset, this.#indirectArguments(), 0, INDIRECT_BYTES);
       for (const args of groups) if (args) temporaries.kept.push(args[1]);
       real = encoder.beginComputePass(descriptor?.label === undefined ? {} : { label: descriptor.label });
@@ -454,8 +564,6 @@ export class SubAllocatingDevice {
   }
 }
 
-/** The usage a segment has (KIND_FLAGS of the storage kind): a buffer asking for more is the real device's, but for INDIRECT. */
-const SEGMENT_USAGE = BufferUsage.STORAGE | BufferUsage.COPY_SRC | BufferUsage.COPY_DST;
 /** GPUBufferUsage.INDIRECT: served from a segment, its arguments copied out (Note [Indirect arguments]). */
 const INDIRECT = 0x0100;
 /** Bytes of a dispatchWorkgroupsIndirect's arguments (three u32). */
@@ -471,6 +579,11 @@ interface GroupRecord {
   current: GPUBindGroup;
 }
 
+/** An upload stand-in's bytes, once unmapped and until destroyed (Note [Uploads written where they go]). */
+interface Upload {
+  bytes: Uint8Array | undefined;
+}
+
 interface AliasCopy {
   readonly ptr: DataPtr<GPUBuffer>;
   readonly source: GPUBuffer;
@@ -478,6 +591,8 @@ interface AliasCopy {
   readonly target: GPUBuffer;
   readonly targetOffset: number;
   readonly bytes: number;
+  /** A scratch range the copy goes through when the target lies in the source's segment (Note [Scratch ranges]). */
+  readonly bounce: { readonly ptr: DataPtr<GPUBuffer>; readonly buffer: GPUBuffer; readonly offset: number } | undefined;
 }
 
 interface Temporaries {
@@ -498,44 +613,4 @@ function writtenBytes(data: GPUAllowSharedBufferSource, dataOffset = 0, size?: n
 
 function roundUp4(bytes: number): number {
   return Math.max(4, Math.ceil(bytes / 4) * 4);
-}
-
-/**
- * A proxy of a WebGPU object: `overrides` answer their keys, every other member is the object's own (methods bound
- * to it, accessors read and set on it: native methods refuse a proxy as `this`). `instanceof` sees the object's
- * prototype.
- */
-function passThrough<T extends object>(target: T, overrides: Record<string, unknown>): T {
-  const bound = new Map<PropertyKey, { from: unknown; fn: unknown }>();
-  return new Proxy(target, {
-    get(object, key) {
-      if (Object.hasOwn(overrides, key)) return overrides[key as string];
-      const value: unknown = Reflect.get(object, key, object);
-      if (typeof value !== 'function') return value;
-      let cached = bound.get(key);
-      if (cached?.from !== value) bound.set(key, (cached = { from: value, fn: (value as (...a: unknown[]) => unknown).bind(object) }));
-      return cached.fn;
-    },
-    set(object, key, value) {
-      return Reflect.set(object, key, value, object);
-    },
-  });
-}
-
-/**
- * Note [Shared memory uploads] (measure 4 of issue 36): dawn.node refuses `writeBuffer` from a view of a
- * SharedArrayBuffer, which threaded WebAssembly builds (onnxruntime-web's) pass; such data is copied first.
- * Returns the bytes to write, copied, or undefined when `data` is not shared memory.
- */
-function sharedBytes(data: GPUAllowSharedBufferSource, dataOffset = 0, size?: number): Uint8Array | undefined {
-  if (typeof SharedArrayBuffer === 'undefined') return undefined;
-  const view = ArrayBuffer.isView(data) ? data : undefined;
-  const backing = view ? view.buffer : data;
-  if (!(backing instanceof SharedArrayBuffer)) return undefined;
-  const elementBytes = view ? ((view as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1) : 1;
-  const base = view ? view.byteOffset : 0;
-  const length = (view ? view.byteLength : (data as SharedArrayBuffer).byteLength) / elementBytes;
-  const start = base + dataOffset * elementBytes;
-  const bytes = (size ?? length - dataOffset) * elementBytes;
-  return new Uint8Array(backing, start, bytes).slice();
 }

@@ -49,7 +49,7 @@ export function stowageDevicePaging(device: GPUDevice): SubAllocatingDevice['pag
   return byProxy.get(device)?.pager.counts;
 }
 
-/** Counters of a device `stowageDevice` made: createBuffer calls, ranges, scratch ranges, alias copies; undefined for another device. */
+/** Counters of a device `stowageDevice` made: createBuffer calls, ranges (uniform, mapped at creation), readbacks and their pooled buffers, scratch ranges, alias copies; undefined for another device. */
 export function stowageDeviceCounts(device: GPUDevice): SubAllocatingDevice['counts'] | undefined {
   return byProxy.get(device)?.counts;
 }

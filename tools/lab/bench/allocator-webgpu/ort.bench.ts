@@ -18,20 +18,25 @@
 //     awaiting `settleStowageDevice` after each session creation and each run; paging reserve a sixteenth of the
 //     budget): smallestPagedBudgetBytes, bisected below the unpaged one.
 // Options: --models a,b (default all), --rounds N (default 5), --steps N (default 3), --shared a,b (default
-// silero-v5,silero-legacy; '' none), --tries N (default 8), --granularity KiB (default 64).
+// silero-v5,silero-legacy; '' none), --tries N (default 8), --granularity KiB (default 64), --segments default|small
+// (the Stowage side's segment sizing: the allocator's default, or small first segments growing by an eighth).
+// Model lines also give createBufferByClass and peakBytesByClass (bufferClasses.ts): calls per usage class, and
+// live bytes per class at the device's peak.
 import 'reflect-metadata';
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
-import { createWebGpuAllocator, openWebGpuDevice, settleStowageDevice, stowageDevice, stowageDeviceCounts, stowageDevicePaging } from '@stowage/allocator-webgpu';
+import { createWebGpuAllocator, openWebGpuDevice, settleStowageDevice, stowageDevice, stowageDeviceCounts, stowageDevicePaging, webGpuSegmentSize } from '@stowage/allocator-webgpu';
 import type { WebGpuAllocator } from '@stowage/allocator-webgpu';
 import { BenchUsageError, median, parseBenchFlags, runBench } from '@stowage/lab/bench-kit';
 import type { BufferCount } from '@stowage/lab/onnx';
 import { ortDevice } from '@stowage/lab/onnx';
+import type { ClassCount } from './bufferClasses.js';
+import { countByClass } from './bufferClasses.js';
 import type { Ort, BenchModel } from './ortRun.js';
 import { loadOrtWebGpu, readBenchModel, sameBytes, BENCH_MODELS, ModelRun } from './ortRun.js';
 
-const USAGE = 'Usage: pnpm bench:ort [-- --models silero-v5,silero-v6,silero-legacy,paddle-classifier] [--rounds 5] [--steps 3] [--shared silero-v5,silero-legacy] [--tries 8] [--granularity 64]';
+const USAGE = 'Usage: pnpm bench:ort [-- --models silero-v5,silero-v6,silero-legacy,paddle-classifier] [--rounds 5] [--steps 3] [--shared silero-v5,silero-legacy] [--tries 8] [--granularity 64] [--segments default|small]';
 const GiB = 2 ** 30;
 
 interface Side {
@@ -39,21 +44,38 @@ interface Side {
   readonly device: GPUDevice;
   readonly real: GPUDevice;
   readonly count: BufferCount;
+  /** Per usage class (bufferClasses.ts): calls, and live bytes at the peak. */
+  readonly classes: ClassCount;
   readonly allocator?: WebGpuAllocator;
 }
 
 async function plainSide(gpu: GPU): Promise<Side> {
   const { device, count } = await ortDevice(gpu);
-  return { name: 'plain', device, real: device, count };
+  return { name: 'plain', device, real: device, count, classes: countByClass(device) };
 }
 
 /** The paging reserve of a paging Stowage device: a sixteenth of the budget (host copies are staged in it). */
 const PAGING_RESERVE = { fraction: 1 / 16 } as const;
 
-async function stowageSide(gpu: GPU, limit: number | string, paging = false): Promise<Side> {
+/**
+ * How the Stowage side's segments are sized: 'default' (the allocator's, Note [WebGPU segment sizing]) or 'small'
+ * (first segments of 64 KiB storage and 4 KiB uniform, each new one an eighth of what its class reserved: small
+ * tails for models of a few MiB, at more createBuffer calls).
+ */
+type Segments = 'default' | 'small';
+const KiB = 1024;
+
+async function stowageSide(gpu: GPU, limit: number | string, segments: Segments, paging = false): Promise<Side> {
   const { device: real, count } = await ortDevice(gpu);
-  const allocator = createWebGpuAllocator({ device: real, keepAlive: gpu, adapterInfo: 'ort bench', owned: false }, { limit, ...(paging ? { pagingReserve: PAGING_RESERVE } : {}) });
-  return { name: 'stowage', device: stowageDevice(allocator, 'webgpu:0', { paging }), real, count, allocator };
+  const classes = countByClass(real);
+  const sizing = { firstSegmentBytes: 64 * KiB, firstUniformSegmentBytes: 4 * KiB, doublingBelowBytes: 0, growth: 1 / 8 };
+  const options = {
+    limit,
+    ...(segments === 'small' ? { segmentSize: webGpuSegmentSize(real.limits.maxBufferSize, sizing) } : {}),
+    ...(paging ? { pagingReserve: PAGING_RESERVE } : {}),
+  };
+  const allocator = createWebGpuAllocator({ device: real, keepAlive: gpu, adapterInfo: 'ort bench', owned: false }, options);
+  return { name: 'stowage', device: stowageDevice(allocator, 'webgpu:0', { paging }), real, count, classes, allocator };
 }
 
 function closeSide(side: Side): void {
@@ -63,9 +85,9 @@ function closeSide(side: Side): void {
 
 const round3 = (x: number): number => Math.round(x * 1000) / 1000;
 
-async function compareModel(ort: Ort, gpu: GPU, model: BenchModel, rounds: number, steps: number, emit: (line: object) => void): Promise<void> {
+async function compareModel(ort: Ort, gpu: GPU, model: BenchModel, rounds: number, steps: number, segments: Segments, emit: (line: object) => void): Promise<void> {
   const bytes = readBenchModel(model);
-  const sides = [await plainSide(gpu), await stowageSide(gpu, GiB)];
+  const sides = [await plainSide(gpu), await stowageSide(gpu, GiB, segments)];
   const runs: ModelRun[] = [];
   for (const side of sides) runs.push(await ModelRun.open(ort, model, bytes, side.device));
   let sameBits = true;
@@ -92,6 +114,8 @@ async function compareModel(ort: Ort, gpu: GPU, model: BenchModel, rounds: numbe
       device: side.name,
       peakDeviceBytes: side.count.peakBytes,
       createBufferCalls: side.count.calls,
+      createBufferByClass: side.classes.calls,
+      peakBytesByClass: side.classes.atPeak,
       msPerRun: round3(median(times[i]!)),
       msPerRunRounds: times[i]!.map(round3),
       rounds,
@@ -111,6 +135,7 @@ async function compareModel(ort: Ort, gpu: GPU, model: BenchModel, rounds: numbe
         indirectCopies: counts.indirectCopies,
       });
     }
+    if (side.allocator) line['segmentSizing'] = segments;
     emit(line);
     return line;
   });
@@ -179,8 +204,8 @@ function hashOf(outputs: readonly Uint8Array[][]): string {
 }
 
 /** The child's side of a budget try: `models` in turn on one Stowage device under `limit`; prints one JSON line. */
-async function budgetTry(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: number, limit: number, paging: boolean): Promise<void> {
-  const side = await stowageSide(gpu, limit, paging);
+async function budgetTry(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: number, limit: number, segments: Segments, paging: boolean): Promise<void> {
+  const side = await stowageSide(gpu, limit, segments, paging);
   const result = await alternate(ort, models, side.device, steps);
   const stats = side.allocator!.memoryStats();
   const line: BudgetResult = {
@@ -196,7 +221,7 @@ async function budgetTry(ort: Ort, gpu: GPU, models: readonly BenchModel[], step
   closeSide(side);
 }
 
-async function shared(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: number, tries: number, granularity: number, emit: (line: object) => void): Promise<void> {
+async function shared(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: number, tries: number, granularity: number, segments: Segments, emit: (line: object) => void): Promise<void> {
   // Each alone on a plain device: the expected bits, and its peak.
   const expected: Uint8Array[][][] = [];
   const plainPeaks: number[] = [];
@@ -213,7 +238,7 @@ async function shared(ort: Ort, gpu: GPU, models: readonly BenchModel[], steps: 
   // Each budget in a process of its own: a session that fails to be created leaves onnxruntime-web's WebGPU EP
   // refusing every later one ("another WebGPU EP inference session is being created").
   const tryBudget = (limit: number, paging: boolean): BudgetTry => {
-    const args = ['--budget-try', String(limit), '--shared', models.map((m) => m.name).join(','), '--steps', String(steps), ...(paging ? ['--paging'] : [])];
+    const args = ['--budget-try', String(limit), '--shared', models.map((m) => m.name).join(','), '--steps', String(steps), '--segments', segments, ...(paging ? ['--paging'] : [])];
     const child = spawnSync(process.execPath, [fileURLToPath(import.meta.url), ...args], { encoding: 'utf8', timeout: 600_000 });
     const line = child.stdout.split('\n').find((l) => l.startsWith('{'));
     if (line === undefined) return { ran: false, sameBits: false, peakDeviceBytes: 0, reservedBytesPeak: 0, stowagePeakBytes: 0, error: `no result (exit ${child.status}): ${child.stderr.slice(-200)}` };
@@ -296,6 +321,7 @@ runBench(async () => {
       granularity: { type: 'string', default: '64' },
       'budget-try': { type: 'string' },
       paging: { type: 'boolean' },
+      segments: { type: 'string', default: 'default' },
     },
     USAGE,
   );
@@ -315,12 +341,14 @@ runBench(async () => {
   const tries = Number(flags.tries);
   const granularity = Number(flags.granularity) * 1024;
   if (![rounds, steps, tries, granularity].every((n) => Number.isInteger(n) && n > 0)) throw new BenchUsageError(`--rounds, --steps, --tries and --granularity take positive integers.\n${USAGE}`);
+  const segments = flags.segments as Segments;
+  if (segments !== 'default' && segments !== 'small') throw new BenchUsageError(`--segments takes default or small.\n${USAGE}`);
   if (rounds < 5) process.stderr.write('note: fewer than 5 rounds: the median is a weak one\n');
 
   const context = await openWebGpuDevice();
   const gpu = context.keepAlive as GPU;
   if (flags['budget-try'] !== undefined) {
-    await budgetTry(await loadOrtWebGpu(gpu), gpu, sharedModels, steps, Number(flags['budget-try']), flags.paging === true);
+    await budgetTry(await loadOrtWebGpu(gpu), gpu, sharedModels, steps, Number(flags['budget-try']), segments, flags.paging === true);
     process.exit(0);
   }
   const emit = (line: object): void => console.log(JSON.stringify(line));
@@ -328,11 +356,11 @@ runBench(async () => {
   const ort = await loadOrtWebGpu(gpu);
   for (const model of models) {
     try {
-      await compareModel(ort, gpu, model, rounds, steps, emit);
+      await compareModel(ort, gpu, model, rounds, steps, segments, emit);
     } catch (error) {
       emit({ scenario: 'model', model: model.name, error: String(error).slice(0, 300) });
     }
   }
-  if (sharedModels.length > 0) await shared(ort, gpu, sharedModels, steps, tries, granularity, emit);
+  if (sharedModels.length > 0) await shared(ort, gpu, sharedModels, steps, tries, granularity, segments, emit);
   process.exit(0); // Dawn's instance keeps the event loop alive
 });
