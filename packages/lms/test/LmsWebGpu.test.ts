@@ -242,6 +242,22 @@ describe('LMS on WebGPU', function () {
     expect(stat(rt, 'transfer_wait_ms') + stat(rt, 'transfer_poll_ms')).to.be.above(waited + polled);
   });
 
+  it('pins a reclaimed storage whose host copy landed without waiting, while another page-out whose room it does not need is in flight', async function () {
+    await using rt = await lmsRuntime(this);
+    const landed = reclaimedInFlight(rt, 8);
+    await lmsOf(landed).hostCopySettled();
+    const inFlight = reclaimedInFlight(rt, 9);
+    const waited = stat(rt, 'transfer_wait_ms');
+    {
+      using _guard = await pinAsync(landed);
+      expect(lmsOf(landed).state).to.equal('active');
+      expect(stat(rt, 'transfer_wait_ms'), 'waited').to.equal(waited);
+      expect(stat(rt, 'room_wait_ms'), 'waited for room').to.equal(0);
+    }
+    await expectBytes(rt, landed, 8);
+    await expectBytes(rt, inFlight, 9);
+  });
+
   it('holds at most the budget on the device, counted at the device, while storages are written, reclaimed and brought back again and again', async function () {
     const device = await deviceOrSkip(this);
     const counter = new DeviceMemoryCounter(device).install();
@@ -324,6 +340,9 @@ describe('LMS on WebGPU', function () {
     expect(total('speculative_hits'), 'reclaims that found a speculative page-out, from the fourth iteration').to.be.above(0);
     expect(total('prefetch'), 'prefetches from the fourth iteration').to.be.above(0);
     expect(total('prefetch_hits'), 'prefetched storages pinned').to.equal(total('prefetch'));
+    // Every copy landed before the next operation: each page-in of a predicted storage was ready before its pin.
+    expect(total('page_in_predicted'), 'page-ins of predicted storages, from the fourth iteration').to.be.above(0);
+    expect(total('page_in_ready_before_use'), 'of them, ready before their pin').to.equal(total('page_in_predicted'));
     for (const [k, storage] of storages.entries()) await expectBytes(rt, storage, 50 + k);
   });
 });
