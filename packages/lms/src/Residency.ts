@@ -1,5 +1,5 @@
 import type { BlockInspector, Device, Pager, StorageImpl, Token } from '@stowage/core';
-import type { PageOut, ReclaimTarget } from '@stowage/core/plugin-kit';
+import type { PageOut, PagingRoom, ReclaimTarget } from '@stowage/core/plugin-kit';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 import { chooseFragments, chooseOne } from './LmsPolicy.js';
 import type { AllocSource } from './LmsStats.js';
@@ -198,10 +198,23 @@ export class DeviceResidency {
     this.stats.polled(this.#polledAt - start);
   }
 
+  /**
+   * True when a page-out of `bytes` started now leaves room for the bytes the program is expected to allocate
+   * before its next pin (Note [Waiting for page-outs]), so that the next `pinAsync` need not wait for it: for a
+   * speculative page-out, which may as well not start. True when the pager cannot tell.
+   */
+  roomForEarlyPageOut(bytes: number): boolean {
+    const room = this.pager.pagingRoom?.();
+    if (room === undefined) return true;
+    const inFlightBytes = room.inFlightBytes + bytes;
+    // Segments lose what staging in flight holds beyond the reserve (Note [Paging room] in core's Pager).
+    const headroomBytes = room.headroomBytes - (Math.max(inFlightBytes, room.reserveBytes) - Math.max(room.inFlightBytes, room.reserveBytes));
+    return fits({ inFlightBytes, reserveBytes: room.reserveBytes, headroomBytes }, this.expectedAllocationBytes());
+  }
+
   /** True when `bytes` fit beside the page-outs in flight (Note [Paging room] in core's Pager). */
   #fits(bytes: number): boolean {
-    const room = this.pager.pagingRoom!();
-    return bytes <= room.headroomBytes || room.inFlightBytes + bytes - room.headroomBytes <= room.reserveBytes;
+    return fits(this.pager.pagingRoom!(), bytes);
   }
 
   /** Resolves once the oldest page-out in flight landed or failed (the set keeps them in the order they started). */
@@ -395,6 +408,11 @@ const EXPECTED_ALLOCATION_HORIZON = 256;
 
 /** Milliseconds between the event-loop turns `pollPageOuts` lets happen while page-outs are in flight. */
 const POLL_INTERVAL_MS = 2;
+
+/** True when `bytes` more can be allocated or paged in beside the page-outs in flight of `room` (Note [Paging room] in core's Pager). */
+function fits(room: PagingRoom, bytes: number): boolean {
+  return bytes <= room.headroomBytes || room.inFlightBytes + bytes - room.headroomBytes <= room.reserveBytes;
+}
 
 /** Resolves on a later turn of the event loop (a macrotask: where WebGPU delivers mapAsync), not a microtask. */
 function nextTurn(): Promise<void> {

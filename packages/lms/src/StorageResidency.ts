@@ -244,7 +244,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
    * [Speculation]): a later reclaim only frees its block. Nothing happens when a host copy is valid already, or
    * the block is not one the allocator placed (it is never reclaimed). Returns false when the copy did not start
    * for lack of room on the device: the pager refused it (Note [Page-outs the device refuses] in Residency.ts), or
-   * it would pass the paging reserve with the page-outs in flight (Note [Paging room] in core's Pager); it may
+   * it would leave too little room for the program's next allocations (`Residency#roomForEarlyPageOut`); it may
    * start once the page-outs in flight landed (`Residency#settlePageOuts`). True otherwise.
    */
   pageOutEarly(): boolean {
@@ -252,10 +252,8 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
     const device = this.lmsDevice;
     const ptr = this.storage.peekDataPtr();
     if (device.inspector.describeBlock(ptr) === undefined) return true;
-    // Within the paging reserve only (Note [Paging room] in core's Pager): past it, the copy would take room that
-    // the program's next allocations may need, and `pinAsync` would wait for it to land.
-    const room = device.pager.pagingRoom?.();
-    if (room !== undefined && room.inFlightBytes + ptr.byteLength > room.reserveBytes) return false;
+    // Not when the copy would take room the program's next allocations need: `pinAsync` would wait for it to land.
+    if (!device.roomForEarlyPageOut(ptr.byteLength)) return false;
     if (!this.#startPageOut(ptr, true)) return false; // no room for the copy now: the reclaim makes it, if one comes
     this.#hostUnusedSpeculation = true;
     return true;
