@@ -243,17 +243,19 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
    * Starts the page-out of an inactive storage now and keeps it resident (a speculative page-out, Note
    * [Speculation]): a later reclaim only frees its block. Nothing happens when a host copy is valid already, or
    * the block is not one the allocator placed (it is never reclaimed). Returns false when the copy did not start
-   * for lack of room on the device: the pager refused it (Note [Page-outs the device refuses] in Residency.ts), or
-   * it would leave too little room for the program's next allocations (`Residency#roomForEarlyPageOut`); it may
-   * start once the page-outs in flight landed (`Residency#settlePageOuts`). True otherwise.
+   * for lack of room on the device: the pager refused it (Note [Page-outs the device refuses] in Residency.ts), or,
+   * with `leaveRoom` (speculation's page-outs), it would leave too little room for the program's next allocations
+   * (`Residency#roomForEarlyPageOut`); it may start once the page-outs in flight landed
+   * (`Residency#settlePageOuts`). True otherwise.
    */
-  pageOutEarly(): boolean {
+  pageOutEarly(leaveRoom = false): boolean {
     if (this.#state !== 'inactive' || this.#host !== null || this.#released) return true;
     const device = this.lmsDevice;
     const ptr = this.storage.peekDataPtr();
     if (device.inspector.describeBlock(ptr) === undefined) return true;
-    // Not when the copy would take room the program's next allocations need: `pinAsync` would wait for it to land.
-    if (!device.roomForEarlyPageOut(ptr.byteLength)) return false;
+    // Speculation's copies (`leaveRoom`) not when they would take room the program's next allocations need:
+    // `pinAsync` would wait for them to land. A caller that wants the copy now (an async point's) takes the room.
+    if (leaveRoom && !device.roomForEarlyPageOut(ptr.byteLength)) return false;
     if (!this.#startPageOut(ptr, true)) return false; // no room for the copy now: the reclaim makes it, if one comes
     this.#hostUnusedSpeculation = true;
     return true;
