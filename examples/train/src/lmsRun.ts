@@ -79,7 +79,7 @@ export interface LmsRunSettings {
 export type LmsRunOptions = LmsRunSettings & LmsRunModel;
 
 /** The counters of the allocator's `memoryStats()` that `LmsRunResult#stepStats` gives per step: paging and speculation. */
-export const STEP_STAT_KEYS = [...PAGING_STAT_KEYS, 'transfer_wait_ms', ...SPECULATION_STAT_KEYS] as const;
+export const STEP_STAT_KEYS = [...PAGING_STAT_KEYS, 'transfer_wait_ms', 'room_wait_ms', 'transfer_poll_ms', ...SPECULATION_STAT_KEYS] as const;
 export type StepStatKey = (typeof STEP_STAT_KEYS)[number];
 
 export interface LmsRunResult {

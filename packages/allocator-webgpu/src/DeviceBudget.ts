@@ -1,4 +1,5 @@
 import { formatBytes } from '@stowage/core';
+import type { PagingRoom } from '@stowage/core/plugin-kit';
 import type { StagingPool } from './StagingPool.js';
 
 /** Bytes of the byte-copy kernel's params buffer, made with the backend and alive until it is disposed. */
@@ -109,9 +110,16 @@ export class DeviceBudget {
    * (`segmentFits` gives them back first); infinite without a budget. The engine's own limit may be less.
    */
   get segmentHeadroomBytes(): number {
-    const staging = this.#init.staging;
-    const inFlight = staging.liveBytes - staging.pooledBytes;
-    return this.budgetBytes - this.#init.reservedBytes() - Math.max(inFlight, this.pagingReserveBytes);
+    return this.budgetBytes - this.#init.reservedBytes() - Math.max(this.#init.staging.inFlightBytes, this.pagingReserveBytes);
+  }
+
+  /**
+   * The staging of reads and page-outs in flight, the paging reserve and the segments' headroom beside them (Note
+   * [Paging room] in core's Pager): what LMS reads to wait for page-outs only when the next allocations need the
+   * room they hold.
+   */
+  pagingRoom(): PagingRoom {
+    return { inFlightBytes: this.#init.staging.inFlightBytes, reserveBytes: this.pagingReserveBytes, headroomBytes: Math.max(0, this.segmentHeadroomBytes) };
   }
 
   /**
@@ -170,7 +178,7 @@ export class DeviceBudget {
     const transfer = this.transferBytes;
     if (!Number.isFinite(this.budgetBytes) || transfer + this.pagingReserveBytes <= KERNEL_PARAMS_BYTES) return undefined;
     const staging = this.#init.staging;
-    return `Of the ${formatBytes(this.budgetBytes)} budget, ${formatBytes(transfer)} are staging and scratch buffers (${formatBytes(staging.liveBytes - staging.pooledBytes)} of page-outs and reads in flight) and ${formatBytes(this.pagingReserveBytes)} are kept for page-out staging; page-outs in flight give their room back once they land (await pinAsync, or the storages' lms.ready()).`;
+    return `Of the ${formatBytes(this.budgetBytes)} budget, ${formatBytes(transfer)} are staging and scratch buffers (${formatBytes(staging.inFlightBytes)} of page-outs and reads in flight) and ${formatBytes(this.pagingReserveBytes)} are kept for page-out staging; page-outs in flight give their room back once they land (await pinAsync, or the storages' lms.ready()).`;
   }
 
   /**

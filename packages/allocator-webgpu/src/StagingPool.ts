@@ -37,6 +37,11 @@ export class StagingPool {
     return this.#liveBytes;
   }
 
+  /** Bytes of the buffers handed out and not given back: reads and page-outs in flight (liveBytes - pooledBytes). */
+  get inFlightBytes(): number {
+    return this.#liveBytes - this.#pooledBytes;
+  }
+
   /** The most `liveBytes` since the pool was made. */
   get peakBytes(): number {
     return this.#peakBytes;

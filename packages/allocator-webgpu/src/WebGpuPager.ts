@@ -1,5 +1,5 @@
 import type { DataPtr, Device, Pager } from '@stowage/core';
-import type { PageOut } from '@stowage/core/plugin-kit';
+import type { PageOut, PagingRoom } from '@stowage/core/plugin-kit';
 import type { StagedRead, WebGpuMemoryBackend } from './WebGpuMemoryBackend.js';
 
 /** A page-out in flight on the queue; `bytes` is set when the staging buffer's mapAsync resolves. */
@@ -51,5 +51,10 @@ export class WebGpuPager implements Pager {
   /** Keeps the backend's paging reserve out of its segments' reach from now on (Note [One budget]). */
   enablePaging(): void {
     this.backend.budget.enablePaging();
+  }
+
+  /** The staging bytes in flight, the paging reserve and the segments' headroom (Note [Paging room] in core's Pager). */
+  pagingRoom(): PagingRoom {
+    return this.backend.budget.pagingRoom();
   }
 }

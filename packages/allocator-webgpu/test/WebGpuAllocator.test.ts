@@ -709,6 +709,23 @@ describe('WebGpuAllocator', function () {
       allocator.writeBytes(next, new Uint8Array(4096).fill(0xee));
       expect([...(await paged.done)]).to.deep.equal([...patternBytes(4096, 5)]);
     });
+
+    it('reports the staging bytes of page-outs in flight exactly, beside the paging reserve and the headroom left to segments, until the copies land', async () => {
+      const MiB = 1 << 20;
+      using allocator = allocatorOn(context, { limit: 16 * MiB, pagingReserve: 2 * MiB, segmentSize: (bytes: number) => bytes });
+      const pager = allocator.pager!;
+      pager.enablePaging!();
+      const reserved = (): number => allocator.memoryStats()['reserved_bytes.all.current'];
+      expect(pager.pagingRoom!()).to.deep.equal({ inFlightBytes: 0, reserveBytes: 2 * MiB, headroomBytes: 14 * MiB });
+      const ptrs = [allocator.allocate(MiB), allocator.allocate(MiB), allocator.allocate(MiB)];
+      const [one, two, three] = ptrs.map((ptr) => pager.pageOut(ptr)!);
+      // Within the reserve, staging takes nothing from segments; past it, segments lose what it holds beyond.
+      expect(pager.pagingRoom!()).to.deep.equal({ inFlightBytes: 3 * MiB, reserveBytes: 2 * MiB, headroomBytes: 16 * MiB - reserved() - 3 * MiB });
+      await Promise.all([one!.done, two!.done, three!.done]);
+      // Landed: the staging buffers are pooled, counted as room (given back when a segment needs it).
+      expect(pager.pagingRoom!()).to.deep.equal({ inFlightBytes: 0, reserveBytes: 2 * MiB, headroomBytes: 14 * MiB - reserved() });
+      expect(reserved()).to.equal(3 * MiB);
+    });
   });
 
   describe('failures', () => {

@@ -20,6 +20,8 @@ export const SPECULATION_STAT_KEYS = [
   'iterations',
   'iterations_predicted',
   'prediction_fallbacks',
+  'page_in_predicted',
+  'page_in_ready_before_use',
 ] as const;
 
 /**
@@ -33,7 +35,12 @@ export const SPECULATION_STAT_KEYS = [
  * - `page_out`, `page_out_bytes`, `page_in`, `page_in_bytes`: transfers started; a reclaim whose host copy was
  *   still valid pages nothing out. `page_out_refused`: page-outs the device refused for lack of room (WebGPU: the
  *   staging buffer would pass the budget; Note [Page-outs the device refuses] in Residency.ts).
- * - `transfer_wait_ms`: time the program waited for a transfer (`ready()`, `pinAsync`).
+ * - `transfer_wait_ms`: time the program waited for a transfer (`ready()`, `pinAsync`); `room_wait_ms`: the part
+ *   of it `pinAsync` waited for page-outs in flight to give back the device memory they held (Note [Waiting for
+ *   page-outs] in Residency.ts), the rest being waits for a storage's bytes to reach the host. `transfer_poll_ms`: time
+ *   `pinAsync` let the event loop turn while page-outs were in flight, so that finished copies land (Note [Waiting
+ *   for page-outs] in Residency.ts).
+ * - `page_in_predicted`, `page_in_ready_before_use`: Note [Ready before use].
  * - With speculation on (`lms({ speculation })`, Note [Speculation]): `speculative_page_out(_bytes)`: page-outs
  *   started early, at an unpin, because the learned sequence says the storage is reclaimed before its next pin;
  *   `speculative_hits`: reclaims that found such a copy (they only freed); `speculative_misses`: reclaims that had to
@@ -44,6 +51,12 @@ export const SPECULATION_STAT_KEYS = [
  *   `iterations_predicted`: iterations that followed a learned sequence to the end; `prediction_fallbacks`:
  *   iterations whose sequence left every learned one (prediction stopped there, learning went on).
  */
+// Note [Ready before use]: a page-in hides its copy only when the bytes are where the pin needs them before the pin
+// comes. `page_in_predicted` counts the pins from zero, made while the learned sequence predicts (Note
+// [Speculation]), that found their storage prefetched or reclaimed; `page_in_ready_before_use` those of them whose
+// bytes were ready: on the device (prefetched), or on the host when the pin was asked for, so the page-in started
+// at once (a `pinAsync` that had to wait for the page-out to land counts as not ready). Their ratio per iteration
+// is the share the bench reads (`pnpm bench:lms`).
 export class LmsStats {
   #pinned = 0;
   #pinnedPeak = 0;
@@ -75,6 +88,10 @@ export class LmsStats {
   #iterations = 0;
   #iterationsPredicted = 0;
   #predictionFallbacks = 0;
+  #pollMs = 0;
+  #roomWaitMs = 0;
+  #pageInPredicted = 0;
+  #pageInReadyBeforeUse = 0;
   readonly #allocDistribution: Record<AllocSource, number> = { freelist: 0, device_alloc: 0, reclaim_one: 0, reclaim_fragments: 0, reclaim_all: 0, device_alloc_retry: 0 };
 
   /** Storages pinned now. */
@@ -186,9 +203,21 @@ export class LmsStats {
     this.#prefetchWastedBytes += bytes;
   }
 
-  /** The program waited `ms` for a transfer. */
-  waited(ms: number): void {
+  /** The program waited `ms` for a transfer (`forRoom`: for page-outs to give device memory back, not for bytes). */
+  waited(ms: number, forRoom = false): void {
     this.#waitMs += ms;
+    if (forRoom) this.#roomWaitMs += ms;
+  }
+
+  /** `pinAsync` let the event loop turn for `ms` while page-outs were in flight. */
+  polled(ms: number): void {
+    this.#pollMs += ms;
+  }
+
+  /** A pin from zero, while the sequence predicts, found its storage prefetched or reclaimed (Note [Ready before use]). */
+  predictedPageIn(ready: boolean): void {
+    this.#pageInPredicted++;
+    if (ready) this.#pageInReadyBeforeUse++;
   }
 
   /** An iteration boundary; whether the iteration followed a learned sequence to the end, or left every one. */
@@ -224,6 +253,8 @@ export class LmsStats {
       page_in: this.#pageIn,
       page_in_bytes: this.#pageInBytes,
       transfer_wait_ms: this.#waitMs,
+      transfer_poll_ms: this.#pollMs,
+      room_wait_ms: this.#roomWaitMs,
       speculative_page_out: this.#speculativePageOut,
       speculative_page_out_bytes: this.#speculativePageOutBytes,
       speculative_hits: this.#speculativeHits,
@@ -236,6 +267,8 @@ export class LmsStats {
       iterations: this.#iterations,
       iterations_predicted: this.#iterationsPredicted,
       prediction_fallbacks: this.#predictionFallbacks,
+      page_in_predicted: this.#pageInPredicted,
+      page_in_ready_before_use: this.#pageInReadyBeforeUse,
     };
     for (const source of ALLOC_SOURCES) record[`alloc_distribution.${source}`] = this.#allocDistribution[source];
     return record;

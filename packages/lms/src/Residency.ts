@@ -1,5 +1,5 @@
 import type { BlockInspector, Device, Pager, StorageImpl, Token } from '@stowage/core';
-import type { PageOut, ReclaimTarget } from '@stowage/core/plugin-kit';
+import type { PageOut, PagingRoom, ReclaimTarget } from '@stowage/core/plugin-kit';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from './LmsPolicy.js';
 import { chooseFragments, chooseOne } from './LmsPolicy.js';
 import type { AllocSource } from './LmsStats.js';
@@ -11,6 +11,7 @@ import { ReclaimList } from './ReclaimList.js';
 import { Speculation } from './speculation/Speculation.js';
 import type { SpeculationSettings } from './speculation/SpeculationOptions.js';
 import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
+import { AccessKind } from './speculation/AccessRecording.js';
 
 /**
  * LMS on one allocator (one device): its reclaim list of inactive storages, its reclaimed storages, statistics,
@@ -29,10 +30,23 @@ import { SPECULATION_OFF } from './speculation/SpeculationOptions.js';
  * taken again without it, so the policy's next choice — a storage whose host copy exists copies nothing and needs
  * no room — serves instead; when nothing can be reclaimed the engine's chain ends in OutOfMemoryError. Reclaiming
  * a storage whose copy is still in flight gains nothing on such a device until it lands, so `pinAsync` waits for
- * the page-outs in flight (`settlePageOuts`) before its pins and after them (its page-ins' reclaims start some,
- * and the operation's allocations follow synchronously), and retries a pin that ran out of memory once they
- * landed. A storage released or rewritten while its page-out is in flight cancels it (`PageOut.cancel`): the
- * device's room comes back at once.
+ * page-outs in flight when the room they hold is needed (Note [Waiting for page-outs]), and retries a pin that ran
+ * out of memory once the oldest landed. A storage released or rewritten while its page-out is in flight cancels it
+ * (`PageOut.cancel`): the device's room comes back at once.
+ *
+ * Note [Waiting for page-outs]: an operation's allocations run synchronously after its `pinAsync` (its outputs),
+ * and so do the reclaims they need, which cannot wait for a page-out to land. So `pinAsync` makes sure, before its
+ * pins and again after them (their page-ins' reclaims may have started page-outs), that the bytes to come fit:
+ * the pin's page-ins and the bytes the program allocates before its next pin (`expectedAllocationBytes`: what the
+ * learned sequence makes until then when it predicts, else the most made between two pins so far). They fit when
+ * the device's pager says so (Note [Paging room] in core's Pager): within the segments' headroom, or with the
+ * page-outs in flight and those the reclaims may start within the paging reserve. Otherwise it waits for page-outs
+ * in flight, oldest first (they land in that order), until they fit or none is left: a wait only when the room is
+ * needed, where waiting for every page-out made each pin wait for the copies the last ones started. A pager
+ * without `pagingRoom` cannot tell, and every page-out in flight is waited for (`settlePageOuts`).
+ * A copy lands for the program only when its event loop turns (WebGPU resolves `mapAsync` then): while page-outs
+ * are in flight, `pinAsync` lets it turn once every POLL_INTERVAL_MS (`pollPageOuts`), so that copies done on the
+ * device are on the host before the pins and prefetches that need them (Note [Speculation]).
  */
 export class DeviceResidency {
   readonly list = new ReclaimList<StorageResidency>();
@@ -61,6 +75,11 @@ export class DeviceResidency {
   /** Device bytes the storages under LMS hold now (Note [Held bytes]), and the most they held at once. */
   #heldBytes = 0;
   #heldPeakBytes = 0;
+  /** Bytes of storages made since the last `pinAsync` on this device, and the most made between two (Note [Waiting for page-outs]). */
+  #madeSincePin = 0;
+  #mostMadeBetweenPins = 0;
+  /** When `pollPageOuts` last let the event loop turn (performance.now()). */
+  #polledAt = Number.NEGATIVE_INFINITY;
 
   constructor(
     readonly device: Device,
@@ -106,6 +125,104 @@ export class DeviceResidency {
     if (this.#heldBytes > this.#heldPeakBytes) this.#heldPeakBytes = this.#heldBytes;
   }
 
+  /** A storage of `bytes` was made under LMS on this device (Note [Waiting for page-outs]). */
+  made(bytes: number): void {
+    this.#madeSincePin += bytes;
+  }
+
+  /**
+   * The start of a `pinAsync` on this device: the bytes made since the last one count toward the most made between
+   * two pins (Note [Waiting for page-outs]).
+   */
+  pinAsyncBegins(): void {
+    if (this.#madeSincePin > this.#mostMadeBetweenPins) this.#mostMadeBetweenPins = this.#madeSincePin;
+    this.#madeSincePin = 0;
+  }
+
+  /**
+   * The bytes the program is expected to make on this device between the pins being made now and its next pin
+   * (Note [Waiting for page-outs]): those of the learned sequence's makes there when it predicts, else the most
+   * made between two `pinAsync`s so far.
+   */
+  expectedAllocationBytes(): number {
+    const history = this.learner?.history;
+    const predictor = history?.predictor ?? null;
+    if (history === undefined || predictor === null) return this.#mostMadeBetweenPins;
+    const kinds = predictor.kinds;
+    const end = Math.min(predictor.length, history.position + EXPECTED_ALLOCATION_HORIZON);
+    let i = history.position;
+    while (i < end && kinds[i] === AccessKind.Pin) i++; // the pins being made now
+    let bytes = 0;
+    for (; i < end && kinds[i] !== AccessKind.Pin; i++) if (kinds[i] === AccessKind.Create) bytes += predictor.sizes[i]!;
+    return bytes;
+  }
+
+  /**
+   * Resolves once `bytes` more can be allocated or paged in without waiting for a page-out to land (Note [Waiting
+   * for page-outs]), waiting for page-outs in flight, oldest first, until they fit or none is left; counts the wait
+   * in `transfer_wait_ms` and `room_wait_ms`. Never rejects.
+   */
+  async waitForRoom(bytes: number): Promise<void> {
+    if (this.#inFlight.size === 0) return;
+    if (this.pager.pagingRoom === undefined) return this.settlePageOuts();
+    let start: number | undefined;
+    while (this.#inFlight.size > 0 && !this.#fits(bytes)) {
+      start ??= performance.now();
+      await this.#oldestPageOut();
+    }
+    if (start === undefined) return;
+    this.#polledAt = performance.now(); // the event loop turned while waiting
+    this.stats.waited(this.#polledAt - start, true);
+  }
+
+  /** Waits for the oldest page-out in flight to land or fail, counting the wait; at once when none is in flight. */
+  async waitForOldestPageOut(): Promise<void> {
+    if (this.#inFlight.size === 0) return;
+    const start = performance.now();
+    await this.#oldestPageOut();
+    this.#polledAt = performance.now();
+    this.stats.waited(this.#polledAt - start, true);
+  }
+
+  /**
+   * Lets the event loop turn once, when page-outs are in flight and no wait of this device let it turn for
+   * POLL_INTERVAL_MS, so that copies done on the device land (Note [Waiting for page-outs]); counts the time in
+   * `transfer_poll_ms`.
+   */
+  async pollPageOuts(): Promise<void> {
+    if (this.#inFlight.size === 0) return;
+    const start = performance.now();
+    if (start - this.#polledAt < POLL_INTERVAL_MS) return;
+    await nextTurn();
+    this.#polledAt = performance.now();
+    this.stats.polled(this.#polledAt - start);
+  }
+
+  /**
+   * True when a page-out of `bytes` started now leaves room for the bytes the program is expected to allocate
+   * before its next pin (Note [Waiting for page-outs]), so that the next `pinAsync` need not wait for it: for a
+   * speculative page-out, which may as well not start. True when the pager cannot tell.
+   */
+  roomForEarlyPageOut(bytes: number): boolean {
+    const room = this.pager.pagingRoom?.();
+    if (room === undefined) return true;
+    const inFlightBytes = room.inFlightBytes + bytes;
+    // Segments lose what staging in flight holds beyond the reserve (Note [Paging room] in core's Pager).
+    const headroomBytes = room.headroomBytes - (Math.max(inFlightBytes, room.reserveBytes) - Math.max(room.inFlightBytes, room.reserveBytes));
+    return fits({ inFlightBytes, reserveBytes: room.reserveBytes, headroomBytes }, this.expectedAllocationBytes());
+  }
+
+  /** True when `bytes` fit beside the page-outs in flight (Note [Paging room] in core's Pager). */
+  #fits(bytes: number): boolean {
+    return fits(this.pager.pagingRoom!(), bytes);
+  }
+
+  /** Resolves once the oldest page-out in flight landed or failed (the set keeps them in the order they started). */
+  async #oldestPageOut(): Promise<void> {
+    const oldest = this.#inFlight.values().next();
+    if (oldest.done !== true) await oldest.value;
+  }
+
   /** Counts a page-out in flight until its bytes landed or it failed. */
   trackPageOut(host: PageOut): void {
     if (host.bytes !== null) return;
@@ -122,13 +239,14 @@ export class DeviceResidency {
     this.#refusedSinceSettled = true;
   }
 
-  /** Resolves once every page-out in flight has landed or failed, counting the wait in `transfer_wait_ms`; never rejects. */
+  /** Resolves once every page-out in flight has landed or failed, counting the wait in `transfer_wait_ms` and `room_wait_ms`; never rejects. */
   async settlePageOuts(): Promise<void> {
     this.#refusedSinceSettled = false;
     if (this.#inFlight.size === 0) return;
     const start = performance.now();
     while (this.#inFlight.size > 0) await Promise.all([...this.#inFlight]);
-    this.stats.waited(performance.now() - start);
+    this.#polledAt = performance.now();
+    this.stats.waited(this.#polledAt - start, true);
   }
 
   /**
@@ -284,5 +402,22 @@ export class DeviceResidency {
  * list, statistics, events, and the reclaims the engine's out-of-memory chain asks of it.
  */
 export type Residency = DeviceResidency;
+
+/** Events of the learned sequence `expectedAllocationBytes` looks through for the next pin. */
+const EXPECTED_ALLOCATION_HORIZON = 256;
+
+/** Milliseconds between the event-loop turns `pollPageOuts` lets happen while page-outs are in flight. */
+const POLL_INTERVAL_MS = 2;
+
+/** True when `bytes` more can be allocated or paged in beside the page-outs in flight of `room` (Note [Paging room] in core's Pager). */
+function fits(room: PagingRoom, bytes: number): boolean {
+  return bytes <= room.headroomBytes || room.inFlightBytes + bytes - room.headroomBytes <= room.reserveBytes;
+}
+
+/** Resolves on a later turn of the event loop (a macrotask: where WebGPU delivers mapAsync), not a microtask. */
+function nextTurn(): Promise<void> {
+  const immediate = (globalThis as { setImmediate?: (callback: () => void) => unknown }).setImmediate;
+  return new Promise((resolve) => (immediate === undefined ? setTimeout(resolve, 0) : immediate(resolve)));
+}
 
 export const Residency: Token<Residency> = Symbol('stowage.lms.Residency');

@@ -66,6 +66,7 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
   ) {
     this.#heldBytes = storage.byteLength;
     lmsDevice.held(this.#heldBytes);
+    lmsDevice.made(this.#heldBytes);
     lmsDevice.learner?.onCreate(this);
   }
 
@@ -102,17 +103,20 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
   /**
    * Pins without telling the learner (Note [Speculation]); returns true when this pin made the storage active. For
    * `pin(...)`, which tells it of one operation's pins in the order the caller gave them, whatever order they were
-   * pinned in.
+   * pinned in. `late`: the storage was reclaimed with its bytes still on their way to the host when the pin was
+   * asked for (`pinAsync` waited for them), for `page_in_ready_before_use` (Note [Ready before use] in LmsStats.ts).
    * @internal
    */
-  pinUnrecorded(): boolean {
+  pinUnrecorded(late = false): boolean {
     if (this.#released) throw new UseAfterReleaseError(`Cannot pin a released ${this.storage.byteLength}-byte storage.`);
     if (this.#pins > 0) {
       this.#pins++;
       return false;
     }
     const device = this.lmsDevice;
+    const predicted = (this.#state === 'reclaimed' || this.#prefetched) && device.learner?.history.predictor != null;
     const pagedIn = this.#state === 'reclaimed' ? this.#pageIn(false) : 0; // throws before anything changes
+    if (predicted) device.stats.predictedPageIn(this.#prefetched || !late);
     if (this.#pins > 0) {
       this.#pins++; // pinned while it was being brought back (a listener): that pin made it active
       return false;
@@ -238,15 +242,20 @@ export class StorageResidency implements LmsStorage, ReclaimNode, LearnedStorage
   /**
    * Starts the page-out of an inactive storage now and keeps it resident (a speculative page-out, Note
    * [Speculation]): a later reclaim only frees its block. Nothing happens when a host copy is valid already, or
-   * the block is not one the allocator placed (it is never reclaimed). Returns false when the pager refused the
-   * copy for lack of room on the device (Note [Page-outs the device refuses] in Residency.ts): it may succeed once
-   * the page-outs in flight landed (`Residency#settlePageOuts`); true otherwise.
+   * the block is not one the allocator placed (it is never reclaimed). Returns false when the copy did not start
+   * for lack of room on the device: the pager refused it (Note [Page-outs the device refuses] in Residency.ts), or,
+   * with `leaveRoom` (speculation's page-outs), it would leave too little room for the program's next allocations
+   * (`Residency#roomForEarlyPageOut`); it may start once the page-outs in flight landed
+   * (`Residency#settlePageOuts`). True otherwise.
    */
-  pageOutEarly(): boolean {
+  pageOutEarly(leaveRoom = false): boolean {
     if (this.#state !== 'inactive' || this.#host !== null || this.#released) return true;
     const device = this.lmsDevice;
     const ptr = this.storage.peekDataPtr();
     if (device.inspector.describeBlock(ptr) === undefined) return true;
+    // Speculation's copies (`leaveRoom`) not when they would take room the program's next allocations need:
+    // `pinAsync` would wait for them to land. A caller that wants the copy now (an async point's) takes the room.
+    if (leaveRoom && !device.roomForEarlyPageOut(ptr.byteLength)) return false;
     if (!this.#startPageOut(ptr, true)) return false; // no room for the copy now: the reclaim makes it, if one comes
     this.#hostUnusedSpeculation = true;
     return true;

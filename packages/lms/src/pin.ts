@@ -84,18 +84,28 @@ export function pin(...items: Pinnable[]): PinGuard {
 
 /**
  * As `pin`, but waits for reclaimed storages whose bytes are still on their way to host memory (WebGPU) instead of
- * throwing: for callers that can await. It waits for the device's page-outs in flight before pinning and once
- * more after (those its page-ins' reclaims started), so that the caller's allocations next find the room their
- * staging held, and a pin that runs out of memory while page-outs are in flight is tried again once they landed
- * (Note [Page-outs the device refuses] in Residency.ts). Same errors otherwise;
+ * throwing: for callers that can await. On a device whose page-outs hold device memory until they land, it waits
+ * for page-outs in flight only when the room they hold is needed: before its pins, for the pins' page-ins and the
+ * bytes the program is expected to allocate before its next pin, and again after them (Note [Waiting for
+ * page-outs] in Residency.ts); a pin that runs out of memory while page-outs are in flight is tried again once the
+ * oldest landed (Note [Page-outs the device refuses]). While page-outs are in flight it lets the event loop turn
+ * now and then, so that copies done on the device land before the pins that need them. Same errors otherwise;
  * nothing stays pinned when it rejects.
  */
 export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
   const objects = lmsObjects(items);
-  const residencies = new Set<Residency>();
-  for (const lms of objects) if (lms instanceof StorageResidency) residencies.add(lms.lmsDevice);
-  for (const residency of residencies) if (residency.pageOutsInFlight > 0) await residency.settlePageOuts();
+  const residencies = new Map<Residency, number>(); // each device's bytes to page in
+  for (const lms of objects) {
+    if (!(lms instanceof StorageResidency)) continue;
+    const device = lms.lmsDevice;
+    if (!residencies.has(device)) device.pinAsyncBegins();
+    residencies.set(device, (residencies.get(device) ?? 0) + (lms.state === 'reclaimed' ? lms.byteLength : 0));
+  }
+  for (const device of residencies.keys()) await device.pollPageOuts();
   const reclaimed = objects.filter((lms) => lms.state === 'reclaimed'); // once per item, as in `pin`
+  // Note [Ready before use] in LmsStats.ts: reclaimed storages whose bytes are not on the host yet, as the pin comes.
+  const late = new Set(reclaimed.filter((lms) => lms instanceof StorageResidency && !lms.hostCopyReady));
+  for (const [device, pageInBytes] of residencies) await device.waitForRoom(pageInBytes + device.expectedAllocationBytes());
   const pinned: LmsStorage[] = [];
   const madeActive: StorageResidency[] = [];
   try {
@@ -104,18 +114,17 @@ export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
       await lms.ready(); // at once when an access brought it back meanwhile
       for (;;) {
         try {
-          pinOne(lms, pinned, madeActive);
+          pinOne(lms, pinned, madeActive, late.has(lms));
           break;
         } catch (error) {
-          // The room may be in staging buffers of page-outs in flight: it comes back when they land.
+          // The room may be in staging buffers of page-outs in flight: it comes back as they land.
           if (!isOutOfMemoryError(error) || !(lms instanceof StorageResidency) || lms.lmsDevice.pageOutsInFlight === 0) throw error;
-          await lms.lmsDevice.settlePageOuts();
+          await lms.lmsDevice.waitForOldestPageOut();
         }
       }
     }
-    // Page-ins reclaimed room with page-outs whose staging holds the device's paging reserve until they land: the
-    // caller's allocations next (an operation's outputs, synchronous) find it free again.
-    for (const residency of residencies) if (residency.pageOutsInFlight > 0) await residency.settlePageOuts();
+    // The page-ins' reclaims may have started page-outs: the caller's allocations next (synchronous) must fit.
+    for (const device of residencies.keys()) await device.waitForRoom(device.expectedAllocationBytes());
   } catch (error) {
     new PinGuard(pinned).release();
     throw error;
@@ -129,10 +138,13 @@ export async function pinAsync(...items: Pinnable[]): Promise<PinGuard> {
 // the caller gave the storages, once all are pinned, and of its unpins in the reverse of that order, once all are
 // unpinned. A guard that fails to pin everything tells nothing: it unpins what it pinned, unrecorded.
 
-/** Pins `lms`; one that this pin made active, on a device that learns, joins `madeActive`. */
-function pinOne(lms: LmsStorage, pinned: LmsStorage[], madeActive: StorageResidency[]): void {
+/**
+ * Pins `lms`; one that this pin made active, on a device that learns, joins `madeActive`. `late`: its bytes were
+ * not on the host when the pin was asked for (Note [Ready before use] in LmsStats.ts).
+ */
+function pinOne(lms: LmsStorage, pinned: LmsStorage[], madeActive: StorageResidency[], late = false): void {
   if (!(lms instanceof StorageResidency)) lms.pin();
-  else if (lms.pinUnrecorded() && lms.lmsDevice.learner !== null) madeActive.push(lms);
+  else if (lms.pinUnrecorded(late) && lms.lmsDevice.learner !== null) madeActive.push(lms);
   pinned.push(lms);
 }
 

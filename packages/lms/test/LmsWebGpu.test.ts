@@ -227,7 +227,7 @@ describe('LMS on WebGPU', function () {
     expect(s['reserved_bytes.all.peak']).to.be.at.most(SEGMENT_BUDGET);
   });
 
-  it('counts the time spent waiting for a page-out in transfer_wait_ms', async function () {
+  it('counts the time spent waiting for a page-out in transfer_wait_ms, and pinAsync its turn of the event loop that landed one in transfer_poll_ms', async function () {
     await using rt = await lmsRuntime(this);
     const storage = reclaimedInFlight(rt, 6);
     const before = stat(rt, 'transfer_wait_ms');
@@ -237,8 +237,25 @@ describe('LMS on WebGPU', function () {
     await storage.lms!.ready(); // the bytes are here: no wait, nothing counted
     expect(stat(rt, 'transfer_wait_ms')).to.equal(waited);
     const again = reclaimedInFlight(rt, 7);
+    const polled = stat(rt, 'transfer_poll_ms');
     using _guard = await pinAsync(again);
-    expect(stat(rt, 'transfer_wait_ms')).to.be.above(waited);
+    expect(stat(rt, 'transfer_wait_ms') + stat(rt, 'transfer_poll_ms')).to.be.above(waited + polled);
+  });
+
+  it('pins a reclaimed storage whose host copy landed without waiting, while another page-out whose room it does not need is in flight', async function () {
+    await using rt = await lmsRuntime(this);
+    const landed = reclaimedInFlight(rt, 8);
+    await lmsOf(landed).hostCopySettled();
+    const inFlight = reclaimedInFlight(rt, 9);
+    const waited = stat(rt, 'transfer_wait_ms');
+    {
+      using _guard = await pinAsync(landed);
+      expect(lmsOf(landed).state).to.equal('active');
+      expect(stat(rt, 'transfer_wait_ms'), 'waited').to.equal(waited);
+      expect(stat(rt, 'room_wait_ms'), 'waited for room').to.equal(0);
+    }
+    await expectBytes(rt, landed, 8);
+    await expectBytes(rt, inFlight, 9);
   });
 
   it('holds at most the budget on the device, counted at the device, while storages are written, reclaimed and brought back again and again', async function () {
@@ -323,6 +340,9 @@ describe('LMS on WebGPU', function () {
     expect(total('speculative_hits'), 'reclaims that found a speculative page-out, from the fourth iteration').to.be.above(0);
     expect(total('prefetch'), 'prefetches from the fourth iteration').to.be.above(0);
     expect(total('prefetch_hits'), 'prefetched storages pinned').to.equal(total('prefetch'));
+    // Every copy landed before the next operation: each page-in of a predicted storage was ready before its pin.
+    expect(total('page_in_predicted'), 'page-ins of predicted storages, from the fourth iteration').to.be.above(0);
+    expect(total('page_in_ready_before_use'), 'of them, ready before their pin').to.equal(total('page_in_predicted'));
     for (const [k, storage] of storages.entries()) await expectBytes(rt, storage, 50 + k);
   });
 });

@@ -49,6 +49,36 @@ export interface Pager {
    * them from then on. Optional: devices that page into host memory at once need nothing.
    */
   enablePaging?(): void;
+  /**
+   * What page-outs in flight hold of the device's memory now, and the room left beside them (Note [Paging room]),
+   * for a residency service that decides whether to wait for them before the next allocations. Optional: without
+   * it a residency service cannot tell what page-outs in flight hold, and LMS waits for all of them around each
+   * `pinAsync`, as it must on a device where they may hold room.
+   */
+  pagingRoom?(): PagingRoom;
+}
+
+/**
+ * Note [Paging room]: a device whose page-outs hold device memory until their bytes land (WebGPU: a staging buffer
+ * per page-out, inside the device's budget) keeps `reserveBytes` of its budget for them, and its allocations get
+ * the rest. While `inFlightBytes` stays within the reserve, the allocations have all of their share; past it they
+ * lose what the page-outs hold beyond it until those land. So a residency service about to allocate `n` bytes, or
+ * to page in that much, needs no page-out to land first when `n <= headroomBytes` (it fits without reclaiming
+ * anything), or when `inFlightBytes + (n - headroomBytes) <= reserveBytes`: the reclaims for the rest page out at
+ * most that much, every such copy fits in the reserve beside those in flight, and each block they free is room for
+ * the allocations again. Past the reserve a reclaim that copies frees no room until its copy lands (its block's
+ * bytes move into staging), so only waiting for page-outs in flight gives room back.
+ */
+export interface PagingRoom {
+  /** Device bytes held by transfers to the host in flight now (WebGPU: staging buffers not yet mapped and given back). */
+  readonly inFlightBytes: number;
+  /** Bytes of the device's memory kept for page-outs in flight (0 when none is kept). */
+  readonly reserveBytes: number;
+  /**
+   * Bytes a new allocation may take now without reclaiming anything, beside the transfers in flight and the
+   * reserve (idle pooled staging counted as room: it is given back on demand); Infinity without a budget.
+   */
+  readonly headroomBytes: number;
 }
 
 export const Pager: Token<Pager> = Symbol('stowage.Pager');

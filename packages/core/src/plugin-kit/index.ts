@@ -29,7 +29,7 @@ export type { SnapshotAction, SnapshotBlock, SnapshotBlockState, SnapshotFrame, 
 export type { MemoryReclaimer } from '../contracts/MemoryReclaimer.js';
 export { IpcCollector, LmsReclaimer } from '../contracts/MemoryReclaimer.js';
 export type { ReclaimTarget } from '../contracts/MemoryReclaimer.js';
-export type { PageOut } from '../contracts/Pager.js';
+export type { PageOut, PagingRoom } from '../contracts/Pager.js';
 export type { BlockPlacement } from '../contracts/BlockPlacement.js';
 export { AliasReshapePolicy } from '../storage/AliasReshapePolicy.js';
 export { viewStrides } from '../storage/viewStrides.js';

@@ -82,7 +82,7 @@ export class Speculation {
     lms.reclaimPredicted = index >= 0 && this.history.predictsReclaimAfter(index);
     if (!lms.reclaimPredicted || !this.settings.pageOut) return;
     if (this.history.predictsReclaimLater(index) || this.history.pinnedBytesAfter(index) > lms.byteLength) {
-      lms.pageOutEarly();
+      lms.pageOutEarly(true);
     } else {
       // Note [Page-outs past the last reclaim]
       this.#heldBack.push(lms);
@@ -110,7 +110,7 @@ export class Speculation {
   #pageOutHeldBack(): void {
     const held = this.#heldBack;
     this.#heldBack = [];
-    for (const lms of held) if (lms.reclaimPredicted && !lms.isReleased) lms.pageOutEarly();
+    for (const lms of held) if (lms.reclaimPredicted && !lms.isReleased) lms.pageOutEarly(true);
   }
 
   /**

@@ -15,8 +15,8 @@
 //                waitMs is transfer_wait_ms; reclaim* count alloc_distribution.reclaim_*. A run that throws has fits
 //                false, its error (class and message) and the counts its allocator had reached.
 //   loop step    {"trace","device","link":null,"budget","policy","speculative","iteration","fits","stepMs","slowdown",
-//                 "precision","recall","wastedBytes","bytesMoved","waitMs","speculativePageOuts","hits","misses",
-//                 "prefetches","prefetchHits","error"?}   issue 19's real loop: one line per step of every run of the
+//                 "precision","recall","wastedBytes","bytesMoved","waitMs","roomWaitMs","pollMs","speculativePageOuts",
+//                 "hits","misses","prefetches","prefetchHits","predictedPageIns","readyBeforeUse","error"?}   issue 19's real loop: one line per step of every run of the
 //                deep shapes (trace "train-mlp", "train-transformer") under P/2, P/4, P/8 with lru, best-fit and
 //                speculative, speculation off (speculative false) and on (`lms({ speculation: true })`); the lru and
 //                best-fit runs without speculation are the run rows' own. Every step is a line, iteration 0 (which
@@ -27,17 +27,23 @@
 //                off, say); a copy started in one step and used in the next counts in different steps, so a step's
 //                precision may leave [0, 1] where a run's stays in it. wastedBytes = speculative_wasted_bytes +
 //                prefetch_wasted_bytes; bytesMoved = page_out_bytes + page_in_bytes (speculative page-outs and
-//                prefetches included); waitMs = transfer_wait_ms (pinAsync awaiting a page-out's mapAsync before a
-//                page-in, on WebGPU; 0 on the CPU, whose copies are synchronous); prefetches, prefetchHits = prefetch,
-//                prefetch_hits; slowdown = stepMs over the unconstrained run's median step. A run that throws has one
-//                line, iteration null, fits false and its error.
+//                prefetches included); waitMs = transfer_wait_ms (pinAsync awaiting page-outs' mapAsync, on WebGPU;
+//                0 on the CPU, whose copies are synchronous), roomWaitMs = room_wait_ms (the part waited for page-outs
+//                to give back the device memory the next allocations need: Note [Waiting for page-outs] in
+//                @stowage/lms's Residency.ts; the rest waited for a page-in's bytes), pollMs = transfer_poll_ms
+//                (event-loop turns that let finished copies land); prefetches, prefetchHits = prefetch,
+//                prefetch_hits; predictedPageIns, readyBeforeUse = page_in_predicted, page_in_ready_before_use (Note
+//                [Ready before use] in LmsStats.ts); slowdown = stepMs over the unconstrained run's median step. A
+//                run that throws has one line, iteration null, fits false and its error.
 //   pin-unpin    {"workload":"pin-unpin","device":"cpu","policy","form","pinUnpinNs"}   one pin and one unpin of a
 //                resident storage, as `storage.lms.pin(); storage.lms.unpin()` and as `pin(storage).release()`
 //   summary      {"scenario":"summary","loop":{"fromIteration","totals","comparisons"},"targets":{…}}: the real
 //                loop from iteration 3 on (LoopRecord.ts: each run with speculation on beside the same run with it
 //                off, steps summed, stepMs their mean), and each target with "met" and its figures — the run rows'
 //                targets, and the real loop's: every run with speculation on fits, precision ≥ 0.95 and recall ≥ 0.98
-//                in every one, and on WebGPU less waiting with speculation than without in every pair.
+//                in every one, on WebGPU less waiting with speculation than without in every pair (waits for room
+//                and polls beside), and on WebGPU at least 95 % of the page-ins of predicted storages ready before
+//                their pin in every run with speculation on (webGpuReadyBeforeUseAtLeast95: share, lowest).
 //   sim, sim-summary   the simulated-time rows after these (`speculationRows`): speculation.bench.ts documents them.
 //   published, published-summary   with --published, and only then: the published swapping systems' setups at
 //                full size (published/published.bench.ts documents them).
