@@ -228,6 +228,38 @@ describe('speculative page-out', () => {
     }
   });
 
+  it('tries a speculative page-out that found no room again at later pins, so its reclaim still finds the copy (Note [Page-outs that found no room])', async () => {
+    await using rt = await lmsRuntime(64 * KiB, { policy: 'lru', speculation: { prefetch: false } });
+    const device = lmsDevice(rt) as Residency & { roomForEarlyPageOut(bytes: number): boolean; learner: { onPin(lms: unknown): void } };
+    // A device with room for one copy between two pins (its staging busy until then): a second early page-out
+    // asked for before the next pin finds no room.
+    let copyStarted = false;
+    let declined = 0;
+    device.roomForEarlyPageOut = () => {
+      if (copyStarted) declined++;
+      const room = !copyStarted;
+      copyStarted = true;
+      return room;
+    };
+    const learner = device.learner;
+    const onPin = learner.onPin.bind(learner);
+    learner.onPin = (lms) => {
+      copyStarted = false;
+      onPin(lms);
+    };
+    const loop = new LayerLoop(rt, 8, 16 * KiB);
+    const perStep: Record<string, number>[] = [];
+    for (let i = 0; i < 6; i++) {
+      loop.step();
+      perStep.push({ ...stats(rt) });
+    }
+    expect(declined, 'page-outs found no room').to.be.above(2);
+    for (let i = 2; i < perStep.length; i++) {
+      expect(delta(perStep, i, 'speculative_page_out'), `step ${i}: speculative page-outs`).to.be.above(0);
+      expect(delta(perStep, i, 'speculative_misses'), `step ${i}: reclaims that copied on demand`).to.equal(0);
+    }
+  });
+
   it('predicts nothing, and so speculates nothing, in a program that never marks an iteration', async () => {
     await using rt = await lmsRuntime(64 * KiB, { speculation: true });
     const w = [0, 1, 2, 3, 4, 5].map((i) => {
