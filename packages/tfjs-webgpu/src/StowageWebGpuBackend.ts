@@ -292,22 +292,32 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   }
 
   #runProgram(program: unknown, inputs: TensorInfo[], outputDtype: DataType, programDefinedUniform?: unknown, output?: TensorInfo): TensorInfo {
-    const run = (): TensorInfo => super.runWebGPUProgram(program, inputs, outputDtype, programDefinedUniform, output);
-    if (this.lmsDevice === null) return run();
-    const storages: StorageImpl[] = [];
+    if (this.lmsDevice === null) return super.runWebGPUProgram(program, inputs, outputDtype, programDefinedUniform, output);
+    const resident: StorageImpl[] = [];
+    const reclaimed: StorageImpl[] = [];
     let pageInBytes = 0;
     for (const tensor of output === undefined ? inputs : [...inputs, output]) {
       const resource = this.tensorMap.get(tensor.dataId).resource;
       if (!(resource instanceof StorageImpl) || resource.lms === null) continue;
-      storages.push(resource);
-      if (resource.lms.state === 'reclaimed') pageInBytes += resource.byteLength;
+      if (resource.lms.state !== 'reclaimed') resident.push(resource);
+      else {
+        reclaimed.push(resource);
+        pageInBytes += resource.byteLength;
+      }
     }
-    if (pageInBytes > 0) this.#makeRoom(pageInBytes);
     this.#inProgram = true;
     this.#recordedInProgram = false;
     try {
-      this.#opPins.push(this.#pin(storages));
-      const result = run();
+      // Note [The output before the page-ins]: the resident inputs are pinned (no allocation), then the output is
+      // allocated, then the reclaimed inputs come back, largest first.
+      this.#opPins.push(this.#pin(resident));
+      if (reclaimed.length > 0) {
+        output ??= this.makeTensorInfo((program as { outputShape: number[] }).outputShape, outputDtype);
+        if (util.sizeFromShape(output.shape) > 0) this.uploadToGPU(output.dataId); // allocated and pinned as the kernel's
+        this.#makeRoom(pageInBytes);
+        this.#opPins.push(this.#pin(reclaimed.sort((a, b) => b.byteLength - a.byteLength)));
+      }
+      const result = super.runWebGPUProgram(program, inputs, outputDtype, programDefinedUniform, output);
       this.#recordedInProgram = true;
       for (const input of inputs) {
         const resource = this.tensorMap.get(input.dataId).resource;
