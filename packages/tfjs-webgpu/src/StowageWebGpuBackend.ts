@@ -17,6 +17,7 @@ import { TensorBytesInFlightError } from './TensorBytesInFlightError.js';
 import { UniformCapture } from './UniformCapture.js';
 import { KernelReferences } from './KernelReferences.js';
 import { settleHostCopies } from './settleHostCopies.js';
+import { readWithinBudget } from './readWithinBudget.js';
 import type { DataId, WebGpuBackendInternalsClass } from './TfjsBackendInternals.js';
 import { webGpuAllocatorOf } from './webGpuAllocatorOf.js';
 
@@ -70,6 +71,11 @@ const HOST_COPIES = ['predicted', 'all'] as const;
 //   while recorded kernels hold pins, the backend submits them first (`#makeRoom`), so that one kernel's tensors,
 //   not fifteen's, is what must be resident;
 // - uploads are clean (Note [Clean uploads]);
+// - Note [The output before the page-ins]: a kernel with reclaimed inputs pins its resident inputs, allocates its
+//   output, and only then brings the reclaimed inputs back, largest first. A page-in lands wherever the engine
+//   finds room; a small one (a 1 KiB bias) taken first can sit in the middle of the free run the output needed,
+//   and it is pinned, so nothing can move it: on selfie at 1.25 x its floor the second prediction ran out of
+//   memory that way with 2.25 MiB free in its segments and a 1 MiB output to place;
 // - async points: `read` (every `data()`), `lmsSettle()` and `endLmsStep()` start host copies of inactive tensors
 //   where a reclaim is predicted (Note [Host copies where a reclaim is predicted]) and wait for every page-out in
 //   flight, so that the next step's reclaims find clean tensors (weights, optimizer state, inputs); copies the
@@ -483,7 +489,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     this.endComputePassEncoder();
     this.submitQueue();
     if (resource.byteLength === 0) return new ArrayBuffer(0);
-    const bytes = await this.runtime.read(resource);
+    const bytes = this.lmsDevice === null ? await this.runtime.read(resource) : await readWithinBudget(this.runtime, this.lmsDevice, this.storageManager.allocator.backend.budget, resource);
     return bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
   }
 
