@@ -15,7 +15,7 @@ export interface StepHints {
 
 /**
  * How safe reclaiming a candidate is inside a synchronous tfjs step (Note [LMS inside a synchronous step] in
- * StowageWebGpuBackend.ts), smaller is safer:
+ * KernelPins.ts), smaller is safer:
  * - 0: its host copy is complete: reclaiming only frees the block, and a page-in is a `writeBuffer` of host bytes
  *   that can start at once;
  * - 1: no complete copy, but the learned sequence pins it no more this step (`nextUse` Infinity): its page-out

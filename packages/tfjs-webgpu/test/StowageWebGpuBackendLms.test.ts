@@ -1,11 +1,13 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs-core';
 import type { StorageImpl } from '@stowage/core';
-import { InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
+import { createRuntime, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
 import type { StorageResidency } from '@stowage/lms';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
+import { webgpu } from '@stowage/allocator-webgpu';
+import { lms } from '@stowage/lms';
 import type { StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
-import { TensorBytesInFlightError } from '@stowage/tfjs-webgpu';
+import { registerStowageWebGpuBackend, SynchronousStepPolicy, TensorBytesInFlightError } from '@stowage/tfjs-webgpu';
 import type { Model } from '@stowage/lab/tfjs';
 import { budgetAt, convNet, inStepWorkingSet, isSameRun, mlp, realFloor, realModel, runReal, runStock, runUnderLms, sameBits, transformerBlock } from '@stowage/lab/tfjs';
 import { loadRealModel } from '@stowage/lab/tfjs/node';
@@ -232,6 +234,32 @@ describe('StowageWebGpuBackend under LMS', function () {
       });
       expect(error).to.equal(undefined);
       expect(checked).to.equal(true);
+    });
+
+    it("moves a dirty input out of the segment its kernel's output needs when nothing else makes room (Note [Moving dirty inputs out of the output's way])", async () => {
+      // 240 KiB, a sixteenth kept for page-out staging, default (shared) segments: a 160 KiB tensor's segment is
+      // left with a 32 KiB input in it, written in this synchronous stretch (dirty); the kernel's 160 KiB output
+      // needs that segment, and the budget has no room for a second one of that size.
+      const runtime = await createRuntime({ plugins: [webgpu({ device: context.device, limit: 240 * KiB, pagingReserve: { fraction: 1 / 16 } }), lms({ policy: new SynchronousStepPolicy(), devices: ['webgpu'] })] });
+      try {
+        await registerStowageWebGpuBackend(runtime, { gpu: context.keepAlive });
+        expect(await tf.setBackend('webgpu')).to.equal(true);
+        const big = tf.fill([160 * 256], 1);
+        await big.data();
+        big.dispose();
+        const a = tf.fill([32 * 256], 2);
+        const tiled = tf.tile(a, [5]);
+        const values = await tiled.data();
+        expect(values.length).to.equal(160 * 256);
+        expect(values.every((v) => v === 2), "the moved input's bits").to.equal(true);
+        expect([...(await a.data()).slice(0, 2)]).to.deep.equal([2, 2]);
+        const stats = runtime.allocator('webgpu').memoryStats() as Readonly<Record<string, number>>;
+        expect(stats['device_bytes.peak']).to.be.at.most(240 * KiB + 16);
+        tf.dispose([a, tiled]);
+      } finally {
+        tf.removeBackend('webgpu');
+        await runtime.dispose();
+      }
     });
 
     it('throws TensorBytesInFlightError, changing nothing, when a kernel needs a tensor paged out earlier in the same synchronous step; runs it after lmsSettle()', async () => {
