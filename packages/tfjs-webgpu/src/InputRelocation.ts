@@ -1,4 +1,4 @@
-import { StorageImpl } from '@stowage/core';
+import { isOutOfMemoryError, StorageImpl } from '@stowage/core';
 import { StorageResidency } from '@stowage/lms';
 
 /** A dirty input moved out of its block: its bytes wait in `parked` until the kernel's output has its block. */
@@ -23,6 +23,10 @@ export interface RelocationHost {
   releaseStorage(storage: StorageImpl): void;
   /** Whether the backend made `storage` (a caller's buffer is never moved). */
   owns(storage: StorageImpl): boolean;
+  /** Ends the pins of the kernel being run (its inputs). */
+  unpinKernel(): void;
+  /** Pins `storages` for the kernel being run (bringing reclaimed ones back). */
+  pinKernel(storages: readonly StorageImpl[]): void;
 }
 
 /**
@@ -43,6 +47,32 @@ export class InputRelocation {
   #toDestroy: GPUBuffer[] = [];
 
   constructor(private readonly host: RelocationHost) {}
+
+  /**
+   * Allocates a kernel's output with `allocate` (which pins it). When that throws OutOfMemoryError and `allocated()`
+   * is still false, the kernel's pins end, its dirty inputs among `inputs` (at most `maxBytes`) move out of the
+   * way, and `allocate` runs once more; then the moved inputs get new storages and every input is pinned again.
+   * @throws the OutOfMemoryError when there is nothing to move, or what the second try throws
+   */
+  allocateOutput(allocate: () => void, allocated: () => boolean, inputs: readonly { resource?: unknown }[], maxBytes: number): void {
+    try {
+      allocate();
+      return;
+    } catch (error) {
+      if (!isOutOfMemoryError(error) || allocated()) throw error;
+      this.host.unpinKernel(); // clean inputs may be reclaimed now, dirty ones moved
+      this.host.submitNow();
+      if (!this.moveOut(inputs, maxBytes)) throw error;
+    }
+    try {
+      allocate();
+    } finally {
+      this.moveBack();
+      const storages = new Set<StorageImpl>();
+      for (const data of inputs) if (data.resource instanceof StorageImpl && data.resource.lms !== null) storages.add(data.resource);
+      this.host.pinKernel([...storages]);
+    }
+  }
 
   /**
    * Moves the dirty, resident inputs among `datas` (unpinned) out of their blocks, at most `maxBytes` in all;

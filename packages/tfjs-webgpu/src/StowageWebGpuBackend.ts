@@ -3,7 +3,7 @@ import { engine, util } from '@tensorflow/tfjs-core';
 import { WebGPUBackend, webgpu_util } from '@tensorflow/tfjs-backend-webgpu';
 import type { BufferManager } from '@tensorflow/tfjs-backend-webgpu/dist/buffer_manager.js';
 import type { DataPtr, Runtime } from '@stowage/core';
-import { isOutOfMemoryError, StorageImpl } from '@stowage/core';
+import { StorageImpl } from '@stowage/core';
 import { checkEnum } from '@stowage/core/plugin-kit';
 import { fromGpuBuffer } from '@stowage/allocator-webgpu';
 import type { Residency } from '@stowage/lms';
@@ -11,8 +11,7 @@ import { LmsAllocator, StorageResidency } from '@stowage/lms';
 import type { ReadWriteStorageCounts } from './ReadWriteStorage.js';
 import { readWriteStorageDevice } from './ReadWriteStorage.js';
 import { StowageBufferManager, TENSOR_USAGE } from './StowageBufferManager.js';
-import type { StepHints } from './SynchronousStepPolicy.js';
-import { SynchronousStepPolicy } from './SynchronousStepPolicy.js';
+import { SynchronousStepPolicy, tfjsStepHints } from './SynchronousStepPolicy.js';
 import { KernelPins } from './KernelPins.js';
 import { InputRelocation } from './InputRelocation.js';
 import { UniformCapture } from './UniformCapture.js';
@@ -107,6 +106,8 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     },
     releaseStorage: (storage) => this.storageManager.releaseStorage(storage),
     owns: (storage) => this.storageManager.owns(storage),
+    unpinKernel: () => this.#pins.kernelFailed(),
+    pinKernel: (storages) => this.#pins.pinForKernel(storages),
   });
   /** True while `runWebGPUProgram` runs under LMS: a storage allocated then is the kernel's, and pinned. */
   #inProgram = false;
@@ -158,25 +159,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     this.bufferManager = this.storageManager;
     this.lmsDevice = lmsDevice;
     const policy = lmsDevice?.policy;
-    if (policy instanceof SynchronousStepPolicy) policy.attach(this.#stepHints());
-  }
-
-  /** What the backend knows of the step's tensors, for `SynchronousStepPolicy`. */
-  #stepHints(): StepHints {
-    return {
-      readSinceWritten: (storage) => this.#readSinceWritten.has(storage),
-      savedForBackward: () => {
-        const saved = new Set<StorageImpl>();
-        const tape = (engine() as unknown as { state: { activeTape: { saved?: TensorInfo[] }[] | null } }).state.activeTape;
-        for (const node of tape ?? []) {
-          for (const tensor of node.saved ?? []) {
-            const resource = this.tensorMap.has(tensor.dataId) ? this.tensorMap.get(tensor.dataId).resource : undefined;
-            if (resource instanceof StorageImpl) saved.add(resource);
-          }
-        }
-        return saved;
-      },
-    };
+    if (policy instanceof SynchronousStepPolicy) policy.attach(tfjsStepHints(this.#readSinceWritten, (dataId) => (this.tensorMap.has(dataId) ? this.tensorMap.get(dataId).resource : undefined)));
   }
 
   /** tfjs packs and "writes" the uniforms; with uniforms through Stowage they land in a uniform block's range. */
@@ -288,7 +271,9 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
       // allocated, then the reclaimed inputs come back, largest first.
       this.#pins.pinForKernel(resident);
       output ??= this.makeTensorInfo((program as { outputShape: number[] }).outputShape, outputDtype);
-      if (util.sizeFromShape(output.shape) > 0) this.#allocateOutput(output, inputs); // allocated and pinned as the kernel's
+      const data = this.tensorMap.get(output.dataId);
+      const maxMovedBytes = Math.max(MiB, 0.02 * this.storageManager.allocator.backend.budget.budgetBytes); // the device peak's allowance
+      if (util.sizeFromShape(output.shape) > 0) this.#relocation.allocateOutput(() => this.uploadToGPU(output!.dataId), () => data.resource != null, inputs.map((t) => this.tensorMap.get(t.dataId)), maxMovedBytes);
       if (reclaimed.length > 0) {
         this.#pins.makeRoom(pageInBytes);
         this.#pins.pinForKernel(reclaimed.sort((a, b) => b.byteLength - a.byteLength));
@@ -306,34 +291,6 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
       this.#inProgram = false;
       // A kernel that failed before it was recorded keeps its pins for `#unwindKernels` to end now.
       if (this.#recordedInProgram) this.#pins.kernelRecorded();
-    }
-  }
-
-  /**
-   * Allocates (and pins) a kernel's output under LMS; when it finds no room, moves the kernel's dirty inputs out of
-   * its way and tries once more (Note [Moving dirty inputs out of the output's way], InputRelocation.ts).
-   */
-  #allocateOutput(output: TensorInfo, inputs: TensorInfo[]): void {
-    try {
-      this.uploadToGPU(output.dataId);
-      return;
-    } catch (error) {
-      if (!isOutOfMemoryError(error) || this.tensorMap.get(output.dataId).resource != null) throw error;
-      this.#pins.kernelFailed(); // the inputs' pins end: clean ones may be reclaimed, dirty ones moved
-      this.#submitNow();
-      const budgetBytes = this.storageManager.allocator.backend.budget.budgetBytes;
-      if (!this.#relocation.moveOut(inputs.map((t) => this.tensorMap.get(t.dataId)), Math.max(MiB, 0.02 * budgetBytes))) throw error;
-    }
-    try {
-      this.uploadToGPU(output.dataId);
-    } finally {
-      this.#relocation.moveBack();
-      const storages: StorageImpl[] = [];
-      for (const input of inputs) {
-        const resource = this.tensorMap.get(input.dataId).resource;
-        if (resource instanceof StorageImpl && resource.lms !== null) storages.push(resource);
-      }
-      this.#pins.pinForKernel(storages);
     }
   }
 

@@ -1,4 +1,6 @@
-import type { StorageImpl } from '@stowage/core';
+import type { TensorInfo } from '@tensorflow/tfjs-core';
+import { engine } from '@tensorflow/tfjs-core';
+import { StorageImpl } from '@stowage/core';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
 import { freedRun } from '@stowage/lms';
 
@@ -11,6 +13,27 @@ export interface StepHints {
   readSinceWritten(storage: StorageImpl): boolean;
   /** The storages tfjs's active gradient tape saved for the backward pass (empty outside `tf.grads` and the like). */
   savedForBackward(): ReadonlySet<StorageImpl>;
+}
+
+/**
+ * The Stowage backend's `StepHints`: the storages a kernel read since they were written (`readSinceWritten`), and
+ * those tfjs's active gradient tape saved (each saved tensor's resource, by `resourceOf` its data id).
+ */
+export function tfjsStepHints(readSinceWritten: WeakSet<StorageImpl>, resourceOf: (dataId: object) => unknown): StepHints {
+  return {
+    readSinceWritten: (storage) => readSinceWritten.has(storage),
+    savedForBackward: () => {
+      const saved = new Set<StorageImpl>();
+      const tape = (engine() as unknown as { state: { activeTape: { saved?: TensorInfo[] }[] | null } }).state.activeTape;
+      for (const node of tape ?? []) {
+        for (const tensor of node.saved ?? []) {
+          const resource = resourceOf(tensor.dataId);
+          if (resource instanceof StorageImpl) saved.add(resource);
+        }
+      }
+      return saved;
+    },
+  };
 }
 
 /**
