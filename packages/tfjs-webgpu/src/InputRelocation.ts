@@ -34,8 +34,9 @@ export interface RelocationHost {
  * kernel's pinned inputs and the output fit the budget together: a small input sits in the middle of the one
  * segment large enough for the output (lightning's and faceres's second predictions at 1.25 x their floor: a
  * 576 KiB input inside the 3.5 MiB segment a 3.38 MiB output needs, where the budget has no room for a second
- * segment of that size). A clean input LMS moves by itself (a reclaim frees its block, a page-in places it again);
- * a dirty one, written in this synchronous step, cannot leave for the host. So the backend moves it on the device:
+ * segment of that size). So the kernel's pins end and the output is tried once more. A clean input LMS moves by
+ * itself then (a reclaim frees its block, the page-in when it is pinned again places it after the output); a
+ * dirty one, written in this synchronous step, cannot leave for the host, so the backend moves it on the device:
  * its bytes are copied to a buffer of their own (a createBuffer outside the budget for the moment, within its
  * allowance of max(1 MiB, 2 %)), its storage is released, and once the output has its block the input gets a new
  * storage (the engine places it after the output) and its bytes are copied back; the buffer is destroyed at the
@@ -50,9 +51,10 @@ export class InputRelocation {
 
   /**
    * Allocates a kernel's output with `allocate` (which pins it). When that throws OutOfMemoryError and `allocated()`
-   * is still false, the kernel's pins end, its dirty inputs among `inputs` (at most `maxBytes`) move out of the
-   * way, and `allocate` runs once more; then the moved inputs get new storages and every input is pinned again.
-   * @throws the OutOfMemoryError when there is nothing to move, or what the second try throws
+   * is still false, the kernel's pins end (its clean inputs may be reclaimed now), its dirty inputs among `inputs`
+   * (at most `maxBytes` of them) move out of the way, and `allocate` runs once more; then the moved inputs get new
+   * storages and every input is pinned again (reclaimed ones come back after the output).
+   * @throws what the second try throws
    */
   allocateOutput(allocate: () => void, allocated: () => boolean, inputs: readonly { resource?: unknown }[], maxBytes: number): void {
     try {
@@ -62,7 +64,7 @@ export class InputRelocation {
       if (!isOutOfMemoryError(error) || allocated()) throw error;
       this.host.unpinKernel(); // clean inputs may be reclaimed now, dirty ones moved
       this.host.submitNow();
-      if (!this.moveOut(inputs, maxBytes)) throw error;
+      this.moveOut(inputs, maxBytes);
     }
     try {
       allocate();
