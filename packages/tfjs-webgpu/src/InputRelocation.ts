@@ -50,28 +50,28 @@ export class InputRelocation {
   constructor(private readonly host: RelocationHost) {}
 
   /**
-   * Allocates a kernel's output with `allocate` (which pins it). When that throws OutOfMemoryError and `allocated()`
-   * is still false, the kernel's pins end (its clean inputs may be reclaimed now), its dirty inputs among `inputs`
-   * (at most `maxBytes` of them) move out of the way, and `allocate` runs once more; then the moved inputs get new
-   * storages and every input is pinned again (reclaimed ones come back after the output).
+   * Runs `allocate` (a kernel's output and page-ins, each pinned). When that throws OutOfMemoryError, the kernel's
+   * pins end (its clean inputs may be reclaimed now), its dirty inputs among `tensors` (the kernel's inputs and
+   * output; at most `maxBytes` of them) move out of the way, and `allocate` runs once more; then the moved inputs
+   * get new storages and every storage of `tensors` is pinned again (reclaimed ones come back after the others).
    * @throws what the second try throws
    */
-  allocateOutput(allocate: () => void, allocated: () => boolean, inputs: readonly { resource?: unknown }[], maxBytes: number): void {
+  allocateKernel(allocate: () => void, tensors: readonly { resource?: unknown }[], maxBytes: number): void {
     try {
       allocate();
       return;
     } catch (error) {
-      if (!isOutOfMemoryError(error) || allocated()) throw error;
+      if (!isOutOfMemoryError(error)) throw error;
       this.host.unpinKernel(); // clean inputs may be reclaimed now, dirty ones moved
       this.host.submitNow();
-      this.moveOut(inputs, maxBytes);
+      this.moveOut(tensors, maxBytes);
     }
     try {
       allocate();
     } finally {
       this.moveBack();
       const storages = new Set<StorageImpl>();
-      for (const data of inputs) if (data.resource instanceof StorageImpl && data.resource.lms !== null) storages.add(data.resource);
+      for (const data of tensors) if (data.resource instanceof StorageImpl && data.resource.lms !== null) storages.add(data.resource);
       this.host.pinKernel([...storages]);
     }
   }

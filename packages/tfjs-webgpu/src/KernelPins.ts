@@ -27,11 +27,14 @@ import { TensorBytesInFlightError } from './TensorBytesInFlightError.js';
 //   When an allocation would pass the budget while recorded kernels hold pins, the backend submits them first
 //   (`KernelPins#makeRoom`), so that one kernel's tensors, not fifteen's, is what must be resident;
 // - uploads are clean (Note [Clean uploads]);
-// - Note [The output before the page-ins]: a kernel with reclaimed inputs pins its resident inputs, allocates its
-//   output, and only then brings the reclaimed inputs back, largest first. A page-in lands wherever the engine
-//   finds room; a small one (a 1 KiB bias) taken first can sit in the middle of the free run the output needed,
-//   and it is pinned, so nothing can move it: on selfie at 1.25 x its floor the second prediction ran out of
-//   memory that way with 2.25 MiB free in its segments and a 1 MiB output to place;
+// - Note [The output before the page-ins]: a kernel with reclaimed inputs pins its resident inputs, then
+//   allocates its output and brings the reclaimed inputs back largest first (page-ins larger than the output
+//   before it, the others after). A block lands wherever the engine finds room; a small one (a 1 KiB bias) taken
+//   first can sit in the middle of the free run a larger one needs, and it is pinned, so nothing can move it: on
+//   selfie at 1.25 x its floor the second prediction ran out of memory that way with 2.25 MiB free in its segments
+//   and a 1 MiB output to place; on faceres a 196 KiB output taken first split the one 4 MiB segment its 4 MiB
+//   weight's page-in needed. When the kernel still finds no room, its dirty inputs move out of the way (Note
+//   [Moving dirty inputs out of the output's way] in InputRelocation.ts);
 // - async points: `read` (every `data()`; its staging inside the budget: Note [Reads within the budget] in
 //   readWithinBudget.ts), `lmsSettle()` and `endLmsStep()` start host copies of inactive tensors
 //   where a reclaim is predicted (Note [Host copies where a reclaim is predicted]) and wait for every page-out in

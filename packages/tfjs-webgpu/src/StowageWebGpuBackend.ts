@@ -270,14 +270,21 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
       // Note [The output before the page-ins]: the resident inputs are pinned (no allocation), then the output is
       // allocated, then the reclaimed inputs come back, largest first.
       this.#pins.pinForKernel(resident);
-      output ??= this.makeTensorInfo((program as { outputShape: number[] }).outputShape, outputDtype);
-      const data = this.tensorMap.get(output.dataId);
+      const out = (output ??= this.makeTensorInfo((program as { outputShape: number[] }).outputShape, outputDtype));
+      const outBytes = this.tensorMap.get(out.dataId).resource == null ? webgpu_util.GPUBytesPerElement(out.dtype) * util.sizeFromShape(out.shape) : 0;
+      // Largest first among the output and the page-ins (Note [The output before the page-ins]).
+      reclaimed.sort((a, b) => b.byteLength - a.byteLength);
+      const allocate = (): void => {
+        const larger = reclaimed.filter((s) => s.byteLength > outBytes);
+        if (larger.length > 0) this.#pins.makeRoom(pageInBytes);
+        if (larger.length > 0) this.#pins.pinForKernel(larger);
+        if (outBytes > 0) this.uploadToGPU(out.dataId); // allocated and pinned as the kernel's
+        const rest = reclaimed.filter((s) => s.byteLength <= outBytes);
+        if (rest.length > 0) this.#pins.makeRoom(pageInBytes);
+        if (rest.length > 0) this.#pins.pinForKernel(rest);
+      };
       const maxMovedBytes = Math.max(MiB, 0.02 * this.storageManager.allocator.backend.budget.budgetBytes); // the device peak's allowance
-      if (util.sizeFromShape(output.shape) > 0) this.#relocation.allocateOutput(() => this.uploadToGPU(output!.dataId), () => data.resource != null, inputs.map((t) => this.tensorMap.get(t.dataId)), maxMovedBytes);
-      if (reclaimed.length > 0) {
-        this.#pins.makeRoom(pageInBytes);
-        this.#pins.pinForKernel(reclaimed.sort((a, b) => b.byteLength - a.byteLength));
-      }
+      if (outBytes > 0 || reclaimed.length > 0) this.#relocation.allocateKernel(allocate, [...inputs, out].map((t) => this.tensorMap.get(t.dataId)), maxMovedBytes);
       const result = super.runWebGPUProgram(program, inputs, outputDtype, programDefinedUniform, output);
       this.#recordedInProgram = true;
       for (const input of inputs) {
