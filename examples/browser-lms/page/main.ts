@@ -272,10 +272,8 @@ async function run(): Promise<void> {
     report.sameBits = report.sameBitsPerPrediction.length === predictions && report.sameBitsPerPrediction.every(Boolean);
     const stats = allocator.memoryStats() as unknown as Record<string, number>;
     Object.assign(report.stowage, { msPerPrediction: ms, stats: { ...stats } });
-    // Frees wait for the next submit (Note [Submit epochs] in @stowage/allocator-webgpu), while the recorder logs
-    // them as completed at once; the memory page walks the trace back from the snapshot, so the two must agree:
-    // emptyCache completes the pending frees (and releases the cached segments, which the recorder logs too).
-    allocator.emptyCache();
+    // Frees wait for the next submit (Note [Submit epochs] in @stowage/allocator-webgpu); the recorder logs them
+    // as completed when they complete (the allocator's freeCompleted), so its trace agrees with the snapshot.
     const snapshot = recorder.toSnapshot(allocator.snapshot());
     $<HTMLIFrameElement>('memory-page').srcdoc = buildVizPage(snapshot, { title: `Stowage memory: ${MODEL} under ${formatBytes(budgetBytes)}`, source: 'this run' });
   } finally {

@@ -6,17 +6,18 @@ import type { DataPtr, Runtime } from '@stowage/core';
 import { StorageImpl } from '@stowage/core';
 import { checkEnum } from '@stowage/core/plugin-kit';
 import { fromGpuBuffer } from '@stowage/allocator-webgpu';
-import type { Residency, PinGuard } from '@stowage/lms';
-import { LmsAllocator, StorageResidency, PageInPendingError, pin } from '@stowage/lms';
+import type { Residency } from '@stowage/lms';
+import { LmsAllocator, StorageResidency } from '@stowage/lms';
 import type { ReadWriteStorageCounts } from './ReadWriteStorage.js';
 import { readWriteStorageDevice } from './ReadWriteStorage.js';
 import { StowageBufferManager, TENSOR_USAGE } from './StowageBufferManager.js';
-import type { StepHints } from './SynchronousStepPolicy.js';
-import { SynchronousStepPolicy } from './SynchronousStepPolicy.js';
-import { TensorBytesInFlightError } from './TensorBytesInFlightError.js';
+import { SynchronousStepPolicy, tfjsStepHints } from './SynchronousStepPolicy.js';
+import { KernelPins } from './KernelPins.js';
+import { InputRelocation } from './InputRelocation.js';
 import { UniformCapture } from './UniformCapture.js';
 import { KernelReferences } from './KernelReferences.js';
 import { settleHostCopies } from './settleHostCopies.js';
+import { readWithinBudget } from './readWithinBudget.js';
 import type { DataId, WebGpuBackendInternalsClass } from './TfjsBackendInternals.js';
 import { webGpuAllocatorOf } from './webGpuAllocatorOf.js';
 
@@ -45,46 +46,8 @@ export interface StowageWebGpuBackendOptions {
 
 const UNIFORM_PLACES = ['stowage', 'tfjs'] as const;
 const HOST_COPIES = ['predicted', 'all'] as const;
+const MiB = 2 ** 20;
 
-// Note [LMS inside a synchronous step]: under `lms()`, a tfjs model whose tensors exceed the budget (the webgpu
-// plugin's `limit`, the device's one budget: Stowage's segments and the staging buffers of its reads and page-outs;
-// tfjs's own pool for uniforms and `dataToGPU` is outside it) runs with tensors paged to host memory. What makes tfjs different
-// from a loop that awaits between ops is that a tfjs step (a forward pass, `optimizer.minimize`) is synchronous
-// JavaScript: no promise resolves inside it, so a WebGPU page-out made inside it (a copy into a MAP_READ staging
-// buffer, whose bytes reach the host when mapAsync resolves) has no host bytes until the step returns, and a
-// MAP_READ buffer cannot be a copy source. Within one step, then:
-// - reclaiming a *clean* tensor (a complete host copy, unchanged since) only frees its block, and bringing it back
-//   is a synchronous `queue.writeBuffer`;
-// - reclaiming a *dirty* tensor is safe only when the step does not need it again; if it does, the kernel that
-//   needs it throws TensorBytesInFlightError (code PAGE_IN_PENDING) before recording anything: never stale bytes.
-// So the floor of any budget is the step's working set: at each kernel, its inputs and output plus every tensor
-// written earlier in the step that a later kernel of the step reads (activations saved for backward, gradients
-// before the optimizer's update). And since the budget covers page-out staging (Note [One budget] in
-// @stowage/allocator-webgpu), a dirty tensor paged out keeps its bytes on the device until the step returns: every
-// tensor the step made and still holds is on the device at once, which is the floor in practice. The backend does this:
-// - pins: `runWebGPUProgram` pins a kernel's inputs (bringing reclaimed ones back) before tfjs allocates its
-//   output, pins the output as it is allocated, and keeps the pins until the submit that runs the kernel (tfjs
-//   submits every WEBGPU_DEFERRED_SUBMIT_BATCH_SIZE (15) dispatches and before reads and copies): a page-out is
-//   its own submit, and would otherwise copy a block before the recorded work that writes it has run. The pins
-//   end just before tfjs's `queue.submit` (nothing allocates in between). When an allocation would pass the budget
-//   while recorded kernels hold pins, the backend submits them first (`#makeRoom`), so that one kernel's tensors,
-//   not fifteen's, is what must be resident;
-// - uploads are clean (Note [Clean uploads]);
-// - async points: `read` (every `data()`), `lmsSettle()` and `endLmsStep()` start host copies of inactive tensors
-//   where a reclaim is predicted (Note [Host copies where a reclaim is predicted]) and wait for every page-out in
-//   flight, so that the next step's reclaims find clean tensors (weights, optimizer state, inputs); copies the
-//   device refuses for lack of room are made once earlier ones landed; `endLmsStep()` also marks the end of an
-//   iteration, from which LMS learns the step's sequence of pins (Note [Speculation] in @stowage/lms) and predicts
-//   the next steps;
-// - the policy (`SynchronousStepPolicy`, to be given to `lms({ policy })`) reclaims clean tensors first, then dirty
-//   ones the learned sequence does not pin again this step, then, in a step nothing predicts (the first, or one
-//   that left the learned sequence), dirty ones that look dead from what the backend knows (read since written,
-//   not on tfjs's gradient tape), and only then anything else, the farthest next use first. The first step is
-//   therefore a guess: it can fail at a budget the later, predicted steps run in;
-// - uniforms stay in tfjs's pool by default under LMS: LMS offers only tensors of the request's segment kind
-//   before reclaim_all, so a uniform request under pressure would page out every inactive tensor, dirty ones
-//   included.
-//
 // Note [Clean uploads]: `uploadToGPU` writes a tensor's host values (a model's weights, a prediction's input) with
 // `queue.writeBuffer`; under LMS a copy of those values becomes the storage's host copy (`adoptHostCopy`), so the
 // tensor is clean from its upload: a reclaim, even inside the synchronous step that uploaded it, only frees its
@@ -127,6 +90,25 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   readonly readWriteCounts: ReadWriteStorageCounts;
   /** The storages bound so far by the dispatch being recorded; null outside `recordAndSubmit`. */
   #bound: Set<StorageImpl> | null = null;
+  /** Dirty inputs moved out of a kernel's output's way (Note [Moving dirty inputs out of the output's way]). */
+  readonly #relocation = new InputRelocation({
+    device: () => this.gpuDevice,
+    encoder: () => {
+      this.ensureCommandEncoderReady();
+      this.endComputePassEncoder();
+      return this.commandEncoder!;
+    },
+    submitNow: () => this.#submitNow(),
+    bindingOf: (storage) => this.storageManager.allocator.bindingOf(storage.data()),
+    acquireStorage: (byteLength) => {
+      this.#pins.makeRoom(byteLength);
+      return this.storageManager.acquireStorage(byteLength);
+    },
+    releaseStorage: (storage) => this.storageManager.releaseStorage(storage),
+    owns: (storage) => this.storageManager.owns(storage),
+    unpinKernel: () => this.#pins.kernelFailed(),
+    pinKernel: (storages) => this.#pins.pinForKernel(storages),
+  });
   /** True while `runWebGPUProgram` runs under LMS: a storage allocated then is the kernel's, and pinned. */
   #inProgram = false;
   /** Uniform blocks of the dispatches recorded since the last submit (Note [Uniforms through Stowage]). */
@@ -138,16 +120,15 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
    * allocator pages; null otherwise.
    */
   readonly lmsDevice: Residency | null;
-  /** Pins of the kernel `runWebGPUProgram` is running (its inputs and output). */
-  #opPins: PinGuard[] = [];
-  /** Pins of the kernels recorded since the last submit: released at the submit that runs them. */
-  #pendingPins: PinGuard[] = [];
+  /** The kernels' pins under LMS (Note [LMS inside a synchronous step], KernelPins.ts). */
+  readonly #pins = new KernelPins(
+    () => this.#submitNow(),
+    () => this.storageManager.allocator,
+  );
   /** True once the kernel `runWebGPUProgram` runs under LMS was recorded (its pins then last until its submit). */
   #recordedInProgram = false;
   /** True while tfjs's `recordAndSubmit` runs: a submit then runs the current kernel too. */
   #recording = false;
-  /** Storages tfjs released while a pin held them (a kernel that failed before recording): released at the submit. */
-  #releasedWhilePinned: StorageImpl[] = [];
   /** The references running kernels' own code holds (Note [A failing kernel leaves nothing behind], KernelReferences.ts). */
   readonly #kernelRefs = new KernelReferences<DataId>();
   /** Storages a kernel has read since they were written (StepHints). */
@@ -178,25 +159,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     this.bufferManager = this.storageManager;
     this.lmsDevice = lmsDevice;
     const policy = lmsDevice?.policy;
-    if (policy instanceof SynchronousStepPolicy) policy.attach(this.#stepHints());
-  }
-
-  /** What the backend knows of the step's tensors, for `SynchronousStepPolicy`. */
-  #stepHints(): StepHints {
-    return {
-      readSinceWritten: (storage) => this.#readSinceWritten.has(storage),
-      savedForBackward: () => {
-        const saved = new Set<StorageImpl>();
-        const tape = (engine() as unknown as { state: { activeTape: { saved?: TensorInfo[] }[] | null } }).state.activeTape;
-        for (const node of tape ?? []) {
-          for (const tensor of node.saved ?? []) {
-            const resource = this.tensorMap.has(tensor.dataId) ? this.tensorMap.get(tensor.dataId).resource : undefined;
-            if (resource instanceof StorageImpl) saved.add(resource);
-          }
-        }
-        return saved;
-      },
-    };
+    if (policy instanceof SynchronousStepPolicy) policy.attach(tfjsStepHints(this.#readSinceWritten, (dataId) => (this.tensorMap.has(dataId) ? this.tensorMap.get(dataId).resource : undefined)));
   }
 
   /** tfjs packs and "writes" the uniforms; with uniforms through Stowage they land in a uniform block's range. */
@@ -245,28 +208,24 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
    */
   #unwindKernels(): void {
     const held = this.#kernelRefs.unwind();
-    for (const guard of this.#opPins.splice(0)) guard.release(); // its dispatch was never recorded
+    this.#pins.kernelFailed(); // its dispatch was never recorded
     for (const [dataId, count] of held) {
       for (let i = 0; i < count && this.tensorMap.has(dataId); i++) super.disposeData(dataId);
     }
     this.#releaseUnpinned();
   }
 
-  /** Releases the storages tfjs released while a pin held them, once no pin does. */
   #releaseUnpinned(): void {
-    if (this.#releasedWhilePinned.length === 0) return;
-    const storages = this.#releasedWhilePinned.filter((s) => s.lms?.state !== 'active');
-    this.#releasedWhilePinned = this.#releasedWhilePinned.filter((s) => s.lms?.state === 'active');
-    for (const storage of storages) this.storageManager.releaseStorage(storage);
+    this.#pins.releaseUnpinned((storage) => this.storageManager.releaseStorage(storage));
   }
 
   override uploadToGPU(dataId: DataId): void {
     const data = this.tensorMap.get(dataId);
     if (data.resource != null) return;
     const byteLength = webgpu_util.GPUBytesPerElement(data.dtype) * util.sizeFromShape(data.shape);
-    if (this.lmsDevice !== null) this.#makeRoom(byteLength);
+    if (this.lmsDevice !== null) this.#pins.makeRoom(byteLength);
     const storage = this.storageManager.acquireStorage(byteLength);
-    if (this.lmsDevice !== null && this.#inProgram) this.#opPins.push(this.#pin([storage]));
+    if (this.lmsDevice !== null && this.#inProgram) this.#pins.pinForKernel([storage]);
     if (data.values != null) {
       const values = gpuValues(data.dtype, data.values);
       if (byteLength > 0) this.runtime.write(storage, values);
@@ -292,22 +251,41 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   }
 
   #runProgram(program: unknown, inputs: TensorInfo[], outputDtype: DataType, programDefinedUniform?: unknown, output?: TensorInfo): TensorInfo {
-    const run = (): TensorInfo => super.runWebGPUProgram(program, inputs, outputDtype, programDefinedUniform, output);
-    if (this.lmsDevice === null) return run();
-    const storages: StorageImpl[] = [];
+    if (this.lmsDevice === null) return super.runWebGPUProgram(program, inputs, outputDtype, programDefinedUniform, output);
+    const resident: StorageImpl[] = [];
+    const reclaimed: StorageImpl[] = [];
     let pageInBytes = 0;
     for (const tensor of output === undefined ? inputs : [...inputs, output]) {
       const resource = this.tensorMap.get(tensor.dataId).resource;
       if (!(resource instanceof StorageImpl) || resource.lms === null) continue;
-      storages.push(resource);
-      if (resource.lms.state === 'reclaimed') pageInBytes += resource.byteLength;
+      if (resource.lms.state !== 'reclaimed') resident.push(resource);
+      else {
+        reclaimed.push(resource);
+        pageInBytes += resource.byteLength;
+      }
     }
-    if (pageInBytes > 0) this.#makeRoom(pageInBytes);
     this.#inProgram = true;
     this.#recordedInProgram = false;
     try {
-      this.#opPins.push(this.#pin(storages));
-      const result = run();
+      // Note [The output before the page-ins]: the resident inputs are pinned (no allocation), then the output is
+      // allocated, then the reclaimed inputs come back, largest first.
+      this.#pins.pinForKernel(resident);
+      const out = (output ??= this.makeTensorInfo((program as { outputShape: number[] }).outputShape, outputDtype));
+      const outBytes = this.tensorMap.get(out.dataId).resource == null ? webgpu_util.GPUBytesPerElement(out.dtype) * util.sizeFromShape(out.shape) : 0;
+      // Largest first among the output and the page-ins (Note [The output before the page-ins]).
+      reclaimed.sort((a, b) => b.byteLength - a.byteLength);
+      const allocate = (): void => {
+        const larger = reclaimed.filter((s) => s.byteLength > outBytes);
+        if (larger.length > 0) this.#pins.makeRoom(pageInBytes);
+        if (larger.length > 0) this.#pins.pinForKernel(larger);
+        if (outBytes > 0) this.uploadToGPU(out.dataId); // allocated and pinned as the kernel's
+        const rest = reclaimed.filter((s) => s.byteLength <= outBytes);
+        if (rest.length > 0) this.#pins.makeRoom(pageInBytes);
+        if (rest.length > 0) this.#pins.pinForKernel(rest);
+      };
+      const maxMovedBytes = Math.max(MiB, 0.02 * this.storageManager.allocator.backend.budget.budgetBytes); // the device peak's allowance
+      if (outBytes > 0 || reclaimed.length > 0) this.#relocation.allocateKernel(allocate, [...inputs, out].map((t) => this.tensorMap.get(t.dataId)), maxMovedBytes);
+      const result = super.runWebGPUProgram(program, inputs, outputDtype, programDefinedUniform, output);
       this.#recordedInProgram = true;
       for (const input of inputs) {
         const resource = this.tensorMap.get(input.dataId).resource;
@@ -319,7 +297,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     } finally {
       this.#inProgram = false;
       // A kernel that failed before it was recorded keeps its pins for `#unwindKernels` to end now.
-      if (this.#recordedInProgram) this.#pendingPins.push(...this.#opPins.splice(0));
+      if (this.#recordedInProgram) this.#pins.kernelRecorded();
     }
   }
 
@@ -365,13 +343,9 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
   override submitQueue(): void {
     // Note [LMS inside a synchronous step]: unpinned just before tfjs's queue.submit; nothing in between allocates,
     // so no block the recorded work uses can be reclaimed before that work is submitted.
-    if (this.#pendingPins.length > 0 || (this.#recording && this.#opPins.length > 0)) {
-      const pins = this.#pendingPins;
-      this.#pendingPins = [];
-      if (this.#recording) pins.push(...this.#opPins.splice(0));
-      for (const guard of pins) guard.release();
-    }
+    this.#pins.releaseAtSubmit(this.#recording);
     super.submitQueue();
+    this.#relocation.submitted();
     this.#releaseUnpinned();
     if (this.#aliasCopies.length > 0) {
       const copies = this.#aliasCopies;
@@ -383,7 +357,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
 
   /** tfjs's dispose (its pools, and every tensor storage: StowageBufferManager#dispose), then the uniform blocks. */
   override dispose(): void {
-    for (const guard of [...this.#pendingPins.splice(0), ...this.#opPins.splice(0)]) guard.release(); // nothing runs any more
+    this.#pins.releaseAll(); // nothing runs any more
     super.dispose();
     if (!this.runtime.isDisposed) this.#freeUniforms(); // a disposed runtime took its allocators with it
     this.storageManager.uniformCapture?.dispose();
@@ -418,7 +392,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     const hostCopies = options.hostCopies ?? 'predicted';
     const lmsDevice = this.lmsDevice;
     if (lmsDevice === null) return;
-    if (this.#pendingPins.length > 0) this.#submitNow();
+    if (this.#pins.hasRecorded) this.#submitNow();
     const stats = lmsDevice.stats;
     // Note [Host copies where a reclaim is predicted]: nothing learned yet, or the stretch that just ended reclaimed.
     const copyAll = hostCopies === 'all' || this.#endedSteps === 0 || stats.reclaimedBytes > this.#reclaimedBytesAtSettle;
@@ -445,27 +419,6 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     this.submitQueue();
   }
 
-  /**
-   * Before an allocation of `bytes` under LMS: when it would pass the budget and kernels recorded since the last
-   * submit hold pins, submits them first, so that their tensors can be reclaimed (Note [LMS inside a synchronous
-   * step]).
-   */
-  #makeRoom(bytes: number): void {
-    if (this.#pendingPins.length === 0) return;
-    const { engine, backend } = this.storageManager.allocator;
-    if (engine.reservedBytes + bytes > (engine.capacityBytes ?? Number.POSITIVE_INFINITY) || bytes > backend.budget.segmentHeadroomBytes) this.#submitNow();
-  }
-
-  /** Pins `storages` (one kernel's); a reclaimed one whose bytes are in flight is a TensorBytesInFlightError. */
-  #pin(storages: readonly StorageImpl[]): PinGuard {
-    try {
-      return pin(...storages);
-    } catch (error) {
-      if (error instanceof PageInPendingError) throw new TensorBytesInFlightError(error.byteLength, { cause: error });
-      throw error;
-    }
-  }
-
   override async getBufferData(resource: unknown): Promise<ArrayBuffer> {
     if (!(resource instanceof StorageImpl)) return super.getBufferData(resource);
     // As tfjs: what was recorded is submitted before the read (the read's copy is ordered after it).
@@ -473,7 +426,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     this.endComputePassEncoder();
     this.submitQueue();
     if (resource.byteLength === 0) return new ArrayBuffer(0);
-    const bytes = await this.runtime.read(resource);
+    const bytes = this.lmsDevice === null ? await this.runtime.read(resource) : await readWithinBudget(this.runtime, this.lmsDevice, this.storageManager.allocator.backend.budget, resource);
     return bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) as ArrayBuffer;
   }
 
@@ -539,8 +492,7 @@ export class StowageWebGpuBackend extends TfjsWebGpuBackend {
     const data = this.tensorMap.has(dataId) ? this.tensorMap.get(dataId) : undefined;
     const resource = data?.resource;
     if (!(resource instanceof StorageImpl)) return super.releaseResource(dataId);
-    if (resource.lms?.state === 'active' && this.storageManager.owns(resource)) this.#releasedWhilePinned.push(resource);
-    else if (this.storageManager.owns(resource)) this.storageManager.releaseStorage(resource);
+    if (this.storageManager.owns(resource)) this.#pins.releaseWhenUnpinned(resource, (storage) => this.storageManager.releaseStorage(storage));
     else resource.release(); // a caller's buffer (zero-copy): only forgotten, never destroyed
     data!.resource = null;
   }

@@ -1,4 +1,6 @@
-import type { StorageImpl } from '@stowage/core';
+import type { TensorInfo } from '@tensorflow/tfjs-core';
+import { engine } from '@tensorflow/tfjs-core';
+import { StorageImpl } from '@stowage/core';
 import type { LmsPolicy, ReclaimCandidate, ReclaimRequest } from '@stowage/lms';
 import { freedRun } from '@stowage/lms';
 
@@ -14,8 +16,29 @@ export interface StepHints {
 }
 
 /**
+ * The Stowage backend's `StepHints`: the storages a kernel read since they were written (`readSinceWritten`), and
+ * those tfjs's active gradient tape saved (each saved tensor's resource, by `resourceOf` its data id).
+ */
+export function tfjsStepHints(readSinceWritten: WeakSet<StorageImpl>, resourceOf: (dataId: object) => unknown): StepHints {
+  return {
+    readSinceWritten: (storage) => readSinceWritten.has(storage),
+    savedForBackward: () => {
+      const saved = new Set<StorageImpl>();
+      const tape = (engine() as unknown as { state: { activeTape: { saved?: TensorInfo[] }[] | null } }).state.activeTape;
+      for (const node of tape ?? []) {
+        for (const tensor of node.saved ?? []) {
+          const resource = resourceOf(tensor.dataId);
+          if (resource instanceof StorageImpl) saved.add(resource);
+        }
+      }
+      return saved;
+    },
+  };
+}
+
+/**
  * How safe reclaiming a candidate is inside a synchronous tfjs step (Note [LMS inside a synchronous step] in
- * StowageWebGpuBackend.ts), smaller is safer:
+ * KernelPins.ts), smaller is safer:
  * - 0: its host copy is complete: reclaiming only frees the block, and a page-in is a `writeBuffer` of host bytes
  *   that can start at once;
  * - 1: no complete copy, but the learned sequence pins it no more this step (`nextUse` Infinity): its page-out

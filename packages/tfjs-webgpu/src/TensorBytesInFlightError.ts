@@ -2,7 +2,7 @@ import { PageInPendingError } from '@stowage/lms';
 
 /**
  * A tfjs kernel needed, inside a synchronous step, a tensor that LMS reclaimed earlier in the same step and whose
- * bytes are still on their way to host memory (Note [LMS inside a synchronous step] in StowageWebGpuBackend.ts):
+ * bytes are still on their way to host memory (Note [LMS inside a synchronous step] in KernelPins.ts):
  * it cannot be brought back before the step returns to the event loop. Nothing of the kernel ran. Code
  * `PAGE_IN_PENDING`, as the `PageInPendingError` it is (its `cause`).
  */

@@ -1,13 +1,15 @@
 import { expect } from 'chai';
 import * as tf from '@tensorflow/tfjs-core';
 import type { StorageImpl } from '@stowage/core';
-import { InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
+import { createRuntime, InvalidArgumentError, OutOfMemoryError } from '@stowage/core';
 import type { StorageResidency } from '@stowage/lms';
 import type { WebGpuContext } from '@stowage/allocator-webgpu';
+import { webgpu } from '@stowage/allocator-webgpu';
+import { lms } from '@stowage/lms';
 import type { StowageWebGpuBackend } from '@stowage/tfjs-webgpu';
-import { TensorBytesInFlightError } from '@stowage/tfjs-webgpu';
+import { registerStowageWebGpuBackend, SynchronousStepPolicy, TensorBytesInFlightError } from '@stowage/tfjs-webgpu';
 import type { Model } from '@stowage/lab/tfjs';
-import { budgetAt, convNet, inStepWorkingSet, isSameRun, mlp, realModel, runReal, runStock, runUnderLms, sameBits, transformerBlock } from '@stowage/lab/tfjs';
+import { budgetAt, convNet, inStepWorkingSet, isSameRun, mlp, realFloor, realModel, runReal, runStock, runUnderLms, sameBits, transformerBlock } from '@stowage/lab/tfjs';
 import { loadRealModel } from '@stowage/lab/tfjs/node';
 import { useTfjsGpuSuite } from './gpuSuite.js';
 
@@ -99,6 +101,21 @@ describe('StowageWebGpuBackend under LMS', function () {
       expect(lms.peakGpuBytes, 'every GPUBuffer alive at the device, at its peak').to.be.at.most(budget + Math.max(MiB, 0.02 * budget));
       expect(lms.createBufferCalls, "createBuffer calls against stock's").to.be.at.most(stock.createBufferCalls);
     });
+    it('runs the selfie segmentation model at 1.25 x its floor over three predictions, each bit-identical to stock, the device within the budget plus max(1 MiB, 2 %)', async () => {
+      // A loop of predictions: the second starts from the first's placement (weights paged back in between
+      // activations); Note [The output before the page-ins] keeps a small page-in out of the room a kernel's output needs.
+      const model = realModel('selfie');
+      const load = () => loadRealModel(model);
+      const stock = await runReal(context, model, load, { kind: 'stock' }, 0);
+      const floor = await realFloor(context, model, load);
+      const budget = Math.round((1.25 * floor.floorBytes) / 512) * 512;
+      const lms = await runReal(context, model, load, { kind: 'lms', budgetBytes: budget }, 2);
+      expect(lms.error).to.equal(undefined);
+      expect(lms.stable, 'every prediction the first one\'s bits').to.equal(true);
+      expect(sameBits(lms.run!, stock.run!), 'mask bits').to.equal(true);
+      expect(lms.peakGpuBytes).to.be.at.most(budget + Math.max(MiB, 0.02 * budget));
+      expect(lms.createBufferCalls).to.be.at.most(stock.createBufferCalls);
+    });
   });
 
   describe('#lmsSettle', () => {
@@ -125,6 +142,31 @@ describe('StowageWebGpuBackend under LMS', function () {
         }
         expect(refused).to.be.instanceOf(InvalidArgumentError);
         tf.dispose([uploaded, written]);
+        checked = true;
+      });
+      expect(error).to.equal(undefined);
+      expect(checked).to.equal(true);
+    });
+  });
+
+  describe('#read', () => {
+    it('reads a tensor that finds no room for its staging in parts inside the budget (Note [Reads within the budget]), never beyond it', async () => {
+      let checked = false;
+      // 128 KiB with a quarter kept for page-out staging: two 48 KiB tensors fill the 96 KiB segments may take, so
+      // one read's 48 KiB of staging finds 32 KiB; it goes in 24 KiB parts.
+      const budget = 128 * KiB;
+      const { error } = await runUnderLms(context, noModel, 0, budget, async (backend, runtime) => {
+        const stats = (): Readonly<Record<string, number>> => runtime.allocator('webgpu').memoryStats() as Readonly<Record<string, number>>;
+        const a = tf.fill([12 * 1024], 1);
+        const b = tf.fill([12 * 1024], 2);
+        const values = await b.data();
+        expect(values.length).to.equal(12 * 1024);
+        expect(values.every((v) => v === 2)).to.equal(true);
+        expect(storageOf(backend, b).lms!.state, 'unpinned after the read').to.equal('inactive');
+        expect(stats()['reads_over_budget']).to.equal(0);
+        expect(stats()['device_bytes.peak'], 'segments and staging').to.be.at.most(budget + 16);
+        expect(stats()['staging_bytes.peak']).to.be.at.most(32 * KiB);
+        tf.dispose([a, b]);
         checked = true;
       });
       expect(error).to.equal(undefined);
@@ -166,6 +208,58 @@ describe('StowageWebGpuBackend under LMS', function () {
       });
       expect(error).to.equal(undefined);
       expect(checked).to.equal(true);
+    });
+
+    it("allocates a kernel's output before bringing its reclaimed inputs back (a small page-in never splits the room the output needs)", async () => {
+      let checked = false;
+      const { error } = await runUnderLms(context, noModel, 0, 82 * KiB, async (backend, runtime) => {
+        const a = tf.fill([4096], 3); // 16 KiB
+        await a.data();
+        const others = [1, 2, 4].map((v) => tf.fill([4096], v));
+        expect(storageOf(backend, a).lms!.state).to.equal('reclaimed');
+        const order: string[] = [];
+        const allocated = ({ ptr }: { ptr: { address: number } }): void => void order.push(`allocated ${ptr.address}`);
+        const pagedIn = (): void => void order.push('pagedIn');
+        const allocator = runtime.allocator('webgpu');
+        allocator.events.on('allocated', allocated);
+        backend.lmsDevice!.events.on('pagedIn', pagedIn);
+        const e = tf.add(a, 1);
+        allocator.events.off('allocated', allocated);
+        backend.lmsDevice!.events.off('pagedIn', pagedIn);
+        expect(order.indexOf('pagedIn'), 'a was brought back').to.be.greaterThan(0);
+        expect(order[0], "the first allocation is the output's").to.equal(`allocated ${storageOf(backend, e).peekDataPtr().address}`);
+        expect([...(await e.data()).slice(0, 2)]).to.deep.equal([4, 4]);
+        tf.dispose([a, e, ...others]);
+        checked = true;
+      });
+      expect(error).to.equal(undefined);
+      expect(checked).to.equal(true);
+    });
+
+    it("moves a dirty input out of the segment its kernel's output needs when nothing else makes room (Note [Moving dirty inputs out of the output's way])", async () => {
+      // 240 KiB, a sixteenth kept for page-out staging, default (shared) segments: a 160 KiB tensor's segment is
+      // left with a 32 KiB input in it, written in this synchronous stretch (dirty); the kernel's 160 KiB output
+      // needs that segment, and the budget has no room for a second one of that size.
+      const runtime = await createRuntime({ plugins: [webgpu({ device: context.device, limit: 240 * KiB, pagingReserve: { fraction: 1 / 16 } }), lms({ policy: new SynchronousStepPolicy(), devices: ['webgpu'] })] });
+      try {
+        await registerStowageWebGpuBackend(runtime, { gpu: context.keepAlive });
+        expect(await tf.setBackend('webgpu')).to.equal(true);
+        const big = tf.fill([160 * 256], 1);
+        await big.data();
+        big.dispose();
+        const a = tf.fill([32 * 256], 2);
+        const tiled = tf.tile(a, [5]);
+        const values = await tiled.data();
+        expect(values.length).to.equal(160 * 256);
+        expect(values.every((v) => v === 2), "the moved input's bits").to.equal(true);
+        expect([...(await a.data()).slice(0, 2)]).to.deep.equal([2, 2]);
+        const stats = runtime.allocator('webgpu').memoryStats() as Readonly<Record<string, number>>;
+        expect(stats['device_bytes.peak']).to.be.at.most(240 * KiB + 16);
+        tf.dispose([a, tiled]);
+      } finally {
+        tf.removeBackend('webgpu');
+        await runtime.dispose();
+      }
     });
 
     it('throws TensorBytesInFlightError, changing nothing, when a kernel needs a tensor paged out earlier in the same synchronous step; runs it after lmsSettle()', async () => {

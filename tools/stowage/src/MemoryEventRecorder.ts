@@ -19,8 +19,10 @@ export type MemoryEventAction = 'page_out' | 'page_in' | 'ipc_send' | 'ipc_recei
  * The list feeds `toChromeTrace` and `buildVizPage` (`{ trace: recorder.events }`), which mark the LMS and IPC
  * events. Listeners record and return; nothing is allocated on the allocation path but the record.
  *
- * A free records `free_requested` and `free_completed` together (the allocator's `freed` event comes when the
- * caller frees; a block waiting on other streams is not reported apart).
+ * A free records `free_requested` when the caller frees, and `free_completed` when the block can be reused: at once
+ * for a complete free, and at the allocator's `freeCompleted` event for one that waited on work using the block
+ * (another stream; on WebGPU, the submit of the commands that bound it). So the allocated bytes a page draws from
+ * the events agree with a snapshot taken between the two, where such a block is still `active_pending_free`.
  */
 export class MemoryEventRecorder implements Disposable {
   readonly #events: RecordedEvent[] = [];
@@ -41,23 +43,26 @@ export class MemoryEventRecorder implements Disposable {
       this.#sizes.set(e.ptr.address, e.requestedBytes);
       this.record('alloc', e.ptr.address, e.requestedBytes);
     };
-    const freed = (e: { ptr: { address: number } }): void => {
+    const freed = (e: { ptr: { address: number }; pending?: boolean }): void => {
       const size = this.#sizes.get(e.ptr.address) ?? 0;
       this.#sizes.delete(e.ptr.address);
       this.record('free_requested', e.ptr.address, size);
-      this.record('free_completed', e.ptr.address, size);
+      if (e.pending !== true) this.record('free_completed', e.ptr.address, size);
     };
+    const freeCompleted = (e: { address: number; requestedBytes: number }): void => this.record('free_completed', e.address, e.requestedBytes);
     const reserved = (e: { address: number; bytes: number }): void => this.record('segment_alloc', e.address, e.bytes);
     const released = (e: { address: number; bytes: number }): void => this.record('segment_free', e.address, e.bytes);
     const outOfMemory = (e: { requestedBytes: number }): void => this.record('oom', 0, e.requestedBytes);
     events.on('allocated', allocated);
     events.on('freed', freed);
+    events.on('freeCompleted', freeCompleted);
     events.on('segmentReserved', reserved);
     events.on('segmentReleased', released);
     events.on('outOfMemory', outOfMemory);
     this.#detach.push(() => {
       events.off('allocated', allocated);
       events.off('freed', freed);
+      events.off('freeCompleted', freeCompleted);
       events.off('segmentReserved', reserved);
       events.off('segmentReleased', released);
       events.off('outOfMemory', outOfMemory);

@@ -1,10 +1,12 @@
 import { expect } from 'chai';
-import { cpu, createRuntime, parseDevice, resolve } from '@stowage/core';
+import { CachingAllocator, cpu, createRuntime, parseDevice, resolve } from '@stowage/core';
+import { VirtualMemoryBackend } from '@stowage/core/testing';
 import { ipc, ipcCollect, ipcOf } from '@stowage/ipc';
 import { RefCounterClient } from '@stowage/ipc/testing';
 import { LmsController, lms, pin } from '@stowage/lms';
 import { MemoryEventRecorder, toChromeTrace, toVizData } from '@stowage/cli';
 
+const KiB = 1 << 10;
 const MiB = 1 << 20;
 
 describe('MemoryEventRecorder', () => {
@@ -59,6 +61,27 @@ describe('MemoryEventRecorder', () => {
     } finally {
       consumer.close();
     }
+  });
+
+  it('records a free that waits on work using the block as completed only when it completes, as the snapshot shows it', () => {
+    const backend = new VirtualMemoryBackend({ storeData: false, streams: 2 });
+    using engine = new CachingAllocator(backend, { preset: 'pytorch' });
+    using recorder = new MemoryEventRecorder().attachAllocator(engine);
+    const waits = engine.allocate(4 * KiB);
+    engine.recordStream(waits, 1); // used on stream 1, whose work the test holds back
+    backend.holdStream(1);
+    engine.free(waits);
+    const done = engine.allocate(8 * KiB);
+    engine.free(done); // nothing else uses it: complete at once
+    const actions = (): string[] => recorder.events.map((e) => `${e.action} ${e.addr === waits.address ? 'waits' : 'done'}`);
+    expect(actions()).to.deep.equal(['segment_alloc waits', 'alloc waits', 'free_requested waits', 'alloc done', 'free_requested done', 'free_completed done']);
+    const block = engine.snapshot().segments.flatMap((s) => s.blocks).find((b) => b.address === waits.address)!;
+    expect(block.state, 'the snapshot agrees: not reusable yet').to.equal('active_pending_free');
+    backend.completeStream(1);
+    engine.emptyCache(); // the engine notices completed work when it next looks
+    const completed = recorder.events.filter((e) => e.action === 'free_completed' && e.addr === waits.address);
+    expect(completed.map((e) => e.size)).to.deep.equal([4 * KiB]);
+    expect(completed[0]!.timeUs).to.be.at.least(recorder.events.find((e) => e.action === 'free_requested' && e.addr === waits.address)!.timeUs);
   });
 
   it('stops recording once disposed', async () => {

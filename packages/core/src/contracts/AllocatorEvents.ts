@@ -9,7 +9,13 @@ import type { DeviceError } from '../errors/DeviceError.js';
  */
 export interface AllocatorEvents {
   allocated: [e: { readonly ptr: DataPtr; readonly requestedBytes: number }];
-  freed: [e: { readonly ptr: DataPtr }];
+  /**
+   * The caller freed `ptr`. `pending`: the block still waits on work that uses it (other streams, a WebGPU
+   * submit) before it can be reused; `freeCompleted` follows when it can. Absent or false: the free is complete.
+   */
+  freed: [e: { readonly ptr: DataPtr; readonly pending?: boolean }];
+  /** A free that was `pending` completed: the block at `address` (its `allocated` address) can be reused. */
+  freeCompleted: [e: { readonly address: number; readonly requestedBytes: number }];
   segmentReserved: [e: { readonly address: number; readonly bytes: number }];
   segmentReleased: [e: { readonly address: number; readonly bytes: number }];
   outOfMemory: [e: { readonly requestedBytes: number; readonly stats: AllocatorStats }];

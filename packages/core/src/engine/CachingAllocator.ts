@@ -78,6 +78,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
   readonly #state: EngineState<H>;
   readonly #quick: QuickLists<H>;
   readonly #events: StreamEvents<H>;
+  /** Frees whose events completed, for `freeCompleted`, emitted with the segment events (Note [Segment events]). */
+  readonly #completedFrees: { address: number; requestedBytes: number }[] = [];
   readonly #fixed: FixedSegments<H>;
   readonly #expandable: ExpandableSegments<H>;
   readonly #release: SegmentRelease<H>;
@@ -99,7 +101,10 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
     this.stats.max_split_size = this.options.maxSplitSize === Number.MAX_SAFE_INTEGER ? -1 : this.options.maxSplitSize;
     const state = (this.#state = new EngineState<H>(backend, this.options, this.stats, allowedBytes));
     this.#quick = new QuickLists<H>(this.options, this.stats, (block) => this.#coalesceIntoPool(block));
-    this.#events = new StreamEvents<H>(backend, (block) => this.#freeBlock(block, block.frames));
+    this.#events = new StreamEvents<H>(backend, (block) => {
+      if (this.emitter.hears('freeCompleted')) this.#completedFrees.push({ address: block.address, requestedBytes: block.requestedSize });
+      this.#freeBlock(block, block.frames);
+    });
     this.#fixed = new FixedSegments<H>(state);
     this.#expandable = new ExpandableSegments<H>(state, (r) => this.#takeCached(r));
     this.#release = new SegmentRelease<H>(state, this.#events, this.#quick, this.#fixed, this.#expandable);
@@ -272,11 +277,15 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
     // As PyTorch's free(): an oversize allocation stops counting when the caller frees it, events or not.
     if (block.size >= this.options.maxSplitSize) this.stats.oversize_allocations.add(-1);
     this.#state.history?.record('free_requested', block.address, block.requestedSize, block.stream);
+    let pending = true;
     if (block.streamUses !== null && block.streamUses.size > 0) this.#events.insertEvents(block, block.streamUses);
     else if (this.backend.deferredFree) this.#events.insertEvent(block, block.stream);
-    else this.#freeBlock(block);
-    if (this.emitter.hears('freed')) this.emitter.safeEmit('freed', { ptr });
-    if (this.#state.segmentEvents.length > 0) this.#emitSegmentEvents(); // a retired segment went back
+    else {
+      this.#freeBlock(block);
+      pending = false;
+    }
+    if (this.emitter.hears('freed')) this.emitter.safeEmit('freed', { ptr, pending });
+    if (this.#state.segmentEvents.length > 0 || this.#completedFrees.length > 0) this.#emitSegmentEvents(); // a retired segment went back
   }
 
   /**
@@ -409,7 +418,7 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
       const frames = history.record('alloc', block.address, nbytes, block.stream);
       if (history.stacks) block.frames = frames;
     }
-    if (state.segmentEvents.length > 0) this.#emitSegmentEvents();
+    if (state.segmentEvents.length > 0 || this.#completedFrees.length > 0) this.#emitSegmentEvents();
     if (this.emitter.hears('allocated')) this.emitter.safeEmit('allocated', { ptr, requestedBytes: nbytes });
     return ptr;
   }
@@ -424,6 +433,8 @@ export class CachingAllocator<H = unknown> extends AllocatorBase<H> implements B
    * would change the blocks and segments the loop is walking).
    */
   #emitSegmentEvents(): void {
+    // The frees whose events completed meanwhile (`freeCompleted`) first, queued for the same reason.
+    for (const completed of this.#completedFrees.splice(0)) this.emitter.safeEmit('freeCompleted', completed);
     const events = this.#state.segmentEvents.splice(0);
     for (const { reserved, address, bytes } of events) this.emitter.safeEmit(reserved ? 'segmentReserved' : 'segmentReleased', { address, bytes });
   }

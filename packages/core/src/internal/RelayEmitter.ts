@@ -22,6 +22,7 @@ export class RelayEmitter extends SafeEmitter {
     this.#relays = {
       allocated: (e) => this.safeEmit('allocated', e),
       freed: (e) => this.safeEmit('freed', e),
+      freeCompleted: (e) => this.safeEmit('freeCompleted', e),
       segmentReserved: (e) => this.safeEmit('segmentReserved', e),
       segmentReleased: (e) => this.safeEmit('segmentReleased', e),
       outOfMemory: (e) => this.safeEmit('outOfMemory', e),

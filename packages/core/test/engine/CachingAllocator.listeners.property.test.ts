@@ -6,7 +6,7 @@ import type { EngineStep } from './helpers.js';
 import { applyEngineStep, engine, expectDisjoint, expectSnapshotCoversReserved, MiB } from './helpers.js';
 
 /** One step of a random program; `onEvent` arms a one-shot listener that allocates or frees. */
-type ListenedEvent = 'allocated' | 'freed' | 'segmentReserved' | 'segmentReleased';
+type ListenedEvent = 'allocated' | 'freed' | 'freeCompleted' | 'segmentReserved' | 'segmentReleased';
 type Op =
   | EngineStep
   | { kind: 'onEvent'; event: ListenedEvent; action: 'alloc' | 'free'; bytes: number; pick: number };
@@ -51,6 +51,9 @@ function runWithListeners(options: CachingAllocatorOptions, ops: readonly Op[], 
   let eventBytes = 0;
   allocator.events.on('segmentReserved', (e) => (eventBytes += e.bytes));
   allocator.events.on('segmentReleased', (e) => (eventBytes -= e.bytes));
+  let pendingFrees = 0;
+  allocator.events.on('freed', (e) => void (e.pending === true && pendingFrees++));
+  allocator.events.on('freeCompleted', () => void pendingFrees--);
   const errors: unknown[] = [];
   allocator.events.on('listenerFailed', (e) => errors.push(e.error));
   let inListener = false;
@@ -82,6 +85,8 @@ function runWithListeners(options: CachingAllocatorOptions, ops: readonly Op[], 
     expectSnapshotCoversReserved(allocator);
     expect(backend.reservedBytes, 'the backend holds what the engine counts as reserved').to.equal(allocator.reservedBytes);
     expect(eventBytes, 'segmentReserved minus segmentReleased bytes equal reserved bytes').to.equal(allocator.reservedBytes);
+    const pendingBlocks = allocator.snapshot().segments.reduce((n, seg) => n + seg.blocks.filter((b) => b.state === 'active_pending_free').length, 0);
+    expect(pendingFrees, 'pending frees minus freeCompleted equal the blocks pending free').to.equal(pendingBlocks);
   }
   done = true;
   for (const ptr of live.splice(0)) allocator.free(ptr);
@@ -108,6 +113,10 @@ describe('CachingAllocator under random programs with listeners that allocate an
       );
     });
   }
+
+  it('keeps invariants and event accounting with freed and freeCompleted listeners (pytorch preset)', () => {
+    fc.assert(fc.property(program(['freed', 'freeCompleted']), (ops) => runWithListeners({ preset: 'pytorch' }, ops, 160 * MiB)), { numRuns: 300 });
+  });
 
   for (const preset of ['pytorch', 'best'] as const) {
     it(`keeps invariants and event accounting with segmentReleased listeners (${preset} preset)`, () => {

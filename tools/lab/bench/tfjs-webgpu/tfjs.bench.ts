@@ -15,7 +15,8 @@
 //   untimed prediction, then --real-predictions timed ones, on stock and on Stowage (peaks counted at the device
 //   from before the weights are uploaded);
 //   {"scenario":"realLms", model, budgetBytes, ofStockPeak, overFloor, sameBitsAsStock, devicePeakVsBudget, …}
-//   one run under LMS (runReal, default segments, a sixteenth of the budget kept for page-out staging);
+//   one run under LMS (runReal, default segments, a sixteenth of the budget kept for page-out staging) of
+//   max(2, 1 + --real-predictions) predictions (lmsPredictions in realSummary): a budget runs when every one of them does;
 //   {"scenario":"realSummary", model, peakVsStock, createBufferVsStock, floorBytes, lmsDevicePeakVsBudget,
 //    lmsSmallestOfStockPeak, lmsSmallestOverFloor, lmsCreateBufferVsStock, timeRatioMedian, met: {…}}   per model:
 //   the floor (realFloor: the most tensor bytes one prediction must keep on the device at once), the smallest LMS
@@ -286,16 +287,19 @@ for (const real of values['only-lms'] ? [] : realModels) {
   }
   if (realLms) {
     const floor = await realFloor(context, real, load);
+    // A budget holds for a loop of predictions: the second starts from the first's placement and paging.
+    const lmsPredictions = Math.max(2, realPredictions + 1);
     const quarter = budgetAt(stock.peakGpuBytes, 0.25);
     const lmsRuns: { budget: number; run: RealRun }[] = [];
     const at = async (budget: number): Promise<boolean> => {
-      const run = await runReal(context, real, load, { kind: 'lms', budgetBytes: budget }, realPredictions);
+      const run = await runReal(context, real, load, { kind: 'lms', budgetBytes: budget }, lmsPredictions - 1);
       lmsRuns.push({ budget, run });
       const ok = runsLike(run, stock.run!);
       emit({
         scenario: 'realLms',
         model: real.name,
         budgetBytes: budget,
+        predictions: lmsPredictions,
         ofStockPeak: round3(budget / stock.peakGpuBytes),
         overFloor: round3(budget / floor.floorBytes),
         sameBitsAsStock: ok,
@@ -337,6 +341,7 @@ for (const real of values['only-lms'] ? [] : realModels) {
       quarterBudgetBytes: quarter,
       quarterBelowFloor: quarter < floor.floorBytes,
       lmsRuns: lmsRuns.length,
+      lmsPredictions,
       lmsDevicePeakVsBudget: round3(worstPeak),
       lmsDevicePeakWithinAllowance: lmsRuns.every((r) => r.run.peakGpuBytes <= r.budget + allowance(r.budget)),
       lmsSmallestBytes: works,
