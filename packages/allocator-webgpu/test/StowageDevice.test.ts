@@ -25,6 +25,17 @@ async function validationError(device: GPUDevice, body: () => void | Promise<voi
   return error?.message;
 }
 
+/** Submits one pass that sets `pipeline` and `group` and dispatches one workgroup. */
+function dispatchOnce(device: GPUDevice, pipeline: GPUComputePipeline, group: GPUBindGroup): void {
+  const encoder = device.createCommandEncoder();
+  const pass = encoder.beginComputePass();
+  pass.setPipeline(pipeline);
+  pass.setBindGroup(0, group);
+  pass.dispatchWorkgroups(1);
+  pass.end();
+  device.queue.submit([encoder.finish()]);
+}
+
 function storageBuffer(device: GPUDevice, values: number[]): GPUBuffer {
   const buffer = device.createBuffer({ size: values.length * 4, usage: STORAGE | COPY_SRC | COPY_DST });
   device.queue.writeBuffer(buffer, 0, new Float32Array(values));
@@ -175,13 +186,7 @@ describe('stowageDevice', function () {
       const error = await validationError(device, () => {
         const pipeline = device.createComputePipeline({ layout: device.createPipelineLayout({ bindGroupLayouts: [layout] }), compute: { module, entryPoint: 'main' } });
         const group = device.createBindGroup({ layout, entries: [{ binding: 0, resource: { buffer: input } }, { binding: 1, resource: { buffer: output } }] });
-        const encoder = device.createCommandEncoder();
-        const pass = encoder.beginComputePass();
-        pass.setPipeline(pipeline);
-        pass.setBindGroup(0, group);
-        pass.dispatchWorkgroups(1);
-        pass.end();
-        device.queue.submit([encoder.finish()]);
+        dispatchOnce(device, pipeline, group);
       });
       expect(error).to.equal(undefined);
       expect(await readFloats(device, output)).to.deep.equal([2, 4, 6, 8]);
@@ -247,13 +252,7 @@ describe('stowageDevice', function () {
           layout: pipeline.getBindGroupLayout(0),
           entries: [{ binding: 0, resource: { buffer: x } }, { binding: 1, resource: { buffer: x } }, { binding: 2, resource: { buffer: y } }, { binding: 3, resource: { buffer: scale } }],
         });
-        const encoder = device.createCommandEncoder();
-        const pass = encoder.beginComputePass();
-        pass.setPipeline(pipeline);
-        pass.setBindGroup(0, group);
-        pass.dispatchWorkgroups(1);
-        pass.end();
-        device.queue.submit([encoder.finish()]);
+        dispatchOnce(device, pipeline, group);
       });
       expect(error).to.equal(undefined);
       expect(await readFloats(device, y)).to.deep.equal([10, 40, 90, 160]);
@@ -269,13 +268,7 @@ describe('stowageDevice', function () {
       });
       const pipeline = device.createComputePipeline({ layout: 'auto', compute: { module, entryPoint: 'main' } });
       const group = device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries: [{ binding: 0, resource: { buffer: out, offset: 256, size: 12 } }] });
-      const encoder = device.createCommandEncoder();
-      const pass = encoder.beginComputePass();
-      pass.setPipeline(pipeline);
-      pass.setBindGroup(0, group);
-      pass.dispatchWorkgroups(1);
-      pass.end();
-      device.queue.submit([encoder.finish()]);
+      dispatchOnce(device, pipeline, group);
       expect(new Float32Array((await read(device, out, 4, 256)).buffer)[0]).to.equal(3);
       expect(await readFloats(device, x)).to.deep.equal([1, 2, 3, 4, 5, 6, 7, 8]);
     });
