@@ -8,7 +8,9 @@ import { HostMapping } from './HostMapping.js';
 import { passThrough } from './passThrough.js';
 import { mappedMembers, placementOf, UNMAPPABLE } from './placement.js';
 import { ReadbackPool, readbackMembers } from './ReadbackPool.js';
-import { sharedBytes } from './sharedBytes.js';
+import { roundUp4, sharedBytes, writtenBytes } from './sharedBytes.js';
+import type { AliasCopy } from './restartedPass.js';
+import { restartedPass } from './restartedPass.js';
 import { writableStorageCode, writableStorageLayout } from './storageAccess.js';
 
 /**
@@ -351,7 +353,7 @@ export class SubAllocatingDevice {
    * all writable]), a range bound twice in one bind group (ONNX `Mul(x, x)`, `Concat(x, x)`) would be two writable
    * bindings of overlapping ranges, which WebGPU refuses. The second is bound to a scratch range instead, and
    * every dispatch with the bind group first copies the range into it (the pass is ended for the copy and begun
-   * again, its pipeline and bind groups restored: Note [Restarted passes]). The copy is a range of a storage
+   * again, its pipeline and bind groups restored: Note [Restarted passes] in restartedPass.ts). The copy is a range of a storage
    * segment (a binding of a uniform segment would make it writable beside its uniforms: Note [Uniform ranges]); when
    * it lands in the source's own segment, the copy goes through a scratch range of a uniform segment (Note [Scratch
    * ranges]). Uniform ranges are read-only and never alias. Only within one bind group: the same range in two bind
@@ -478,7 +480,21 @@ export class SubAllocatingDevice {
         const b = at(destination.buffer, destination.offset ?? 0, true);
         real.copyTextureToBuffer(source, { ...destination, ...b }, size);
       },
-      beginComputePass: (descriptor?: GPUComputePassDescriptor) => this.#computePass(real, descriptor, temporaries, uses),
+      beginComputePass: (descriptor?: GPUComputePassDescriptor) =>
+        restartedPass(real, descriptor, {
+          // Note [Bind groups after a move]: the group set is the one of its ranges' places now.
+          currentGroup: (group) => this.#currentGroup(group, uses),
+          aliasCopies: (group) => this.#aliasCopies.get(group) ?? [],
+          indirectSource: (buffer) => {
+            const range = this.#ranges.get(buffer);
+            if (range === undefined) return undefined;
+            this.pager.use(range, uses, false);
+            this.counts.indirectCopies++;
+            return { buffer: range.segment, offset: range.offset };
+          },
+          indirectArguments: () => this.#indirectArguments(),
+          keep: (group) => temporaries.kept.push(group),
+        }),
       finish: (descriptor?: GPUCommandBufferDescriptor) => {
         const commandBuffer = real.finish(descriptor);
         if (this.pager.enabled) this.#useSets.set(commandBuffer, uses);
@@ -488,86 +504,10 @@ export class SubAllocatingDevice {
     });
   }
 
-  /**
-   * Note [Restarted passes]: a dispatch whose bind groups hold alias copies (Note [Aliased bindings]) ends the pass,
-   * copies, and begins a new one with the same label, then sets the pipeline, the bind groups and the open debug
-   * groups again. The restarted pass has no timestamp writes (they would be written twice).
-   */
-  #computePass(encoder: GPUCommandEncoder, descriptor: GPUComputePassDescriptor | undefined, temporaries: Temporaries, uses: UseSet): GPUComputePassEncoder {
-    let real = encoder.beginComputePass(descriptor);
-    let pipeline: GPUComputePipeline | undefined;
-    const groups: (unknown[] | undefined)[] = [];
-    const debugGroups: string[] = [];
-    const copyAliases = (indirect?: { buffer: GPUBuffer; offset: number }) => {
-      const copies = groups.flatMap((args) => (args ? (this.#aliasCopies.get(args[1] as GPUBindGroup) ?? []) : []));
-      if (copies.length === 0 && indirect === undefined) return;
-      for (let i = debugGroups.length; i > 0; i--) real.popDebugGroup();
-      real.end();
-      for (const c of copies) {
-        if (c.bounce) {
-          encoder.copyBufferToBuffer(c.source, c.sourceOffset, c.bounce.buffer, c.bounce.offset, c.bytes);
-          encoder.copyBufferToBuffer(c.bounce.buffer, c.bounce.offset, c.target, c.targetOffset, c.bytes);
-        } else {
-          encoder.copyBufferToBuffer(c.source, c.sourceOffset, c.target, c.targetOffset, c.bytes);
-        }
-      }
-      if (indirect) encoder.copyBufferToBuffer(indirect.buffer, indirect.offset, this.#indirectArguments(), 0, INDIRECT_BYTES);
-      for (const args of groups) if (args) temporaries.kept.push(args[1]);
-      real = encoder.beginComputePass(descriptor?.label === undefined ? {} : { label: descriptor.label });
-      for (const label of debugGroups) real.pushDebugGroup(label);
-      if (pipeline) real.setPipeline(pipeline);
-      groups.forEach((args) => args && (real.setBindGroup as (...a: unknown[]) => void)(...args));
-    };
-    const pass: Record<string, unknown> = {
-      setPipeline: (p: GPUComputePipeline) => {
-        pipeline = p;
-        real.setPipeline(p);
-      },
-      setBindGroup: (...given: unknown[]) => {
-        // Note [Bind groups after a move]: the group set is the one of its ranges' places now.
-        const args = given[1] === null || given[1] === undefined ? given : [given[0], this.#currentGroup(given[1] as GPUBindGroup, uses), ...given.slice(2)];
-        groups[args[0] as number] = args[1] === null ? undefined : args;
-        (real.setBindGroup as (...a: unknown[]) => void)(...args);
-      },
-      dispatchWorkgroups: (x: number, y?: number, z?: number) => {
-        copyAliases();
-        real.dispatchWorkgroups(x, y, z);
-      },
-      dispatchWorkgroupsIndirect: (buffer: GPUBuffer, offset: number) => {
-        const range = this.#ranges.get(buffer);
-        if (range !== undefined) this.pager.use(range, uses, false);
-        if (range === undefined) {
-          copyAliases();
-          real.dispatchWorkgroupsIndirect(buffer, offset);
-          return;
-        }
-        copyAliases({ buffer: range.segment, offset: range.offset + offset });
-        this.counts.indirectCopies++;
-        real.dispatchWorkgroupsIndirect(this.#indirectArguments(), 0);
-      },
-      pushDebugGroup: (label: string) => {
-        debugGroups.push(label);
-        real.pushDebugGroup(label);
-      },
-      popDebugGroup: () => {
-        debugGroups.pop();
-        real.popDebugGroup();
-      },
-      insertDebugMarker: (label: string) => real.insertDebugMarker(label),
-      end: () => real.end(),
-    };
-    const first = real;
-    return new Proxy(first, {
-      get: (_, key) => (Object.hasOwn(pass, key) ? pass[key as string] : Reflect.get(real, key, real)),
-      set: (_, key, value) => Reflect.set(real, key, value, real),
-    });
-  }
 }
 
 /** GPUBufferUsage.INDIRECT: served from a segment, its arguments copied out (Note [Indirect arguments]). */
 const INDIRECT = 0x0100;
-/** Bytes of a dispatchWorkgroupsIndirect's arguments (three u32). */
-const INDIRECT_BYTES = 12;
 
 /** A bind group's descriptor and the places of its ranges when its real group was made (Note [Bind groups after a move]). */
 interface GroupRecord {
@@ -584,33 +524,9 @@ interface Upload {
   bytes: Uint8Array | undefined;
 }
 
-interface AliasCopy {
-  readonly ptr: DataPtr<GPUBuffer>;
-  readonly source: GPUBuffer;
-  readonly sourceOffset: number;
-  readonly target: GPUBuffer;
-  readonly targetOffset: number;
-  readonly bytes: number;
-  /** A scratch range the copy goes through when the target lies in the source's segment (Note [Scratch ranges]). */
-  readonly bounce: { readonly ptr: DataPtr<GPUBuffer>; readonly buffer: GPUBuffer; readonly offset: number } | undefined;
-}
-
 interface Temporaries {
   /** Scratch pointers, freed after the submit. */
   readonly pointers: DataPtr<GPUBuffer>[];
   /** Bind groups with alias copies used by the command buffer: alive (and their scratch with them) until its submit. */
   readonly kept: unknown[];
-}
-
-/** Bytes a `writeBuffer(buffer, offset, data, dataOffset, size)` writes (offset and size in elements of a typed array). */
-function writtenBytes(data: GPUAllowSharedBufferSource, dataOffset = 0, size?: number): number {
-  if (ArrayBuffer.isView(data)) {
-    const elementBytes = (data as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1;
-    return (size ?? data.byteLength / elementBytes - dataOffset) * elementBytes;
-  }
-  return size ?? (data as ArrayBuffer).byteLength - dataOffset;
-}
-
-function roundUp4(bytes: number): number {
-  return Math.max(4, Math.ceil(bytes / 4) * 4);
 }

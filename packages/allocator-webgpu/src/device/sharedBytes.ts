@@ -15,3 +15,17 @@ export function sharedBytes(data: GPUAllowSharedBufferSource, dataOffset = 0, si
   const bytes = (size ?? length - dataOffset) * elementBytes;
   return new Uint8Array(backing, start, bytes).slice();
 }
+
+/** Bytes a `writeBuffer(buffer, offset, data, dataOffset, size)` writes (offset and size in elements of a typed array). */
+export function writtenBytes(data: GPUAllowSharedBufferSource, dataOffset = 0, size?: number): number {
+  if (ArrayBuffer.isView(data)) {
+    const elementBytes = (data as { BYTES_PER_ELEMENT?: number }).BYTES_PER_ELEMENT ?? 1;
+    return (size ?? data.byteLength / elementBytes - dataOffset) * elementBytes;
+  }
+  return size ?? (data as ArrayBuffer).byteLength - dataOffset;
+}
+
+/** `bytes` rounded up to a whole number of 4-byte words, at least one (WebGPU's copy and clear granularity). */
+export function roundUp4(bytes: number): number {
+  return Math.max(4, Math.ceil(bytes / 4) * 4);
+}
