@@ -124,6 +124,24 @@ describe('stowageDevice with paging (RangePager)', function () {
     expect(same(await readBuffer(device, c.buffer, 0, BYTES), c.bytes)).to.equal(true);
   });
 
+  it('lets the ranges of an encoder whose command found no room page again, and refuses its command buffer at submit (Note [A failed command spoils its encoder])', async () => {
+    const a = filled(device, 21);
+    const b = filled(device, 22);
+    await settleStowageDevice(device);
+    const c = filled(device, 23); // pages a out, the least recently used clean range
+    expect(stowageDevicePaging(device)).to.include({ pagedOut: 1 });
+    device.queue.writeBuffer(b.buffer, 0, b.bytes); // written since its host copy: b may not leave now
+    const encoder = device.createCommandEncoder();
+    encoder.copyBufferToBuffer(b.buffer, 0, c.buffer, 0, BYTES); // names b and c
+    expect(() => encoder.copyBufferToBuffer(a.buffer, 0, c.buffer, 0, BYTES), "a's page-in finds no clean range").to.throw(/Out of memory/);
+    const spoiled = encoder.finish();
+    expect(() => device.queue.submit([spoiled])).to.throw(InvalidArgumentError, /every command succeeded/);
+    await settleStowageDevice(device); // the spoiled encoder holds b and c no longer: both get host copies
+    expect(same(await readBuffer(device, a.buffer, 0, BYTES), a.bytes), 'a comes back in the room of one of them').to.equal(true);
+    expect(same(await readBuffer(device, c.buffer, 0, BYTES), c.bytes), 'the spoiled copy never ran').to.equal(true);
+    expect(same(await readBuffer(device, b.buffer, 0, BYTES), b.bytes)).to.equal(true);
+  });
+
   it('gives a paged-out place to new work only after the submits that used the range, and never pages out a range written since its host copy', async () => {
     const a = filled(device, 8);
     const out = device.createBuffer({ size: BYTES, usage: STORAGE | COPY_SRC | COPY_DST });

@@ -1,5 +1,5 @@
 import type { DataPtr } from '@stowage/core';
-import { DisposedError } from '@stowage/core';
+import { DisposedError, InvalidArgumentError } from '@stowage/core';
 import type { WebGpuBuffers } from '../WebGpuBuffers.js';
 import { BufferUsage } from '../WebGpuUsage.js';
 import type { Range, UseSet } from './RangePager.js';
@@ -75,6 +75,8 @@ export class SubAllocatingDevice {
   readonly #collected: FinalizationRegistry<Range>;
   /** The ranges each finished command buffer names, closed at its submit (Note [Paging between runs]). */
   readonly #useSets = new WeakMap<GPUCommandBuffer, UseSet>();
+  /** Command buffers of encoders a command failed in (Note [A failed command spoils its encoder]). */
+  readonly #spoiled = new WeakSet<GPUCommandBuffer>();
   /** What a bind group was made of, to make it again after its ranges moved (Note [Bind groups after a move]). */
   readonly #groups = new WeakMap<GPUBindGroup, GroupRecord>();
   /** Frees the alias scratch of a collected bind group (a command buffer that used it keeps it until its submit). */
@@ -317,6 +319,10 @@ export class SubAllocatingDevice {
 
   #submit(commandBuffers: Iterable<GPUCommandBuffer>): undefined {
     const list = Array.from(commandBuffers);
+    if (list.some((cb) => this.#spoiled.has(cb))) {
+      // Note [A failed command spoils its encoder]: nothing of the submit runs.
+      throw new InvalidArgumentError('commandBuffers', 'a command buffer whose encoder had a command fail', 'command buffers of encoders whose every command succeeded: record the work again once there is room');
+    }
     const clears = this.#clearsCommandBuffer();
     this.#queue.submit(clears ? [clears, ...list] : list);
     for (const cb of list) {
@@ -431,15 +437,32 @@ export class SubAllocatingDevice {
     return group;
   }
 
+  /**
+   * Note [A failed command spoils its encoder]: a command whose range found no room (OutOfMemoryError from a page-in
+   * or an upload's range) was not recorded, so the encoder no longer holds the program's work. Its use set closes at
+   * once (else an encoder the program drops would keep its ranges from paging until it is collected), and its command
+   * buffer is refused at submit, as WebGPU refuses one from an invalid encoder: its ranges may have moved since.
+   */
   #encoder(real: GPUCommandEncoder): GPUCommandEncoder {
     const temporaries: Temporaries = { pointers: [], kept: [] };
     const uses = this.pager.open();
-    const at = (buffer: GPUBuffer, offset: number, writes: boolean) => {
-      const upload = this.#uploadBytes(buffer);
-      if (upload) this.#uploadRange(buffer, upload);
-      const b = this.#place(buffer, uses, writes, false, true);
-      return { buffer: b.buffer, offset: b.offset + offset };
+    let failed = false;
+    const guarded = <T>(body: () => T): T => {
+      try {
+        return body();
+      } catch (error) {
+        failed = true;
+        this.pager.close(uses);
+        throw error;
+      }
     };
+    const at = (buffer: GPUBuffer, offset: number, writes: boolean) =>
+      guarded(() => {
+        const upload = this.#uploadBytes(buffer);
+        if (upload) this.#uploadRange(buffer, upload);
+        const b = this.#place(buffer, uses, writes, false, true);
+        return { buffer: b.buffer, offset: b.offset + offset };
+      });
     return passThrough(real, {
       copyBufferToBuffer: (...args: unknown[]) => {
         // Both forms: (src, srcOffset, dst, dstOffset, size?) and (src, dst, size?).
@@ -483,12 +506,12 @@ export class SubAllocatingDevice {
       beginComputePass: (descriptor?: GPUComputePassDescriptor) =>
         restartedPass(real, descriptor, {
           // Note [Bind groups after a move]: the group set is the one of its ranges' places now.
-          currentGroup: (group) => this.#currentGroup(group, uses),
+          currentGroup: (group) => guarded(() => this.#currentGroup(group, uses)),
           aliasCopies: (group) => this.#aliasCopies.get(group) ?? [],
           indirectSource: (buffer) => {
             const range = this.#ranges.get(buffer);
             if (range === undefined) return undefined;
-            this.pager.use(range, uses, false);
+            guarded(() => this.pager.use(range, uses, false));
             this.counts.indirectCopies++;
             return { buffer: range.segment, offset: range.offset };
           },
@@ -497,6 +520,7 @@ export class SubAllocatingDevice {
         }),
       finish: (descriptor?: GPUCommandBufferDescriptor) => {
         const commandBuffer = real.finish(descriptor);
+        if (failed) this.#spoiled.add(commandBuffer);
         if (this.pager.enabled) this.#useSets.set(commandBuffer, uses);
         if (temporaries.pointers.length > 0 || temporaries.kept.length > 0) this.#temporaries.set(commandBuffer, temporaries);
         return commandBuffer;
