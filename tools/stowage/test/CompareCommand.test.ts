@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { expect } from 'chai';
 import type { SnapshotComparison } from '@stowage/cli';
@@ -48,7 +48,18 @@ describe('stowage compare', function () {
     expect(run.stderr.match(/^stowage: /gm)).to.have.length(1);
   });
 
-    it('refuses a missing second input, exit 3', () => {
+  it('refuses a missing input, exit 3', () => {
     expectCleanFailure(runStowage(['compare', join(dir, 'a.json'), join(dir, 'b.json')]), EXIT.input, /No file at .*a\.json/);
+  });
+
+  it('reads both inputs before replaying either: an unreadable second input is the one message, though the first would run out of memory', () => {
+    const small = writeSmallTrace(dir);
+    const empty = join(dir, 'empty.jsonl');
+    writeFileSync(empty, '');
+    const run = runStowage(['compare', small, empty, '--capacity', '2MiB']);
+    expect(run.stderr).to.include('empty.jsonl is not a trace');
+    expect(run.stderr, 'no replay ran').not.to.include('ran out of memory');
+    expect(run.stderr.match(/^stowage: /gm)).to.have.length(1);
+    expect(run.status).to.not.equal(EXIT.ok);
   });
 });

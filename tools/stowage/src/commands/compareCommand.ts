@@ -6,7 +6,8 @@ import { Progress } from '../Progress.js';
 import { INPUT_FORMATS } from '../readInput.js';
 import { checkOutputPath, writeOutput } from '../writeOutput.js';
 import type { ReplayFlags } from './replayOptions.js';
-import { isJson, loadSnapshot, withReplayOptions } from './replayOptions.js';
+import type { LoadedSnapshot } from './replayOptions.js';
+import { isJson, loadSnapshots, withReplayOptions } from './replayOptions.js';
 
 /**
  * `stowage compare <before> <after>`: the segments one snapshot has and the other lacks (a segment is its device,
@@ -25,8 +26,7 @@ export function addCompareCommand(program: Command, context: CliContext): void {
     const json = isJson(command);
     checkOutputPath('-o', flags.output);
     using progress = new Progress(`reading ${beforePath}`, !json);
-    const before = await loadSnapshot(beforePath, flags, progress, context);
-    const after = await loadSnapshot(afterPath, flags, progress, context);
+    const [before, after] = (await loadSnapshots([beforePath, afterPath], flags, progress, context)) as [LoadedSnapshot, LoadedSnapshot];
     progress.stop();
     const device = before.device ?? after.device;
     const comparison = compareSnapshots(before.snapshot, after.snapshot, device);

@@ -68,7 +68,20 @@ export interface LoadedSnapshot {
  * @throws as `readInput`, and InvalidArgumentError for bad replay flags
  */
 export async function loadSnapshot(path: string, flags: ReplayFlags, progress: Progress, context: CliContext): Promise<LoadedSnapshot> {
-  const input = await loadInput(path, flags, progress, context.stdin);
+  return snapshotOf(await loadInput(path, flags, progress, context.stdin), flags, progress, context);
+}
+
+/**
+ * Snapshots of several inputs (`compare`'s two): every input is read first, so that one that cannot be read fails
+ * the command before any replay runs (and says so alone), then each is replayed as `loadSnapshot` does.
+ */
+export async function loadSnapshots(paths: readonly string[], flags: ReplayFlags, progress: Progress, context: CliContext): Promise<LoadedSnapshot[]> {
+  const inputs: Input[] = [];
+  for (const path of paths) inputs.push(await loadInput(path, flags, progress, context.stdin));
+  return inputs.map((input) => snapshotOf(input, flags, progress, context));
+}
+
+function snapshotOf(input: Input, flags: ReplayFlags, progress: Progress, context: CliContext): LoadedSnapshot {
   if (input.snapshot !== undefined) return { input, snapshot: input.snapshot, device: deviceIndex(flags.device), source: input.name };
   const config = allocatorConfig(flags.allocator);
   const replayed = snapshotAt(input, config, 'end', {
