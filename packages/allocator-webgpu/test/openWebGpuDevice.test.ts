@@ -60,7 +60,10 @@ describe('openWebGpuDevice', function () {
   });
 
   it("keeps Dawn's warnings about a backend that gave no adapter out of stderr, and names them in the error", function () {
-    if (process.platform !== 'linux') this.skip();
+    if (process.platform !== 'linux') {
+      console.log(`    skipped: Dawn's backend-selection output is checked on Linux only (this is ${process.platform})`);
+      this.skip();
+    }
     // The Vulkan loader with every driver disabled: Dawn warns "vkCreateInstance: Found no drivers!" (without
     // libvulkan1 at all: "Couldn't load Vulkan"), each with a source path on the machine that built Dawn.
     const child = runChild(
@@ -90,7 +93,10 @@ describe('openWebGpuDevice', function () {
   });
 
   it("passes Dawn's output through unfiltered with STOWAGE_DAWN_LOG=1", function () {
-    if (process.platform !== 'linux') this.skip();
+    if (process.platform !== 'linux') {
+      console.log(`    skipped: Dawn's backend-selection output is checked on Linux only (this is ${process.platform})`);
+      this.skip();
+    }
     const child = runChild(
       `const { openWebGpuDevice } = await import(${JSON.stringify(distIndex)});
        await openWebGpuDevice({ backends: ['vulkan'] }).catch(() => undefined);`,

@@ -8,7 +8,7 @@ import type { MemorySnapshot } from '@stowage/core';
 import { findTraceRoot } from '@stowage/lab/replay';
 import { readSnapshotPickle } from '@stowage/snapshot-pickle';
 import { buildVizPage, EXIT } from '@stowage/cli';
-import { examplePickle, expectCleanFailure, runStowage, scratchDir, writeSmallTrace } from './runStowage.js';
+import { examplePickle, expectCleanFailure, realTrace, runStowage, scratchDir, writeSmallTrace } from './runStowage.js';
 
 /** Screenshots go here (git-ignored): tools/stowage/screenshots/. */
 const SCREENSHOTS = fileURLToPath(new URL('../screenshots/', import.meta.url));
@@ -21,13 +21,6 @@ function peakReserved(snapshot: MemorySnapshot): number {
   let peak = reserved;
   for (const e of entries) peak = Math.max(peak, (reserved += delta(e.action, e.size)));
   return peak;
-}
-
-/** A trace of ../shared/traces/pytorch by name, or undefined (with the reason logged) when there is none. */
-function sharedTrace(name: string): string | undefined {
-  const root = findTraceRoot();
-  if (root === undefined) console.log('    skipped: no shared/traces directory above the working directory (set STOWAGE_TRACES)');
-  return root === undefined ? undefined : join(root, 'pytorch', `${name}.jsonl.gz`);
 }
 
 interface Box {
@@ -248,7 +241,7 @@ describe('stowage viz', function () {
     });
 
     it("draws the opt125m trace at the window's width: rows in proportion to their segments' bytes, labels beside them, axes in bytes and entries", async function () {
-      const real = sharedTrace('opt125m_zeroth_order_fedlearn_fromstart');
+      const real = realTrace('opt125m_zeroth_order_fedlearn_fromstart');
       if (real === undefined) this.skip();
       const html = join(dir, 'opt125m.html');
       expect(runStowage(['viz', real, '-o', html]).status).to.equal(EXIT.ok);
@@ -276,7 +269,7 @@ describe('stowage viz', function () {
     });
 
     it('keeps the slider and the details box in view with the 1,029 segments of the 2.7B full step, and no label under a bar', async function () {
-      const real = sharedTrace('cs336_2p7b_ctx256_fullstep_fp32');
+      const real = realTrace('cs336_2p7b_ctx256_fullstep_fp32');
       if (real === undefined) this.skip();
       const html = join(dir, '2p7b.html');
       expect(runStowage(['viz', real, '-o', html]).status).to.equal(EXIT.ok);

@@ -169,13 +169,13 @@ describe('replayTrace on a shared trace', () => {
   it('replays a real PyTorch trace to the peak live bytes its summary counts', async function () {
     const root = findTraceRoot();
     if (root === undefined) {
-      console.log('    The traces directory was not found (shared/traces beside the repository, or $STOWAGE_TRACES): skipping.');
+      console.log('    skipped: the traces directory was not found (shared/traces beside the repository, or $STOWAGE_TRACES)');
       this.skip();
     }
     const traces = listTraces(root).filter((t) => t.kind === 'pytorch');
     const trace = traces.find((t) => t.name === 'cs336_forward_fp32_ctx128_b') ?? traces[0];
     if (trace === undefined) {
-      console.log(`    ${root} holds no PyTorch traces: skipping.`);
+      console.log(`    skipped: ${root} holds no PyTorch traces`);
       this.skip();
     }
     const events = await readTraceFile(trace);
