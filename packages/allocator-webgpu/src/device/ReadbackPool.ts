@@ -25,6 +25,34 @@ export class ReadbackPool {
     private readonly maxIdleBytes = 16 << 20,
   ) {}
 
+  /** The real buffer behind each readback stand-in the pool lent. */
+  readonly #lent = new WeakMap<object, GPUBuffer>();
+  /** Gives a collected stand-in's buffer back. */
+  readonly #collected = new FinalizationRegistry<GPUBuffer>((real) => this.give(real));
+
+  /**
+   * A MAP_READ stand-in for `descriptor` over a buffer of the pool, made by `standIn` with its destroy and mapping
+   * members: its destroy (or its collection) gives the buffer back.
+   */
+  standIn(descriptor: GPUBufferDescriptor, standIn: (real: GPUBuffer, destroy: () => void, mapping: PropertyDescriptorMap) => GPUBuffer): GPUBuffer {
+    const real = this.take(descriptor.size, descriptor.label);
+    let given = false;
+    const stand = standIn(real, () => {
+      if (given) return;
+      given = true;
+      this.#collected.unregister(real);
+      this.give(real);
+    }, readbackMembers(real, descriptor.size));
+    this.#lent.set(stand, real);
+    this.#collected.register(stand, real, real);
+    return stand;
+  }
+
+  /** The real buffer behind readback stand-in `buffer`; undefined for any other buffer. */
+  realOf(buffer: GPUBuffer): GPUBuffer | undefined {
+    return this.#lent.get(buffer);
+  }
+
   /** Bytes of the idle buffers. */
   get idleBytes(): number {
     return this.#idleBytes;

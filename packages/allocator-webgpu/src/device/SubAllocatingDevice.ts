@@ -6,8 +6,10 @@ import type { Range, UseSet } from './RangePager.js';
 import { RangePager, residentRange } from './RangePager.js';
 import { HostMapping } from './HostMapping.js';
 import { passThrough } from './passThrough.js';
-import { mappedMembers, placementOf, UNMAPPABLE } from './placement.js';
-import { ReadbackPool, readbackMembers } from './ReadbackPool.js';
+import { mappedMembers, placementOf } from './placement.js';
+import { ReadbackPool } from './ReadbackPool.js';
+import { StandIns } from './standIn.js';
+import { Uploads } from './uploads.js';
 import { roundUp4, sharedBytes, writtenBytes } from './sharedBytes.js';
 import type { AliasCopy } from './restartedPass.js';
 import { restartedPass } from './restartedPass.js';
@@ -59,12 +61,9 @@ export class SubAllocatingDevice {
   readonly #real: GPUDevice;
   readonly #queue: GPUQueue;
   readonly #ranges = new WeakMap<object, Range>();
-  /** Upload stand-ins (Note [Uploads written where they go]). */
-  readonly #uploads = new WeakMap<object, Upload>();
-  /** MAP_READ stand-ins and their pooled real buffers (Note [Pooled readback buffers]). */
-  readonly #readbacks = new WeakMap<object, GPUBuffer>();
-  /** Gives the pooled buffer of a MAP_READ stand-in collected without `destroy()` back. */
-  readonly #collectedReadbacks: FinalizationRegistry<GPUBuffer>;
+  /** Upload stand-ins' host bytes (Note [Uploads written where they go]). */
+  readonly #uploads = new Uploads();
+  readonly #standIns = new StandIns();
   /** New ranges whose clear is not yet encoded (Note [New ranges read zeros]). */
   readonly #pendingClears = new Set<Range>();
   /** Scratch pointers and kept objects of finished command buffers, freed after their submit. */
@@ -81,7 +80,6 @@ export class SubAllocatingDevice {
   readonly #groups = new WeakMap<GPUBindGroup, GroupRecord>();
   /** Frees the alias scratch of a collected bind group (a command buffer that used it keeps it until its submit). */
   readonly #collectedGroups: FinalizationRegistry<DataPtr[]>;
-  #bufferPrototype: object | undefined;
   /** The real INDIRECT buffer indirect dispatches read their arguments from (Note [Indirect arguments]). */
   #indirect: GPUBuffer | undefined;
 
@@ -97,7 +95,6 @@ export class SubAllocatingDevice {
       if (clears) this.#queue.submit([clears]);
     });
     this.readbackPool = new ReadbackPool(this.#real);
-    this.#collectedReadbacks = new FinalizationRegistry((real) => this.readbackPool.give(real));
     this.#collected = new FinalizationRegistry((range) => {
       const ptr = this.pager.forget(range);
       if (ptr !== undefined) this.#freeCollected(ptr);
@@ -144,7 +141,7 @@ export class SubAllocatingDevice {
    */
   #place(buffer: GPUBuffer, set: UseSet | undefined, writes: boolean, wholeWrite = false, use = false): { buffer: GPUBuffer; offset: number } {
     const range = this.#ranges.get(buffer);
-    if (!range) return { buffer: this.#readbacks.get(buffer) ?? buffer, offset: 0 };
+    if (!range) return { buffer: this.readbackPool.realOf(buffer) ?? buffer, offset: 0 };
     if (use) range.used = true;
     this.pager.use(range, set, writes, wholeWrite);
     return { buffer: range.segment, offset: range.offset };
@@ -163,7 +160,7 @@ export class SubAllocatingDevice {
     const range = residentRange(ptr, segment, offset, descriptor.size, roundUp4(descriptor.size), uniform, mapped);
     // The mapping's bytes go where the range lies at its unmap (paging may have moved it since).
     const mapping = mapped ? new HostMapping(descriptor.size, (bytes) => this.#writeBuffer(stand, 0, bytes)) : undefined;
-    const stand = this.#standIn(segment, descriptor, () => this.#destroy(range), mapping && mappedMembers(mapping));
+    const stand = this.#standIns.make(segment, descriptor, () => this.#destroy(range), mapping && mappedMembers(mapping));
     this.#track(stand, range);
     if (!mapped) this.#pendingClears.add(range); // a mapping writes every byte at its unmap
     this.counts.subAllocated++;
@@ -172,38 +169,22 @@ export class SubAllocatingDevice {
     return stand;
   }
 
-  /**
-   * Note [Uploads written where they go]: an upload (MAP_WRITE | COPY_SRC, mapped at creation: onnxruntime-web's
-   * staging buffer per upload) is only host bytes at first (Note [Mapped at creation]). Its one use is a copy into
-   * a buffer. A copy into a range nothing has used yet (no command, bind group or write named it: onnxruntime-web's
-   * weights, each uploaded into a buffer just made) is a `queue.writeBuffer` of those bytes at once: the range is
-   * new, so no earlier command can see the difference, and the upload takes no device memory (as ranges, the
-   * weights' uploads of a session held twice its weights until the first submit). Any other use makes it a range,
-   * written once and copied from, freed at its destroy: for a copy into a buffer, a range of a storage segment
-   * (where segments' free tails hold it) unless that lands in the destination's own segment, else a range of a
-   * uniform segment (Note [Uniform ranges]: another buffer than any storage segment, so the copy needs no scratch). Precondition
-   * of the write at once: a command buffer recorded after the copy and submitted before it does not read the
-   * destination expecting zeros.
-   */
+  /** An upload stand-in (Note [Uploads written where they go] in uploads.ts). */
   #uploadBuffer(descriptor: GPUBufferDescriptor): GPUBuffer {
-    const upload: Upload = { bytes: undefined };
-    const mapping = new HostMapping(descriptor.size, (bytes) => {
-      upload.bytes = bytes;
-    });
-    this.#bufferPrototype ??= Object.getPrototypeOf(this.#indirectArguments()) as object;
-    const stand = this.#standIn(this.#indirectArguments(), descriptor, () => {
-      upload.bytes = undefined;
-      const range = this.#ranges.get(stand);
-      if (range) this.#destroy(range);
-    }, mappedMembers(mapping));
-    this.#uploads.set(stand, upload);
     this.counts.mappedAtCreation++;
-    return stand;
+    return this.#uploads.make(
+      descriptor,
+      (destroy, mapping) => this.#standIns.make(this.#indirectArguments(), descriptor, destroy, mapping),
+      (stand) => {
+        const range = this.#ranges.get(stand);
+        if (range) this.#destroy(range);
+      },
+    );
   }
 
   /** The host bytes of an upload not yet a range (Note [Uploads written where they go]), else undefined. */
   #uploadBytes(buffer: GPUBuffer): Uint8Array | undefined {
-    return this.#ranges.has(buffer) ? undefined : this.#uploads.get(buffer)?.bytes;
+    return this.#ranges.has(buffer) ? undefined : this.#uploads.bytesOf(buffer);
   }
 
   /** Makes an upload a range of a uniform segment holding its bytes (Note [Uploads written where they go]). */
@@ -232,34 +213,9 @@ export class SubAllocatingDevice {
 
   /** A MAP_READ stand-in over a pooled real buffer (Note [Pooled readback buffers]). */
   #readbackBuffer(descriptor: GPUBufferDescriptor): GPUBuffer {
-    const real = this.readbackPool.take(descriptor.size, descriptor.label);
-    let given = false;
-    const stand = this.#standIn(real, descriptor, () => {
-      if (given) return;
-      given = true;
-      this.#collectedReadbacks.unregister(real);
-      this.readbackPool.give(real);
-    }, readbackMembers(real, descriptor.size));
-    this.#readbacks.set(stand, real);
-    this.#collectedReadbacks.register(stand, real, real);
+    const stand = this.readbackPool.standIn(descriptor, (real, destroy, mapping) => this.#standIns.make(real, descriptor, destroy, mapping));
     this.counts.readbacks++;
     this.counts.readbackBuffers = this.readbackPool.created;
-    return stand;
-  }
-
-  /**
-   * A GPUBuffer look-alike: GPUBuffer's prototype, own members answering for the buffer the program asked for;
-   * `mapping` replaces the members of an unmappable one.
-   */
-  #standIn(like: GPUBuffer, descriptor: GPUBufferDescriptor, destroy: () => void, mapping?: PropertyDescriptorMap): GPUBuffer {
-    this.#bufferPrototype ??= Object.getPrototypeOf(like) as object;
-    const stand = Object.create(this.#bufferPrototype, {
-      size: { value: descriptor.size, enumerable: true },
-      usage: { value: descriptor.usage, enumerable: true },
-      label: { value: descriptor.label ?? '', writable: true, enumerable: true },
-      destroy: { value: destroy },
-      ...(mapping ?? UNMAPPABLE),
-    }) as GPUBuffer;
     return stand;
   }
 
@@ -541,11 +497,6 @@ interface GroupRecord {
   generations: number[];
   /** The real bind group binding the ranges' places now. */
   current: GPUBindGroup;
-}
-
-/** An upload stand-in's bytes, once unmapped and until destroyed (Note [Uploads written where they go]). */
-interface Upload {
-  bytes: Uint8Array | undefined;
 }
 
 interface Temporaries {
