@@ -123,7 +123,7 @@ export async function smallestLmsBudget(
 }
 
 /** One kernel's tensors, as `runWebGPUProgram` saw them. */
-interface KernelRecord {
+export interface KernelRecord {
   readonly inputs: readonly StorageImpl[];
   readonly output: StorageImpl | undefined;
 }
@@ -162,11 +162,16 @@ export async function inStepWorkingSet(context: WebGpuContext, make: () => Model
     };
     await runModel(make, steps, boundary, boundary, splitSteps ? boundary : undefined);
   });
-  const perStepBytes = kernelsPerStep.map(workingSetOfStep);
+  const perStepBytes = kernelsPerStep.map((kernels) => kernelWorkingSet(kernels).maxBytes);
   return { perStepBytes, maxBytes: Math.max(...perStepBytes) };
 }
 
-function workingSetOfStep(kernels: readonly KernelRecord[]): number {
+/**
+ * The most bytes a stretch of kernels keeps on the device at once: at each kernel its inputs and output, and every
+ * storage made by an earlier kernel that a later one reads (storages of `aliveAtEnd` count as read after the last
+ * kernel); and the largest kernel's own inputs and output. Bytes are rounded to the engine's 512-byte blocks.
+ */
+export function kernelWorkingSet(kernels: readonly KernelRecord[], aliveAtEnd: Iterable<StorageImpl> = []): { maxBytes: number; largestKernelBytes: number } {
   const rounded = (s: StorageImpl): number => Math.ceil(s.byteLength / BLOCK_BYTES) * BLOCK_BYTES;
   const madeAt = new Map<StorageImpl, number>();
   const lastReadAt = new Map<StorageImpl, number>();
@@ -174,14 +179,17 @@ function workingSetOfStep(kernels: readonly KernelRecord[]): number {
     if (k.output !== undefined && !madeAt.has(k.output)) madeAt.set(k.output, i);
     for (const s of k.inputs) lastReadAt.set(s, i);
   });
-  let max = 0;
+  for (const s of aliveAtEnd) lastReadAt.set(s, kernels.length);
+  let maxBytes = 0;
+  let largestKernelBytes = 0;
   kernels.forEach((k, i) => {
-    const resident = new Set<StorageImpl>(k.inputs);
-    if (k.output !== undefined) resident.add(k.output);
-    for (const [s, made] of madeAt) if (made < i && (lastReadAt.get(s) ?? -1) > i) resident.add(s);
+    const own = new Set<StorageImpl>(k.inputs);
+    if (k.output !== undefined) own.add(k.output);
     let bytes = 0;
-    for (const s of resident) bytes += rounded(s);
-    max = Math.max(max, bytes);
+    for (const s of own) bytes += rounded(s);
+    largestKernelBytes = Math.max(largestKernelBytes, bytes);
+    for (const [s, made] of madeAt) if (made < i && !own.has(s) && (lastReadAt.get(s) ?? -1) > i) bytes += rounded(s);
+    maxBytes = Math.max(maxBytes, bytes);
   });
-  return max;
+  return { maxBytes, largestKernelBytes };
 }

@@ -7,11 +7,10 @@ import { webgpu } from '@stowage/allocator-webgpu';
 import { lms } from '@stowage/lms';
 import { registerStowageWebGpuBackend, StowageWebGpuBackend, SynchronousStepPolicy } from '@stowage/tfjs-webgpu';
 import { DeviceMemoryCounter } from '../browser/DeviceMemoryCounter.js';
+import { kernelWorkingSet } from './lmsRuns.js';
 import type { GraphModelLike, RealModel, RealModelRun } from './realModels.js';
 import { predictRealModel } from './realModels.js';
 
-/** The caching engine's block rounding (bytes). */
-const BLOCK_BYTES = 512;
 
 /** Where a real model runs: tfjs's own backend, Stowage's without LMS, or Stowage's under LMS with a budget. */
 export type RealBackend =
@@ -180,26 +179,7 @@ export async function realFloor(context: WebGpuContext, model: RealModel, load: 
     if (tf.findBackendFactory('webgpu') != null) tf.removeBackend('webgpu');
     await runtime.dispose();
   }
-  const rounded = (s: StorageImpl): number => Math.ceil(s.byteLength / BLOCK_BYTES) * BLOCK_BYTES;
-  const madeAt = new Map<StorageImpl, number>();
-  const lastUseAt = new Map<StorageImpl, number>();
-  kernels.forEach((k, i) => {
-    if (k.output !== undefined && !madeAt.has(k.output)) madeAt.set(k.output, i);
-    for (const s of k.inputs) lastUseAt.set(s, i);
-  });
-  for (const s of aliveAtEnd) lastUseAt.set(s, kernels.length);
-  let floorBytes = 0;
-  let largestKernelBytes = 0;
-  kernels.forEach((k, i) => {
-    const own = new Set<StorageImpl>(k.inputs);
-    if (k.output !== undefined) own.add(k.output);
-    let ownBytes = 0;
-    for (const s of own) ownBytes += rounded(s);
-    largestKernelBytes = Math.max(largestKernelBytes, ownBytes);
-    let bytes = ownBytes;
-    for (const [s, made] of madeAt) if (made < i && !own.has(s) && (lastUseAt.get(s) ?? -1) > i) bytes += rounded(s);
-    floorBytes = Math.max(floorBytes, bytes);
-  });
+  const { maxBytes: floorBytes, largestKernelBytes } = kernelWorkingSet(kernels, aliveAtEnd);
   return { floorBytes, largestKernelBytes, kernels: kernels.length };
 }
 
